@@ -1,0 +1,39 @@
+# Two commands set everything up on a fresh machine:
+#   make demo   creates .venv, installs notifyonce and runs the demo
+#   make test   creates .venv, installs the dev tools, starts the local databases the
+#               machine has, and runs the whole test suite plus the static checks
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-dev
+
+.PHONY: demo test pytest lint docs bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python examples/claim_demo.py
+
+test: $(STAMP)
+	eval "$$(scripts/services.sh)" && $(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(MAKE) lint docs
+
+pytest: $(STAMP)
+	eval "$$(scripts/services.sh)" && $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests examples bench
+	$(BIN)/ruff format --check src tests examples bench
+	$(BIN)/mypy
+
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet --site-dir build/site
+
+clean:
+	rm -rf $(VENV) build dist site .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Start the local PostgreSQL and MariaDB this machine has, wait until they answer, and
+# print `export` lines for the test database URLs. Prints nothing for a database the
+# machine does not have, so its tests skip (or fail under CI=true).
+# Usage: eval "$(scripts/services.sh)"
+set -u
+
+log() { echo "services: $*" >&2; }
+
+wait_for() { # name, command...
+  local name=$1; shift
+  for _ in $(seq 1 60); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 1
+  done
+  log "$name did not answer within 60 s"
+  return 1
+}
+
+pg_up() { pg_isready -q -h 127.0.0.1 -p 5432; }
+my_up() { mariadb-admin --protocol=tcp -h127.0.0.1 -P3306 -uroot ping || mysqladmin --protocol=tcp -h127.0.0.1 -P3306 -uroot ping; }
+
+if [ -z "${NOTIFYONCE_TEST_POSTGRES_URL:-}" ] && command -v pg_isready >/dev/null 2>&1; then
+  if ! pg_up && [ -d /etc/postgresql ] && command -v pg_ctlcluster >/dev/null 2>&1; then
+    log "starting PostgreSQL"
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main start >&2 || true
+  fi
+  if wait_for PostgreSQL pg_up; then
+    echo "export NOTIFYONCE_TEST_POSTGRES_URL=postgresql://root@127.0.0.1:5432/test"
+  fi
+fi
+
+if [ -z "${NOTIFYONCE_TEST_MYSQL_URL:-}" ] && [ -x /usr/sbin/mariadbd ]; then
+  if ! my_up; then
+    log "starting MariaDB"
+    start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd >&2 || true
+  fi
+  if wait_for MariaDB my_up; then
+    echo "export NOTIFYONCE_TEST_MYSQL_URL=mysql://root@127.0.0.1:3306/test"
+  fi
+fi
+exit 0

@@ -1,0 +1,49 @@
+"""notifyonce: send each reminder once per cycle.
+
+A slot ``(action, subject, cycle)`` is claimed in your own database before the message is
+sent, so restarts, parallel workers and flaky networks cannot send it twice.
+"""
+
+from __future__ import annotations
+
+from ._claim import Claim
+from ._errors import (
+    LedgerError,
+    LedgerUnavailableError,
+    NotifyOnceError,
+    PermanentSendError,
+    ScheduleError,
+    SendError,
+    TransientSendError,
+    UncertainSendError,
+    ValidationError,
+    ValidationTypeError,
+)
+from ._keys import Cycle, SlotKey, Subject, make_key
+from ._message import Message, Receipt, Sender
+from ._outcome import DeliveryMode, Outcome
+from ._version import __version__
+
+__all__ = [
+    "Claim",
+    "Cycle",
+    "DeliveryMode",
+    "LedgerError",
+    "LedgerUnavailableError",
+    "Message",
+    "NotifyOnceError",
+    "Outcome",
+    "PermanentSendError",
+    "Receipt",
+    "ScheduleError",
+    "SendError",
+    "Sender",
+    "SlotKey",
+    "Subject",
+    "TransientSendError",
+    "UncertainSendError",
+    "ValidationError",
+    "ValidationTypeError",
+    "__version__",
+    "make_key",
+]

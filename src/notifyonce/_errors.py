@@ -1,0 +1,150 @@
+"""Every exception notifyonce raises.
+
+The tree::
+
+    NotifyOnceError
+    ├── ValidationError (also ValueError)        bad input, raised before anything is written
+    │   ├── ValidationTypeError (also TypeError) a value of the wrong type
+    │   └── ScheduleError                        an invalid Schedule, listing every problem
+    ├── LedgerError                              the database failed; the cause is chained
+    │   └── LedgerUnavailableError               could not reach the database, or lost it mid-call
+    └── SendError                                a sender could not deliver
+        ├── PermanentSendError                   refused for good: never retried
+        ├── TransientSendError                   certainly not delivered: retry later
+        └── UncertainSendError                   may have been delivered: never blindly retried
+
+Messages never contain a bot token or a message text: only field names, key parts,
+provider codes and descriptions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = [
+    "LedgerError",
+    "LedgerUnavailableError",
+    "NotifyOnceError",
+    "PermanentSendError",
+    "ScheduleError",
+    "SendError",
+    "TransientSendError",
+    "UncertainSendError",
+    "ValidationError",
+    "ValidationTypeError",
+]
+
+
+class NotifyOnceError(Exception):
+    """The base of every exception raised by notifyonce."""
+
+
+class ValidationError(NotifyOnceError, ValueError):
+    """An argument is invalid; nothing was written.
+
+    Attributes:
+        field: The name of the offending argument (``"cycle"``, ``"subject"``, ...).
+        problem: What is wrong with it, in words.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
+
+    def __reduce__(self) -> tuple[type[ValidationError], tuple[str, str]]:
+        return (type(self), (self.field, self.problem))
+
+
+class ValidationTypeError(ValidationError, TypeError):
+    """An argument has the wrong type; nothing was written."""
+
+
+class ScheduleError(ValidationError):
+    """A :class:`~notifyonce.Schedule` is invalid.
+
+    The message lists every problem found, not only the first one.
+
+    Attributes:
+        problems: One sentence per violated rule, each naming the windows and numbers.
+    """
+
+    def __init__(self, problems: Iterable[str]) -> None:
+        self.problems = tuple(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        count = len(self.problems)
+        noun = "problem" if count == 1 else "problems"
+        super().__init__("schedule", f"{count} {noun}:\n{lines}")
+
+    def __reduce__(self) -> tuple[type[ScheduleError], tuple[tuple[str, ...]]]:  # type: ignore[override]
+        return (type(self), (self.problems,))
+
+
+class LedgerError(NotifyOnceError):
+    """A database operation of the ledger failed. The driver's exception is ``__cause__``."""
+
+
+class LedgerUnavailableError(LedgerError):
+    """The database could not be reached or the connection was lost during the call.
+
+    When this is raised by a claim, no claim was returned: the slot may or may not have
+    been taken, and a later claim finds out which.
+    """
+
+
+class SendError(NotifyOnceError):
+    """A sender could not deliver a message.
+
+    Attributes:
+        code: The provider's error code (an HTTP status or Telegram's ``error_code``), if any.
+        description: The provider's description of the error, if any. Never contains the
+            message text or a secret.
+    """
+
+    def __init__(
+        self,
+        description: str = "",
+        *,
+        code: int | None = None,
+    ) -> None:
+        self.code = code
+        self.description = description
+        text = description or type(self).__name__
+        super().__init__(f"[{code}] {text}" if code is not None else text)
+
+
+class PermanentSendError(SendError):
+    """The provider refused the message for good (bot blocked, chat not found, bad token).
+
+    Retrying cannot help. The Notifier records the slot as ``failed``.
+    """
+
+
+class TransientSendError(SendError):
+    """The message was certainly not delivered, and a later attempt may succeed.
+
+    Raised for connection failures before the request was sent, pool and connect
+    timeouts, rate limiting (HTTP 429) and server errors answered by the server.
+
+    Attributes:
+        retry_after: Seconds the provider asked to wait before the next attempt, or None.
+    """
+
+    def __init__(
+        self,
+        description: str = "",
+        *,
+        code: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(description, code=code)
+        self.retry_after = retry_after
+
+
+class UncertainSendError(SendError):
+    """The message may or may not have been delivered.
+
+    Raised when the request left this process but no answer came back: a read timeout, or
+    a connection reset or closed after the request was written. Resending risks a
+    duplicate; the delivery mode decides what happens next.
+    """

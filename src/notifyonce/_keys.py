@@ -1,0 +1,161 @@
+"""Slot keys: turning ``(action, subject, cycle)`` into the canonical text the ledger stores.
+
+Pure functions, shared by the sync and async ledgers and the Notifier. Every check runs
+before any SQL, so bad input never writes a row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from ._errors import ValidationError, ValidationTypeError
+
+__all__ = [
+    "MAX_ACTION_LENGTH",
+    "MAX_CYCLE_LENGTH",
+    "MAX_SUBJECT_LENGTH",
+    "Cycle",
+    "SlotKey",
+    "Subject",
+    "make_key",
+    "normalize_action",
+    "normalize_cycle",
+    "normalize_subject",
+]
+
+Subject: TypeAlias = int | str
+"""A user or chat id: an int, or a non-empty str."""
+
+Cycle: TypeAlias = dt.datetime | dt.date | int | str
+"""What makes a slot recur: an aware datetime (e.g. the end of the paid period), a date,
+an int or a str."""
+
+MAX_ACTION_LENGTH = 64
+MAX_SUBJECT_LENGTH = 128
+MAX_CYCLE_LENGTH = 128
+
+# Stored as text so one column serves every kind of cycle. The datetime form is fixed-width
+# ISO 8601 in UTC, so text order is time order inside the unique index.
+_DATETIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+@dataclass(frozen=True, slots=True)
+class SlotKey:
+    """The canonical, validated form of a slot's key.
+
+    Attributes:
+        action: What is sent, e.g. ``"trial_6h"``.
+        subject: Who it is for, as text (``42`` becomes ``"42"``).
+        cycle: Which cycle, as text: ``"2026-11-30T18:00:00Z"`` for a datetime,
+            ``"2026-11-30"`` for a date, the decimal digits of an int, or the str itself.
+        cycle_at: The cycle as a UTC datetime when it is a point in time (a datetime, or a
+            date at midnight UTC); None for int and str cycles. The retention purge uses
+            it to know when a cycle can no longer fire.
+    """
+
+    action: str
+    subject: str
+    cycle: str
+    cycle_at: dt.datetime | None = None
+
+    def __str__(self) -> str:
+        return f"{self.action}/{self.subject}/{self.cycle}"
+
+
+def _check_text(field: str, value: str, limit: int) -> str:
+    if not value or not value.strip():
+        raise ValidationError(field, "must not be empty or blank")
+    if len(value) > limit:
+        raise ValidationError(field, f"is {len(value)} characters long, the limit is {limit}")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise ValidationError(field, "must not contain control characters")
+    return value
+
+
+def normalize_action(action: object) -> str:
+    """Validate an action name and return it.
+
+    Raises:
+        ValidationTypeError: ``action`` is not a str.
+        ValidationError: it is empty, blank, longer than 64 characters or has control
+            characters.
+    """
+    if not isinstance(action, str):
+        raise ValidationTypeError("action", f"must be a str, got {type(action).__name__}")
+    return _check_text("action", action, MAX_ACTION_LENGTH)
+
+
+def normalize_subject(subject: object) -> str:
+    """Return the canonical text of a subject (an int or a str).
+
+    Raises:
+        ValidationTypeError: ``subject`` is not an int or a str (a bool is rejected too).
+        ValidationError: a str subject is empty, blank, too long or has control characters.
+    """
+    if isinstance(subject, bool) or not isinstance(subject, (int, str)):
+        raise ValidationTypeError(
+            "subject", f"must be an int or a str, got {type(subject).__name__}"
+        )
+    if isinstance(subject, int):
+        text = str(subject)
+        if len(text) > MAX_SUBJECT_LENGTH:
+            raise ValidationError("subject", f"int has more than {MAX_SUBJECT_LENGTH} digits")
+        return text
+    return _check_text("subject", subject, MAX_SUBJECT_LENGTH)
+
+
+def normalize_cycle(cycle: object) -> tuple[str, dt.datetime | None]:
+    """Return the canonical text of a cycle and, for points in time, the UTC datetime.
+
+    An aware datetime is converted to UTC and truncated to whole seconds, so
+    ``period_end`` read back from any database with any precision names the same slot.
+
+    Raises:
+        ValidationTypeError: ``cycle`` is not a datetime, date, int or str.
+        ValidationError: a naive datetime, or an empty, blank or too long str.
+    """
+    if isinstance(cycle, dt.datetime):
+        offset = cycle.utcoffset()
+        if offset is None:
+            raise ValidationError(
+                "cycle",
+                "naive datetime; pass an aware one, e.g. "
+                "datetime(..., tzinfo=timezone.utc) or dt.astimezone()",
+            )
+        at = (cycle - offset).replace(tzinfo=dt.timezone.utc, microsecond=0)
+        return at.strftime(_DATETIME_FORMAT), at
+    if isinstance(cycle, dt.date):
+        at = dt.datetime(cycle.year, cycle.month, cycle.day, tzinfo=dt.timezone.utc)
+        return cycle.isoformat(), at
+    if isinstance(cycle, bool) or not isinstance(cycle, (int, str)):
+        raise ValidationTypeError(
+            "cycle",
+            f"must be an aware datetime, a date, an int or a str, got {type(cycle).__name__}",
+        )
+    if isinstance(cycle, int):
+        text = str(cycle)
+        if len(text) > MAX_CYCLE_LENGTH:
+            raise ValidationError("cycle", f"int has more than {MAX_CYCLE_LENGTH} digits")
+        return text, None
+    return _check_text("cycle", cycle, MAX_CYCLE_LENGTH), None
+
+
+def make_key(action: object, subject: object, cycle: object) -> SlotKey:
+    """Validate and normalise the three parts of a slot key.
+
+    Example:
+        >>> import datetime as dt
+        >>> msk = dt.timezone(dt.timedelta(hours=3))
+        >>> end = dt.datetime(2026, 12, 1, 21, 30, 15, 999, tzinfo=msk)
+        >>> str(make_key("trial_6h", 42, end))
+        'trial_6h/42/2026-12-01T18:30:15Z'
+
+    Raises:
+        ValidationError: a part is invalid (its ``field`` names which one).
+    """
+    action_text = normalize_action(action)
+    subject_text = normalize_subject(subject)
+    cycle_text, cycle_at = normalize_cycle(cycle)
+    return SlotKey(action_text, subject_text, cycle_text, cycle_at)

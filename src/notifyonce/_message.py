@@ -1,0 +1,97 @@
+"""What is sent (Message), what came back (Receipt), and the Sender protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ._errors import ValidationError, ValidationTypeError
+
+__all__ = ["Message", "Receipt", "Sender"]
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A message to deliver.
+
+    The text never appears in ``repr()``, logs or exception messages: only its length.
+
+    Args:
+        text: The message body.
+        parse_mode: ``"HTML"``, ``"MarkdownV2"`` or None for plain text (Telegram).
+        silent: Deliver without a notification sound.
+        link_preview: False to disable link previews; None leaves the provider's default.
+        reply_markup: A provider-specific keyboard or markup object, passed through as is.
+        options: Any further provider parameters, passed through as is.
+
+    Example:
+        >>> Message("6 hours left", parse_mode="HTML")
+        Message(text=<12 chars>, parse_mode='HTML')
+    """
+
+    text: str
+    parse_mode: str | None = None
+    silent: bool = False
+    link_preview: bool | None = None
+    reply_markup: Mapping[str, Any] | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise ValidationTypeError("text", f"must be a str, got {type(self.text).__name__}")
+        if not self.text.strip():
+            raise ValidationError("text", "must not be empty or blank")
+
+    def __repr__(self) -> str:
+        parts = [f"text=<{len(self.text)} chars>"]
+        if self.parse_mode is not None:
+            parts.append(f"parse_mode={self.parse_mode!r}")
+        if self.silent:
+            parts.append("silent=True")
+        if self.link_preview is not None:
+            parts.append(f"link_preview={self.link_preview!r}")
+        if self.reply_markup is not None:
+            parts.append("reply_markup=...")
+        if self.options:
+            parts.append(f"options=<{', '.join(sorted(self.options))}>")
+        return f"Message({', '.join(parts)})"
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """The provider's confirmation of a delivered message.
+
+    Attributes:
+        recipient: Where the message was actually delivered. Differs from the requested
+            recipient when the chat moved (see ``migrated_to``).
+        message_id: The provider's id of the delivered message, if it gives one.
+        migrated_to: The new chat id when Telegram moved the chat (a group became a
+            supergroup) and the sender followed it; otherwise None. Store it.
+    """
+
+    recipient: str
+    message_id: int | str | None = None
+    migrated_to: str | None = None
+
+
+@runtime_checkable
+class Sender(Protocol):
+    """Anything that can deliver a :class:`Message` to a recipient.
+
+    Implementations raise :class:`~notifyonce.PermanentSendError` when the provider
+    refused for good, :class:`~notifyonce.TransientSendError` when the message was
+    certainly not delivered, and :class:`~notifyonce.UncertainSendError` when it may have
+    been. Any other exception is treated as uncertain.
+
+    Example:
+        >>> class PrintSender:
+        ...     async def send(self, recipient: str, message: Message) -> Receipt:
+        ...         print(recipient, len(message.text))
+        ...         return Receipt(recipient)
+        >>> isinstance(PrintSender(), Sender)
+        True
+    """
+
+    async def send(self, recipient: str, message: Message) -> Receipt:
+        """Deliver ``message`` to ``recipient`` and return the receipt."""
+        ...

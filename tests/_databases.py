@@ -1,0 +1,144 @@
+"""Where the test databases come from.
+
+Order of preference for PostgreSQL and MariaDB/MySQL:
+
+1. a URL in the environment (``NOTIFYONCE_TEST_POSTGRES_URL``, ``NOTIFYONCE_TEST_MYSQL_URL``),
+   which ``make test`` sets for the services it starts;
+2. a throwaway container through testcontainers, where a Docker engine answers;
+3. otherwise the tests skip with a message saying how to enable them, except in CI
+   (``CI=true``), where a missing database fails the run.
+
+SQLite always runs, on a file in the test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+POSTGRES_ENV = "NOTIFYONCE_TEST_POSTGRES_URL"
+MYSQL_ENV = "NOTIFYONCE_TEST_MYSQL_URL"
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One database to run a test against, with a sync and an async URL to it."""
+
+    name: str
+    dialect: str  # "sqlite", "postgresql" or "mysql"
+    sync_url: str
+    async_url: str
+
+    def unique_table(self) -> str:
+        return f"nfo_t_{uuid.uuid4().hex[:12]}"
+
+
+def _docker_available() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        done = subprocess.run(["docker", "info"], capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def _unavailable(what: str, env: str, example: str) -> None:
+    message = (
+        f"{what} is not available: set {env} (e.g. {env}={example}), "
+        "run `make test` which starts the local services, or start a Docker engine"
+    )
+    if IN_CI:
+        pytest.fail(f"CI=true and {message}", pytrace=False)
+    pytest.skip(message)
+
+
+def _check_reachable(sync_url: str, what: str, env: str, example: str) -> None:
+    engine = sa.create_engine(sync_url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except Exception as exc:  # any driver error means "cannot use it"
+        reason = f"{what} at {make_url(sync_url).render_as_string(hide_password=True)} "
+        reason += f"did not answer ({type(exc).__name__})"
+        if IN_CI:
+            pytest.fail(f"CI=true and {reason}", pytrace=False)
+        pytest.skip(f"{reason}; set {env} (e.g. {env}={example}) or run `make test`")
+    finally:
+        engine.dispose()
+
+
+_started: dict[str, str] = {}
+
+
+def _from_container(kind: str) -> str:
+    if kind in _started:
+        return _started[kind]
+    if kind == "postgres":
+        from testcontainers.postgres import PostgresContainer
+
+        container = PostgresContainer("postgres:16-alpine", driver=None)
+    else:
+        from testcontainers.mysql import MySqlContainer
+
+        container = MySqlContainer("mariadb:11", dialect=None)
+    container.start()
+    _started[kind] = container.get_connection_url()
+    return _started[kind]
+
+
+def postgres_base_url() -> str:
+    example = "postgresql://root@127.0.0.1:5432/test"
+    url = os.environ.get(POSTGRES_ENV)
+    if not url:
+        if IN_CI or not _docker_available():
+            _unavailable("PostgreSQL", POSTGRES_ENV, example)
+        url = _from_container("postgres")
+    return url
+
+
+def mysql_base_url() -> str:
+    example = "mysql://root@127.0.0.1:3306/test"
+    url = os.environ.get(MYSQL_ENV)
+    if not url:
+        if IN_CI or not _docker_available():
+            _unavailable("MariaDB/MySQL", MYSQL_ENV, example)
+        url = _from_container("mysql")
+    return url
+
+
+def _with_driver(url: str, drivername: str) -> str:
+    return make_url(url).set(drivername=drivername).render_as_string(hide_password=False)
+
+
+def make_backend(name: str, tmp_path: Path) -> Backend:
+    """Build the backend called ``name``, skipping (or failing in CI) when it is missing."""
+    if name == "sqlite":
+        path = tmp_path / "ledger.sqlite3"
+        return Backend(name, "sqlite", f"sqlite:///{path}", f"sqlite+aiosqlite:///{path}")
+    if name.startswith("postgres"):
+        base = postgres_base_url()
+        sync_url = _with_driver(base, "postgresql+psycopg")
+        async_driver = "postgresql+asyncpg" if name == "postgres-asyncpg" else "postgresql+psycopg"
+        backend = Backend(name, "postgresql", sync_url, _with_driver(base, async_driver))
+        _check_reachable(
+            sync_url, "PostgreSQL", POSTGRES_ENV, "postgresql://root@127.0.0.1:5432/test"
+        )
+        return backend
+    if name == "mariadb":
+        base = mysql_base_url()
+        sync_url = _with_driver(base, "mysql+pymysql")
+        backend = Backend(name, "mysql", sync_url, _with_driver(base, "mysql+asyncmy"))
+        _check_reachable(sync_url, "MariaDB/MySQL", MYSQL_ENV, "mysql://root@127.0.0.1:3306/test")
+        return backend
+    raise ValueError(f"unknown backend {name!r}")

@@ -1,0 +1,83 @@
+"""Shared fixtures: real databases, each test on its own table."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from ._databases import Backend, make_backend
+
+_MARKS = {
+    "sqlite": pytest.mark.sqlite,
+    "postgres-asyncpg": pytest.mark.postgres,
+    "postgres-psycopg": pytest.mark.postgres,
+    "mariadb": pytest.mark.mariadb,
+}
+
+ASYNC_BACKENDS = [pytest.param(name, marks=mark, id=name) for name, mark in _MARKS.items()]
+SYNC_BACKENDS = [
+    pytest.param(name, marks=_MARKS[name], id=name)
+    for name in ("sqlite", "postgres-psycopg", "mariadb")
+]
+
+
+@pytest.fixture(params=ASYNC_BACKENDS)
+def async_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """Each database with its async driver: SQLite (aiosqlite), PostgreSQL (asyncpg and
+    psycopg 3) and MariaDB (asyncmy)."""
+    return make_backend(request.param, tmp_path)
+
+
+@pytest.fixture(params=SYNC_BACKENDS)
+def sync_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """Each database with its sync driver: SQLite, PostgreSQL (psycopg 3), MariaDB (PyMySQL)."""
+    return make_backend(request.param, tmp_path)
+
+
+def _drop(backend: Backend, table: str) -> None:
+    engine = sa.create_engine(backend.sync_url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def async_table(async_backend: Backend) -> Iterator[str]:
+    """A table name no other test (or concurrent test run) uses; dropped afterwards."""
+    name = async_backend.unique_table()
+    yield name
+    _drop(async_backend, name)
+
+
+@pytest.fixture
+def sync_table(sync_backend: Backend) -> Iterator[str]:
+    """A table name no other test (or concurrent test run) uses; dropped afterwards."""
+    name = sync_backend.unique_table()
+    yield name
+    _drop(sync_backend, name)
+
+
+@pytest.fixture
+async def async_engine(async_backend: Backend) -> AsyncIterator[AsyncEngine]:
+    """An AsyncEngine on each database."""
+    engine = (
+        create_async_engine(async_backend.async_url, pool_size=20, max_overflow=20)
+        if async_backend.dialect != "sqlite"
+        else create_async_engine(async_backend.async_url)
+    )
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+def sync_engine(sync_backend: Backend) -> Iterator[sa.Engine]:
+    """An Engine on each database."""
+    engine = sa.create_engine(sync_backend.sync_url)
+    yield engine
+    engine.dispose()
