@@ -1,0 +1,260 @@
+"""The ``notifyonce`` command line: check schedules, look at and maintain the ledger.
+
+Exit codes (stable, for scripts):
+
+- 0: done; ``check``: the schedule is valid.
+- 1: ``check``: the schedule is invalid (every problem is printed).
+- 2: usage error: bad arguments, a bad database URL, a module or attribute not found.
+- 3: the database could not be reached or failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import json
+import os
+import re
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NoReturn
+
+from ._errors import LedgerError, ScheduleError, ValidationError
+from ._outcome import DeliveryMode
+from ._version import __version__
+
+if TYPE_CHECKING:
+    from ._ledger import Ledger
+
+__all__ = ["main", "parse_duration"]
+
+ENV_URL = "NOTIFYONCE_DATABASE_URL"
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+EXIT_DATABASE = 3
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+
+# Async drivers map to the sync driver the CLI uses for the same database.
+_SYNC_DRIVERS = {
+    "postgresql+asyncpg": "postgresql+psycopg",
+    "postgresql+psycopg_async": "postgresql+psycopg",
+    "sqlite+aiosqlite": "sqlite",
+    "mysql+asyncmy": "mysql+pymysql",
+    "mysql+aiomysql": "mysql+pymysql",
+    "mariadb+asyncmy": "mariadb+pymysql",
+    "mariadb+aiomysql": "mariadb+pymysql",
+}
+
+
+class _UsageError(Exception):
+    pass
+
+
+def parse_duration(text: str) -> dt.timedelta:
+    """Parse ``"30d"``, ``"12h"``, ``"1h30m"``, ``"90s"`` or ``"2w"`` into a timedelta.
+
+    Example:
+        >>> parse_duration("1h30m")
+        datetime.timedelta(seconds=5400)
+
+    Raises:
+        ValidationError: the text is not such a duration, or is zero.
+    """
+    compact = text.strip().lower().replace(" ", "")
+    parts = _DURATION.findall(compact)
+    if not parts or "".join(n + u for n, u in parts) != compact:
+        raise ValidationError("duration", f"{text!r} is not like 30d, 12h, 1h30m or 90s")
+    seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if seconds <= 0:
+        raise ValidationError("duration", f"{text!r} must be longer than zero")
+    return dt.timedelta(seconds=seconds)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="notifyonce",
+        description="Check send schedules and look after the notifyonce ledger.",
+        epilog=f"The database URL comes from --database-url or ${ENV_URL}. Exit codes: "
+        "0 ok, 1 invalid schedule, 2 usage error, 3 database error.",
+    )
+    parser.add_argument("--version", action="version", version=f"notifyonce {__version__}")
+    db = argparse.ArgumentParser(add_help=False)
+    db.add_argument("--database-url", help=f"SQLAlchemy URL (default: ${ENV_URL})")
+    db.add_argument("--table", default="notifyonce_slots", help="ledger table name")
+    db.add_argument("--schema", default=None, help="database schema of the table")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    check = commands.add_parser(
+        "check", help="validate a Schedule and draw its timeline", description=(
+            "Import MODULE:ATTRIBUTE (a Schedule, or a zero-argument callable returning "
+            "one), validate it and draw its timeline."
+        )
+    )
+    check.add_argument("target", metavar="MODULE:ATTRIBUTE")
+    check.add_argument("--width", type=int, default=72, help="timeline width in characters")
+
+    stats = commands.add_parser("stats", parents=[db], help="slots per action and status")
+    stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    sweep = commands.add_parser(
+        "sweep", parents=[db], help="settle claims whose lease expired",
+        description="at-most-once: expired claims become unknown; at-least-once: they "
+        "are released for another attempt while attempts remain.",
+    )
+    sweep.add_argument(
+        "--mode", choices=["at-most-once", "at-least-once"], default="at-most-once"
+    )
+    sweep.add_argument("--max-attempts", type=int, default=3)
+
+    purge = commands.add_parser(
+        "purge", parents=[db], help="delete slots whose cycle ended long ago",
+        description="Delete slots whose cycle (as a point in time) is older than "
+        "--older-than. A slot whose cycle can still fire is never deleted.",
+    )
+    purge.add_argument("--older-than", required=True, type=_duration_arg, metavar="DURATION")
+
+    migrate = commands.add_parser(
+        "migrate", parents=[db], help="create or upgrade the ledger table (Alembic)"
+    )
+    migrate.add_argument("--revision", default="head", help="target revision (default: head)")
+    return parser
+
+
+def _duration_arg(text: str) -> dt.timedelta:
+    try:
+        return parse_duration(text)
+    except ValidationError as exc:
+        raise argparse.ArgumentTypeError(exc.problem) from None
+
+
+def _sync_url(raw: str | None) -> str:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    if not raw:
+        raise _UsageError(f"no database URL: pass --database-url or set ${ENV_URL}")
+    try:
+        url = make_url(raw)
+    except ArgumentError:
+        # Not echoed: a URL can carry a password.
+        raise _UsageError("the database URL is not a valid SQLAlchemy URL") from None
+    sync_driver = _SYNC_DRIVERS.get(url.drivername)
+    if sync_driver is not None:
+        url = url.set(drivername=sync_driver)
+    return url.render_as_string(hide_password=False)
+
+
+def _ledger(args: argparse.Namespace) -> Ledger:
+    import sqlalchemy as sa
+
+    from ._ledger import Ledger
+
+    url = _sync_url(args.database_url or os.environ.get(ENV_URL))
+    try:
+        engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    except (ImportError, sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
+        raise _UsageError(f"cannot use this database URL: {type(exc).__name__}: {exc}") from None
+    return Ledger(engine, table_name=args.table, schema=args.schema)
+
+
+def _load(target: str) -> object:
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise _UsageError(f"{target!r} is not MODULE:ATTRIBUTE")
+    sys.path.insert(0, os.getcwd())
+    try:
+        value: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise _UsageError(f"cannot import {module_name!r}: {exc}") from None
+    for part in attribute.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise _UsageError(f"{module_name!r} has no attribute {attribute!r}") from None
+    return value
+
+
+def _check(args: argparse.Namespace) -> int:
+    from ._schedule import Schedule
+
+    try:
+        schedule = _load(args.target)
+        if callable(schedule) and not isinstance(schedule, Schedule):
+            schedule = schedule()
+    except ScheduleError as exc:
+        print(f"invalid schedule {args.target}: {exc.problem}")
+        return EXIT_INVALID
+    if not isinstance(schedule, Schedule):
+        raise _UsageError(f"{args.target} is a {type(schedule).__name__}, not a Schedule")
+    print(schedule.render(width=args.width))
+    print(f"\n{args.target}: valid")
+    return EXIT_OK
+
+
+def _stats(args: argparse.Namespace) -> int:
+    stats = _ledger(args).stats()
+    if args.json:
+        print(json.dumps(stats.as_dict(), indent=2, default=str))
+    else:
+        print(stats.render())
+    return EXIT_OK
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    mode = DeliveryMode(args.mode.replace("-", "_"))
+    result = _ledger(args).sweep(mode, max_attempts=args.max_attempts)
+    print(f"expired leases: {len(result.unknown)} now unknown, {len(result.released)} released")
+    for key in result.unknown:
+        print(f"  unknown   {key}")
+    for key in result.released:
+        print(f"  released  {key}")
+    return EXIT_OK
+
+
+def _purge(args: argparse.Namespace) -> int:
+    deleted = _ledger(args).purge(older_than=args.older_than)
+    print(f"deleted {deleted} slots whose cycle ended more than {args.older_than} ago")
+    return EXIT_OK
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from .migrations import upgrade
+
+    ledger = _ledger(args)
+    upgrade(ledger.engine, table_name=args.table, schema=args.schema, revision=args.revision)
+    print(f"ledger table {args.table!r} is at revision {args.revision}")
+    return EXIT_OK
+
+
+_COMMANDS = {
+    "check": _check,
+    "stats": _stats,
+    "sweep": _sweep,
+    "purge": _purge,
+    "migrate": _migrate,
+}
+
+
+def _fail(code: int, message: str) -> NoReturn:
+    print(f"notifyonce: error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (see the module docs)."""
+    args = _parser().parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except _UsageError as exc:
+        _fail(EXIT_USAGE, str(exc))
+    except ValidationError as exc:
+        _fail(EXIT_USAGE, str(exc))
+    except LedgerError as exc:
+        cause = exc.__cause__
+        detail = f" ({type(cause).__name__})" if cause is not None else ""
+        _fail(EXIT_DATABASE, f"{exc}{detail}")
