@@ -94,9 +94,9 @@ def window_filter(
         >>> where = window_filter(users.c.trial_ends_at, w, now)
         >>> query = sa.select(users.c.id).where(where)
         >>> sql = str(where.compile(compile_kwargs={"literal_binds": True}))
-        >>> print(sql.replace(" AND ", "\nAND "))
-        users.trial_ends_at > '2026-11-30 12:24:00+00:00'
-        AND users.trial_ends_at <= '2026-11-30 13:12:00+00:00'
+        >>> print(*sql.split(" AND "), sep=" AND" + chr(10))
+        users.trial_ends_at > '2026-11-30 12:24:00+00:00' AND
+        users.trial_ends_at <= '2026-11-30 13:12:00+00:00'
 
     Raises:
         ValidationError: ``now`` is naive; ``column`` or ``window`` has the wrong type.
