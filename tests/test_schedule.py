@@ -218,7 +218,10 @@ def test_seed_tight_windows_one_period_wide_are_too_narrow() -> None:
     """Windows exactly one job period wide are rejected: one missed run skips them."""
     with pytest.raises(ScheduleError) as caught:
         Schedule(
-            [Window(f"trial_{h}h", opens_before=h * H + 5 * M, closes_before=h * H) for h in (6, 3)],
+            [
+                Window(f"trial_{h}h", opens_before=h * H + 5 * M, closes_before=h * H)
+                for h in (6, 3)
+            ],
             period=5 * M,
         )
     assert (
