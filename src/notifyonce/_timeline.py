@@ -64,7 +64,7 @@ def render_timeline(schedule: Schedule, *, width: int = 72) -> str:
 
     lines = _wrap(
         f"{len(windows)} window{'s' if len(windows) != 1 else ''} before the deadline D "
-        "(# open, . gap)",
+        f"(# open{', . gap' if any(gap > dt.timedelta(0) for gap, _, _ in gaps) else ''})",
         width,
     )
     head = _label(span)
