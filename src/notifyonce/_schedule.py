@@ -11,10 +11,7 @@ from ._errors import ScheduleError, ValidationTypeError
 from ._schedule_rules import find_problems, sort_windows
 from ._window import DeadlineRange, Window, to_utc
 
-__all__ = ["MissedWindow", "Schedule"]
-
-MissedWindow = tuple[Window, DeadlineRange]
-"""A window and the deadlines whose whole window fell between two runs of the job."""
+__all__ = ["Schedule"]
 
 
 def _timedelta(field: str, value: object) -> dt.timedelta:
@@ -244,7 +241,9 @@ class Schedule:
             w for w in self._windows if last < end - w.opens_before and end - w.closes_before <= at
         ]
 
-    def missed(self, last_run: dt.datetime | None, now: dt.datetime) -> list[MissedWindow]:
+    def missed(
+        self, last_run: dt.datetime | None, now: dt.datetime
+    ) -> list[tuple[Window, DeadlineRange]]:
         """For each window, the deadlines whose whole window fell between two runs.
 
         The default policy of notifyonce is to skip a missed reminder and let the next

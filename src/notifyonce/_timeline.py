@@ -43,19 +43,20 @@ def render_timeline(schedule: Schedule, *, width: int = 72) -> str:
     windows = schedule.windows
     span = windows[0].opens_before  # the earliest touch: the left end of the axis
 
-    rows: list[tuple[str, list[tuple[dt.timedelta, dt.timedelta, str]]]] = []
+    # (label, from, to, mark) per row, "from" and "to" counted back from the deadline.
+    rows: list[tuple[str, dt.timedelta, dt.timedelta, str]] = []
     gaps: list[tuple[dt.timedelta, str, str]] = []
     for index, w in enumerate(windows):
         bounds = f"{fd(w.opens_before)}..{fd(w.closes_before)}"
-        rows.append((f"{w.action}  {bounds}", [(w.opens_before, w.closes_before, "#")]))
+        rows.append((f"{w.action}  {bounds}", w.opens_before, w.closes_before, "#"))
         if index + 1 < len(windows):
             nxt = windows[index + 1]
             gap = w.closes_before - nxt.opens_before
             gaps.append((gap, w.action, nxt.action))
             if gap > dt.timedelta(0):
-                rows.append((f"  gap {fd(gap)}", [(w.closes_before, nxt.opens_before, ".")]))
+                rows.append((f"  gap {fd(gap)}", w.closes_before, nxt.opens_before, "."))
 
-    label_width = max(len(text) for text, _ in rows) + 2
+    label_width = max(len(row[0]) for row in rows) + 2
     label_width = min(label_width, width - _MIN_BAR - 2)
     cells = width - label_width - 2
 
@@ -69,13 +70,11 @@ def render_timeline(schedule: Schedule, *, width: int = 72) -> str:
     )
     head = _label(span)
     lines.append(" " * label_width + head + " " * max(1, cells + 2 - len(head) - 1) + "D")
-    for text, bars in rows:
+    for text, opens, closes, mark in rows:
         line = [" "] * cells
-        for opens, closes, mark in bars:
-            start = min(round(pos(opens)), cells - 1)
-            stop = max(round(pos(closes)), start + 1)  # never draw a window invisible
-            for cell in range(start, min(stop, cells)):
-                line[cell] = mark
+        start = min(round(pos(opens)), cells - 1)
+        stop = max(round(pos(closes)), start + 1)  # never draw a window invisible
+        line[start : min(stop, cells)] = mark * (min(stop, cells) - start)
         label = text if len(text) < label_width else text[: label_width - 2] + "~"
         lines.append(label.ljust(label_width) + "|" + "".join(line) + "|")
     axis, tick_labels = _axis(span, cells)
@@ -109,7 +108,7 @@ def _axis(span: dt.timedelta, cells: int) -> tuple[str, str]:
     """The axis with a ``+`` on every tick, and the tick labels under it."""
     room = cells + 2  # the two "|" of the bar rows are the ends of the axis
     # The first step whose labels fit side by side (a label is at most 7 characters).
-    step = next((s for s in _STEPS if span / s * 8 <= room), _STEPS[-1])
+    step = next((s for s in _STEPS if span / s * 8 <= room), span)
     axis = ["-"] * room
     axis[0] = axis[-1] = "+"
     labels = [" "] * room
