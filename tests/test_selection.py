@@ -12,29 +12,19 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from notifyonce import (
-    Schedule,
     ValidationError,
     ValidationTypeError,
-    Window,
     deadline_filter,
     schedule_filter,
     window_filter,
     window_filters,
 )
 
-UTC = dt.timezone.utc
-MSK = dt.timezone(dt.timedelta(hours=3))
+from .test_schedule import MSK, UTC, seed_schedule
+
 td = dt.timedelta
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-
-SCHEDULE = Schedule(
-    [
-        Window("trial_6h", opens_before=td(hours=6.5), closes_before=td(hours=5)),
-        Window("trial_3h", opens_before=td(hours=3.5), closes_before=td(hours=2.2)),
-        Window("trial_1h", opens_before=td(hours=1.2), closes_before=td(hours=0.4)),
-    ],
-    period=td(minutes=5),
-)
+SCHEDULE = seed_schedule()
 
 
 def users_table(name: str, timezone: bool) -> sa.Table:
