@@ -99,7 +99,11 @@ class Schedule:
     ) -> None:
         items = _windows(windows)
         period = _timedelta("period", period)
-        max_downtime = period if max_downtime is None else _timedelta("max_downtime", max_downtime)
+        if max_downtime is None:
+            # Defaulting to a negative period would report a max_downtime nobody passed.
+            max_downtime = max(period, dt.timedelta(0))
+        else:
+            max_downtime = _timedelta("max_downtime", max_downtime)
         min_gap = _timedelta("min_gap", min_gap)
         problems = find_problems(items, period=period, max_downtime=max_downtime, min_gap=min_gap)
         if problems:
