@@ -219,6 +219,21 @@ class BotAPIServer:
             best = max(best, end - start + 1)
         return best
 
+    def close_connections(self) -> None:
+        """Close every open connection, as a server closing idle keep-alive connections does."""
+        loop = self._loop
+        if loop is None:
+            return
+        done = threading.Event()
+
+        def close_all() -> None:
+            for connection in list(self._connections):
+                connection.writer.close()
+            done.set()
+
+        loop.call_soon_threadsafe(close_all)
+        done.wait(10)
+
     def reset(self) -> None:
         """Forget deliveries, requests and scripts (connections stay open)."""
         with self._lock:
