@@ -95,7 +95,11 @@ async def test_refused_connection_is_transient() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     sender = TelegramSender(
-        TOKEN, base_url=f"http://127.0.0.1:{port}", rate_limit=None, max_retries=2, backoff_base=0.01
+        TOKEN,
+        base_url=f"http://127.0.0.1:{port}",
+        rate_limit=None,
+        max_retries=2,
+        backoff_base=0.01,
     )
     async with sender:
         with pytest.raises(TransientSendError):

@@ -49,7 +49,7 @@ def test_no_window_ever_exceeds_a_cap(
     state = RateLimitState(RateLimit())
     now = 0.0
     starts: list[tuple[float, str]] = []
-    for (gap, chat), shift in zip(arrivals, shifts):
+    for (gap, chat), shift in zip(arrivals, shifts[: len(arrivals)], strict=True):
         now += gap
         reservation = state.reserve(chat, now)
         assert reservation.booked
@@ -99,7 +99,7 @@ def test_flood_wait_on_one_chat_delays_only_that_chat() -> None:
 
 
 def test_second_chat_flooding_makes_it_bot_wide() -> None:
-    """A 429 on a second chat while the first still waits delays every send to the latest deadline."""
+    """A 429 on a second chat while the first still waits delays every send to the latest one."""
     state = RateLimitState(RateLimit())
     state.flood_wait("7", 5.0, now=0.0)
     state.flood_wait("8", 2.0, now=1.0)

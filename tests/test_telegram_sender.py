@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import httpx
@@ -96,7 +96,9 @@ def make_sender(
     )
 
 
-async def send(steps: Iterable[Any], **options: Any) -> tuple[Receipt | SendError, Script, FakeClock]:
+async def send(
+    steps: Iterable[Any], **options: Any
+) -> tuple[Receipt | SendError, Script, FakeClock]:
     script, clock = Script(steps), FakeClock()
     sender = make_sender(script, clock, **options)
     try:
@@ -249,7 +251,9 @@ async def test_failures_after_sending_are_not_retried(
 
 async def test_connect_error_then_success_retries_once_immediately() -> None:
     """A refused connection followed by ok delivers with no backoff wait."""
-    result, script, clock = await send([httpx.ConnectError("refused"), httpx.Response(200, json=OK_BODY)])
+    result, script, clock = await send(
+        [httpx.ConnectError("refused"), httpx.Response(200, json=OK_BODY)]
+    )
     assert Receipt("42", 77, None) == result
     assert 2 == len(script.requests)
     assert [] == clock.waits
@@ -270,7 +274,10 @@ async def test_retries_stop_at_the_budget() -> None:
 async def test_flood_wait_within_budget_is_honoured() -> None:
     """A 429 with retry_after inside the budget waits exactly that long, then delivers."""
     result, script, clock = await send(
-        [api_error(429, "Too Many Requests: retry after 3", retry_after=3), httpx.Response(200, json=OK_BODY)]
+        [
+            api_error(429, "Too Many Requests: retry after 3", retry_after=3),
+            httpx.Response(200, json=OK_BODY),
+        ]
     )
     assert Receipt("42", 77, None) == result
     assert [3.0] == clock.waits
@@ -279,8 +286,11 @@ async def test_flood_wait_within_budget_is_honoured() -> None:
 
 async def test_flood_wait_with_limiter_waits_through_the_limiter() -> None:
     """With the rate limiter on, the 429 deadline is kept by the limiter and honoured."""
-    result, script, clock = await send(
-        [api_error(429, "Too Many Requests: retry after 3", retry_after=3), httpx.Response(200, json=OK_BODY)],
+    result, _, clock = await send(
+        [
+            api_error(429, "Too Many Requests: retry after 3", retry_after=3),
+            httpx.Response(200, json=OK_BODY),
+        ],
         rate_limit=RateLimit(),
     )
     assert Receipt("42", 77, None) == result
@@ -301,7 +311,9 @@ async def test_flood_wait_beyond_budget_raises_with_retry_after() -> None:
 
 async def test_retry_after_header_used_without_api_body() -> None:
     """A bare 429 from a proxy is transient and its Retry-After header is kept."""
-    result, _, _ = await send([httpx.Response(429, headers={"retry-after": "90"}, text="slow down")])
+    result, _, _ = await send(
+        [httpx.Response(429, headers={"retry-after": "90"}, text="slow down")]
+    )
     assert isinstance(result, TransientSendError)
     assert 90.0 == result.retry_after
 
@@ -310,7 +322,11 @@ async def test_migration_is_followed_once() -> None:
     """A 400 with migrate_to_chat_id resends to the new chat and the receipt says so."""
     result, script, _ = await send(
         [
-            api_error(400, "Bad Request: group chat was upgraded to a supergroup chat", migrate_to_chat_id=-1001234),
+            api_error(
+                400,
+                "Bad Request: group chat was upgraded to a supergroup chat",
+                migrate_to_chat_id=-1001234,
+            ),
             httpx.Response(200, json=OK_BODY),
         ]
     )
@@ -377,7 +393,11 @@ async def test_trace_evidence_decides_closed_connection(
     )
     clock = FakeClock()
     sender = TelegramSender(
-        TOKEN, client=httpx.AsyncClient(transport=transport), rate_limit=None, clock=clock, sleep=clock.sleep
+        TOKEN,
+        client=httpx.AsyncClient(transport=transport),
+        rate_limit=None,
+        clock=clock,
+        sleep=clock.sleep,
     )
     if error_class is None:
         assert Receipt("42", 77, None) == await sender.send("42", Message("x"))
@@ -424,7 +444,11 @@ async def test_non_string_recipient_is_a_type_error() -> None:
 
 @pytest.mark.parametrize(
     ("options", "field"),
-    [({"budget": 0}, "budget"), ({"max_retries": -1}, "max_retries"), ({"connect_timeout": "5"}, "connect_timeout")],
+    [
+        ({"budget": 0}, "budget"),
+        ({"max_retries": -1}, "max_retries"),
+        ({"connect_timeout": "5"}, "connect_timeout"),
+    ],
 )
 def test_invalid_options_name_the_field(options: dict[str, Any], field: str) -> None:
     """Bad constructor options raise ValidationError naming the option."""
@@ -445,7 +469,9 @@ def test_invalid_token_is_rejected_without_echoing_it(token: str) -> None:
 async def test_timeouts_are_split_per_request() -> None:
     """Each request carries connect 5, write 10, pool 5 and read = the remaining budget."""
     _, script, _ = await send([httpx.Response(200, json=OK_BODY)], budget=12.0)
-    assert {"connect": 5.0, "read": 12.0, "write": 10.0, "pool": 5.0} == script.requests[0].extensions["timeout"]
+    assert {"connect": 5.0, "read": 12.0, "write": 10.0, "pool": 5.0} == script.requests[
+        0
+    ].extensions["timeout"]
 
 
 async def test_own_client_is_created_once_and_closed() -> None:
@@ -454,7 +480,10 @@ async def test_own_client_is_created_once_and_closed() -> None:
     assert sender._client is None
     first = sender._get_client()
     assert first is sender._get_client()
-    assert DEFAULT_POOL == (first._transport._pool._max_connections, first._transport._pool._keepalive_expiry)  # type: ignore[attr-defined]
+    assert DEFAULT_POOL == (
+        first._transport._pool._max_connections,
+        first._transport._pool._keepalive_expiry,
+    )  # type: ignore[attr-defined]
     async with sender:
         pass
     assert first.is_closed
@@ -512,7 +541,9 @@ async def test_token_never_in_logs_or_exception_text(caplog: pytest.LogCaptureFi
         client = httpx.AsyncClient(
             transport=httpx.MockTransport(Script(steps)), event_hooks={"response": hooks}
         )
-        sender = TelegramSender(TOKEN, client=client, rate_limit=None, clock=clock, sleep=clock.sleep)
+        sender = TelegramSender(
+            TOKEN, client=client, rate_limit=None, clock=clock, sleep=clock.sleep
+        )
         try:
             await sender.send("42", Message(secret_text))
         except SendError as exc:
@@ -537,4 +568,3 @@ def test_importing_notifyonce_does_not_need_httpx() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert 'pip install "notifyonce[telegram]"' in out.stdout
-

@@ -104,7 +104,9 @@ async def test_latency_and_concurrency_keep_script_order() -> None:
     sender = FakeSender(latency=0.2, sleep=sleep)
     sender.script("7", [PermanentSendError("no"), OK])
     results = await asyncio.gather(
-        sender.send("7", Message("first")), sender.send("7", Message("second")), return_exceptions=True
+        sender.send("7", Message("first")),
+        sender.send("7", Message("second")),
+        return_exceptions=True,
     )
     assert isinstance(results[0], PermanentSendError)
     assert ["second"] == sender.texts

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from .._errors import PermanentSendError, SendError, TransientSendError, UncertainSendError
+from notifyonce._errors import PermanentSendError, SendError, TransientSendError, UncertainSendError
 
 __all__ = [
     "Delivered",
@@ -169,7 +169,9 @@ def _classify_non_api(status: int, headers: Mapping[str, str]) -> SendError:
     if status >= 500 or status in (408, 429):
         # 500/503 and other 5xx without an envelope come from the front end itself
         # (overload, maintenance): it did not hand the request on. 408: it never read it.
-        return TransientSendError(description, code=status, retry_after=_retry_after_header(headers))
+        return TransientSendError(
+            description, code=status, retry_after=_retry_after_header(headers)
+        )
     if 200 <= status < 300:
         # Something answered "OK" without saying what happened: it may have been sent.
         return UncertainSendError(description, code=status)

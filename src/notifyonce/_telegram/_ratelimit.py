@@ -29,7 +29,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from .._errors import ValidationError, ValidationTypeError
+from notifyonce._errors import ValidationError, ValidationTypeError
 
 __all__ = ["AsyncRateLimiter", "RateLimit", "RateLimitState", "Reservation", "chat_kind"]
 
@@ -69,12 +69,16 @@ class RateLimit:
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValidationTypeError(name, f"must be a number or None, got {type(value).__name__}")
+                raise ValidationTypeError(
+                    name, f"must be a number or None, got {type(value).__name__}"
+                )
             if not (value > 0 and math.isfinite(value)):
                 raise ValidationError(name, "must be a positive finite number or None")
         j = self.jitter_allowance
         if isinstance(j, bool) or not isinstance(j, (int, float)):
-            raise ValidationTypeError("jitter_allowance", f"must be a number, got {type(j).__name__}")
+            raise ValidationTypeError(
+                "jitter_allowance", f"must be a number, got {type(j).__name__}"
+            )
         if not (0 <= j < 1):
             raise ValidationError("jitter_allowance", "must be >= 0 and < 1 second")
 

@@ -15,14 +15,15 @@ from typing import Any
 
 import httpx
 
-from .._errors import (
+from notifyonce._errors import (
     PermanentSendError,
     SendError,
     TransientSendError,
     ValidationError,
     ValidationTypeError,
 )
-from .._message import Message, Receipt
+from notifyonce._message import Message, Receipt
+
 from ._classify import Delivered, Migrated, classify_exception, classify_response, redact
 from ._ratelimit import AsyncRateLimiter, RateLimit
 
@@ -51,7 +52,9 @@ DEFAULT_BUDGET = 30.0
 #: counts busy connections too, so above 20 concurrent sends it reconnects on nearly every
 #: send; here every connection may stay alive. httpx's default keep-alive expiry (5 s) loses
 #: the connection between sends a few seconds apart: keep it for a minute.
-DEFAULT_LIMITS = httpx.Limits(max_connections=32, max_keepalive_connections=32, keepalive_expiry=60.0)
+DEFAULT_LIMITS = httpx.Limits(
+    max_connections=32, max_keepalive_connections=32, keepalive_expiry=60.0
+)
 
 _CHAT_ID = re.compile(r"-?[1-9][0-9]{0,19}")
 _USERNAME = re.compile(r"@[A-Za-z][A-Za-z0-9_]{2,63}")
@@ -118,7 +121,8 @@ class _Progress:
 def _validate_recipient(recipient: object) -> str:
     if not isinstance(recipient, str):
         raise ValidationTypeError(
-            "recipient", f"must be a str (a chat id or @channelname), got {type(recipient).__name__}"
+            "recipient",
+            f"must be a str (a chat id or @channelname), got {type(recipient).__name__}",
         )
     if not (_CHAT_ID.fullmatch(recipient) or _USERNAME.fullmatch(recipient)):
         raise ValidationError(
@@ -252,9 +256,7 @@ class TelegramSender:
         self._sleep = sleep
         self._rng = rng
         self._limiter = (
-            None
-            if rate_limit is None
-            else AsyncRateLimiter(rate_limit, clock=clock, sleep=sleep)
+            None if rate_limit is None else AsyncRateLimiter(rate_limit, clock=clock, sleep=sleep)
         )
 
     def __repr__(self) -> str:

@@ -7,10 +7,10 @@ import itertools
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Final, Union
+from typing import Final, TypeAlias
 
-from .._errors import SendError, UncertainSendError, ValidationError, ValidationTypeError
-from .._message import Message, Receipt
+from notifyonce._errors import SendError, UncertainSendError, ValidationError, ValidationTypeError
+from notifyonce._message import Message, Receipt
 
 __all__ = ["OK", "FakeSender", "SendRecord"]
 
@@ -32,7 +32,7 @@ class _Ok:
 #: A scripted successful delivery, for :meth:`FakeSender.script`.
 OK: Final = _Ok()
 
-Outcome = Union[_Ok, SendError]
+Outcome: TypeAlias = "_Ok | SendError"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,8 @@ class FakeSender:
         >>> import asyncio
         >>> from notifyonce import Message, PermanentSendError
         >>> sender = FakeSender()
-        >>> sender.fail_next(PermanentSendError("Forbidden: bot was blocked", code=403), recipient="7")
+        >>> blocked = PermanentSendError("Forbidden: bot was blocked", code=403)
+        >>> sender.fail_next(blocked, recipient="7")
         >>> async def main() -> None:
         ...     await sender.send("42", Message("6 hours left"))
         ...     try:
@@ -149,11 +150,11 @@ class FakeSender:
                     f"must be OK or a SendError instance, got {type(outcome).__name__}",
                 )
             if delivered and not isinstance(outcome, (_Ok, UncertainSendError)):
-                raise ValidationError(
-                    "delivered", "only an UncertainSendError can hide a delivery"
-                )
+                raise ValidationError("delivered", "only an UncertainSendError can hide a delivery")
             steps.append(_Step(outcome, delivered or isinstance(outcome, _Ok)))
-        queue = self._shared if recipient is None else self._by_recipient.setdefault(recipient, deque())
+        queue = (
+            self._shared if recipient is None else self._by_recipient.setdefault(recipient, deque())
+        )
         queue.extend(steps)
 
     def migrate(self, old: str, new: str) -> None:
@@ -184,7 +185,8 @@ class FakeSender:
         return [
             r.message
             for r in self.sent
-            if r.recipient == recipient or (r.receipt is not None and r.receipt.recipient == recipient)
+            if r.recipient == recipient
+            or (r.receipt is not None and r.receipt.recipient == recipient)
         ]
 
     # -- the Sender protocol ------------------------------------------------------------

@@ -19,9 +19,18 @@ from typing import Any
 
 __all__ = ["BotAPIServer", "Delivery", "Reply", "Request"]
 
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
-            404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error",
-            502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
 
 
 def _api_error(status: int, description: str, **parameters: Any) -> bytes:
@@ -68,7 +77,9 @@ class Reply:
     @classmethod
     def flood(cls, retry_after: int) -> Reply:
         """429 Too Many Requests with ``parameters.retry_after``."""
-        return cls.error(429, f"Too Many Requests: retry after {retry_after}", retry_after=retry_after)
+        return cls.error(
+            429, f"Too Many Requests: retry after {retry_after}", retry_after=retry_after
+        )
 
     @classmethod
     def blocked(cls) -> Reply:
@@ -84,7 +95,8 @@ class Reply:
     def migrate(cls, new_chat_id: int) -> Reply:
         """400 with ``parameters.migrate_to_chat_id`` (a group became a supergroup)."""
         return cls.error(
-            400, "Bad Request: group chat was upgraded to a supergroup chat",
+            400,
+            "Bad Request: group chat was upgraded to a supergroup chat",
             migrate_to_chat_id=new_chat_id,
         )
 
@@ -288,9 +300,7 @@ class BotAPIServer:
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
         self._loop = loop
-        self._server = loop.run_until_complete(
-            asyncio.start_server(self._handle, "127.0.0.1", 0)
-        )
+        self._server = loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
         self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
         try:
@@ -393,8 +403,12 @@ class BotAPIServer:
             await asyncio.sleep(self.latency + reply.delay)
         body_out = reply.body
         if body_out is None:
-            result = {"message_id": message_id, "date": int(time.time()), "text": text,
-                      "chat": {"id": int(chat_id) if chat_id.lstrip("-").isdigit() else chat_id}}
+            result = {
+                "message_id": message_id,
+                "date": int(time.time()),
+                "text": text,
+                "chat": {"id": int(chat_id) if chat_id.lstrip("-").isdigit() else chat_id},
+            }
             body_out = json.dumps({"ok": True, "result": result}).encode()
         return await self._answer(writer, reply.status, body_out, keep_alive, reply.content_type)
 
@@ -418,4 +432,3 @@ class BotAPIServer:
         writer.write(head.encode("latin-1") + body)
         await writer.drain()
         return keep_alive
-
