@@ -337,6 +337,10 @@ class BotAPIServer:
                 pass
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
+        except asyncio.CancelledError:
+            # Only stop() cancels handlers; finishing normally keeps asyncio's stream
+            # callback from logging the cancellation as an error.
+            pass
         finally:
             self._connections.discard(connection)
             writer.close()
