@@ -167,6 +167,23 @@ async def test_async_limiter_sleeps_until_the_booked_start() -> None:
     assert 30.0 == await limiter.acquire("7", max_wait=5.0)
 
 
+async def test_late_wake_up_books_again() -> None:
+    """A send whose sleep overran (busy loop) books a fresh start instead of bunching."""
+    clock = FakeClock()
+
+    async def oversleep(seconds: float) -> None:
+        await clock.sleep(seconds)
+        clock.now += 0.5  # the event loop was blocked
+
+    limiter = AsyncRateLimiter(RateLimit(), clock=clock, sleep=oversleep)
+    limiter.state.flood_wait("7", 1.0, now=0.0)
+    assert await limiter.acquire("7", max_wait=math.inf) is None
+    # Booked at 1.0, woke at 1.5: the 1.0 booking was given back and 1.5 booked instead.
+    assert [1.0] == clock.waits
+    assert [1.5] == limiter.state._booked
+    assert 1.5 + 1.03 == limiter.state._chat_ready["7"]
+
+
 async def test_cancelled_wait_releases_the_slot() -> None:
     """A caller cancelled while waiting gives its booked start back."""
     limiter = AsyncRateLimiter(RateLimit())

@@ -159,3 +159,29 @@ def test_plugin_imports_no_helpers_and_no_httpx() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "['httpx']" == out.stdout.strip()  # only the blocking None placeholder
+
+
+def test_public_names() -> None:
+    """notifyonce.telegram and notifyonce.testing export exactly their documented names."""
+    import notifyonce.telegram
+    import notifyonce.testing
+
+    assert [
+        "CONNECT_TIMEOUT",
+        "DEFAULT_BUDGET",
+        "DEFAULT_LIMITS",
+        "POOL_TIMEOUT",
+        "WRITE_TIMEOUT",
+        "RateLimit",
+        "RedactedTransportError",
+        "TelegramSender",
+    ] == notifyonce.telegram.__all__
+    assert [
+        "OK",
+        "BotAPIServer",
+        "Delivery",
+        "FakeSender",
+        "Reply",
+        "Request",
+        "SendRecord",
+    ] == notifyonce.testing.__all__
