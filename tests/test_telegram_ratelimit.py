@@ -13,6 +13,8 @@ from notifyonce import ValidationError, ValidationTypeError
 from notifyonce._telegram._ratelimit import AsyncRateLimiter, RateLimitState
 from notifyonce.telegram import RateLimit
 
+from ._fakes import FakeClock
+
 EPS = 1e-9
 PRIVATE = ["1", "2", "3", "4", "5"]
 GROUPS = ["-100", "-1001", "@news"]
@@ -139,21 +141,6 @@ def test_stale_state_is_pruned() -> None:
         state.reserve(str(n + 1), now=float(n))
     assert len(state._chat_ready) < 1100
     assert len(state._booked) <= 2
-
-
-class FakeClock:
-    """A monotonic clock that moves only when sleep is awaited."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.waits: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.waits.append(round(seconds, 6))
-        self.now += seconds
 
 
 async def test_async_limiter_sleeps_until_the_booked_start() -> None:

@@ -25,23 +25,10 @@ from notifyonce import (
 from notifyonce._telegram._classify import EXCEPTION_CLASSES
 from notifyonce.telegram import RateLimit, TelegramSender
 
+from ._fakes import FakeClock
+
 TOKEN = "123456:SECRET-token_value"
 OK_BODY = {"ok": True, "result": {"message_id": 77, "chat": {"id": 42}, "text": "hi"}}
-
-
-class FakeClock:
-    """A monotonic clock that only moves when the code under test sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.waits: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.waits.append(round(seconds, 6))
-        self.now += seconds
 
 
 class Script:
@@ -557,14 +544,18 @@ async def test_token_never_in_logs_or_exception_text(caplog: pytest.LogCaptureFi
 
 
 def test_importing_notifyonce_does_not_need_httpx() -> None:
-    """notifyonce imports without httpx; notifyonce.telegram then names the extra."""
+    """notifyonce, its testing helpers and the pytest plugin import without httpx (and do
+    not import it); notifyonce.telegram then names the extra."""
     import subprocess
     import sys
 
     code = (
         "import sys; sys.modules['httpx'] = None\n"
         "import notifyonce, notifyonce.testing, notifyonce.testing._plugin\n"
+        "print(sorted(m for m in sys.modules if m.startswith('httpx')))\n"
         "try:\n    import notifyonce.telegram\nexcept ImportError as e:\n    print(e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert 'pip install "notifyonce[telegram]"' in out.stdout
+    imported, error = out.stdout.splitlines()
+    assert "['httpx']" == imported  # only the None placeholder that blocks the import
+    assert 'pip install "notifyonce[telegram]"' in error
