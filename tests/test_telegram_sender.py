@@ -258,6 +258,27 @@ async def test_retries_stop_at_the_budget() -> None:
     assert 4 == len(script.requests)
 
 
+async def test_per_call_budget_narrows_one_send() -> None:
+    """send(..., budget=) bounds that send only: a 429 of 10 s raises at once under budget=3."""
+    script, clock = Script([api_error(429, "Too Many Requests", retry_after=10)]), FakeClock()
+    sender = make_sender(script, clock)
+    with pytest.raises(TransientSendError) as info:
+        await sender.send("42", Message("x"), budget=3)
+    assert 10.0 == info.value.retry_after
+    assert [] == clock.waits
+    with pytest.raises(ValidationError) as bad:
+        await sender.send("42", Message("x"), budget=-1)
+    assert "budget" == bad.value.field
+
+
+async def test_closed_callers_client_is_reported_plainly() -> None:
+    """A caller's client closed before the send raises RuntimeError, not a send error."""
+    client = httpx.AsyncClient(transport=httpx.MockTransport(Script([httpx.Response(200)])))
+    await client.aclose()
+    with pytest.raises(RuntimeError):
+        await TelegramSender(TOKEN, client=client).send("42", Message("x"))
+
+
 async def test_flood_wait_within_budget_is_honoured() -> None:
     """A 429 with retry_after inside the budget waits exactly that long, then delivers."""
     result, script, clock = await send(

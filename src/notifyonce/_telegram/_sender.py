@@ -288,6 +288,9 @@ class TelegramSender:
     def _get_client(self) -> httpx.AsyncClient:
         if self._closed:
             raise RuntimeError("TelegramSender is closed")
+        if self._client is not None and self._client.is_closed:
+            # Certainly nothing can be sent: say so rather than report an uncertain send.
+            raise RuntimeError("the httpx.AsyncClient given to TelegramSender is closed")
         if self._client is None:
             self._client = httpx.AsyncClient(
                 limits=self.limits,
@@ -310,13 +313,18 @@ class TelegramSender:
             pool=min(self.pool_timeout, remaining),
         )
 
-    async def send(self, recipient: str, message: Message) -> Receipt:
+    async def send(
+        self, recipient: str, message: Message, *, budget: float | None = None
+    ) -> Receipt:
         """Send ``message`` to ``recipient`` and return Telegram's receipt.
 
         Args:
             recipient: A chat id as a string (negative for groups and channels) or
                 ``@channelname``.
             message: What to send; its options are passed through to ``sendMessage``.
+            budget: Seconds for this send instead of the sender's ``budget``: give a
+                secondary send (a note to an operator) a narrow budget so it cannot stall
+                the main work.
 
         Returns:
             The receipt; ``migrated_to`` is set when the chat had moved and the message
@@ -333,7 +341,13 @@ class TelegramSender:
             raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
         client = self._get_client()
         payload = _payload(message)
-        deadline = self._clock() + self.budget
+        if budget is None:
+            budget = self.budget
+        elif isinstance(budget, bool) or not isinstance(budget, (int, float)):
+            raise ValidationTypeError("budget", f"must be a number, got {type(budget).__name__}")
+        elif not (budget > 0 and math.isfinite(budget)):
+            raise ValidationError("budget", "must be a positive finite number of seconds")
+        deadline = self._clock() + budget
         target = recipient
         migrated_to: str | None = None
         retries = 0
