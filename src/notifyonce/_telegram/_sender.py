@@ -339,14 +339,14 @@ class TelegramSender:
         recipient = _validate_recipient(recipient)
         if not isinstance(message, Message):
             raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
-        client = self._get_client()
-        payload = _payload(message)
         if budget is None:
             budget = self.budget
         elif isinstance(budget, bool) or not isinstance(budget, (int, float)):
             raise ValidationTypeError("budget", f"must be a number, got {type(budget).__name__}")
         elif not (budget > 0 and math.isfinite(budget)):
             raise ValidationError("budget", "must be a positive finite number of seconds")
+        client = self._get_client()
+        payload = _payload(message)
         deadline = self._clock() + budget
         target = recipient
         migrated_to: str | None = None
