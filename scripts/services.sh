@@ -21,7 +21,7 @@ pg_up() { pg_isready -q -h 127.0.0.1 -p 5432; }
 my_up() { mariadb-admin --protocol=tcp -h127.0.0.1 -P3306 -uroot ping || mysqladmin --protocol=tcp -h127.0.0.1 -P3306 -uroot ping; }
 
 if [ -z "${NOTIFYONCE_TEST_POSTGRES_URL:-}" ] && command -v pg_isready >/dev/null 2>&1; then
-  if ! pg_up && [ -d /etc/postgresql ] && command -v pg_ctlcluster >/dev/null 2>&1; then
+  if ! pg_up && ! pgrep -x postgres >/dev/null 2>&1 && [ -d /etc/postgresql ] && command -v pg_ctlcluster >/dev/null 2>&1; then
     log "starting PostgreSQL"
     pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main start >&2 || true
   fi
@@ -31,7 +31,8 @@ if [ -z "${NOTIFYONCE_TEST_POSTGRES_URL:-}" ] && command -v pg_isready >/dev/nul
 fi
 
 if [ -z "${NOTIFYONCE_TEST_MYSQL_URL:-}" ] && [ -x /usr/sbin/mariadbd ]; then
-  if ! my_up; then
+  # A busy server can miss one ping: only start one when no mariadbd process exists.
+  if ! my_up && ! pgrep -x mariadbd >/dev/null 2>&1; then
     log "starting MariaDB"
     start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd >&2 || true
   fi

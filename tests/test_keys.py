@@ -103,3 +103,21 @@ def test_type_errors_are_both_value_and_type_errors() -> None:
         make_key("a", object(), 1)
     with pytest.raises(ValueError):
         make_key("a", object(), 1)
+
+
+@given(
+    st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 3), st.integers(0, 3)),
+    st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 3), st.integers(0, 3)),
+)
+def test_idempotency_key_is_one_per_slot(a: tuple[str, int, int], b: tuple[str, int, int]) -> None:
+    """Two keys share an idempotency key exactly when they name the same slot."""
+    ka, kb = make_key(*a), make_key(*b)
+    assert (ka == kb) == (ka.idempotency_key == kb.idempotency_key)
+
+
+def test_idempotency_key_is_header_safe() -> None:
+    """The idempotency key is short ASCII with no separators, whatever the parts hold."""
+    key = make_key("действие", "user:1; x=y", "2026 Q4").idempotency_key
+    assert key.isascii()
+    assert 37 == len(key)
+    assert all(ch.isalnum() or ch == "-" for ch in key)

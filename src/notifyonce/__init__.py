@@ -22,11 +22,15 @@ from ._errors import (
 from ._keys import Cycle, SlotKey, Subject, make_key
 from ._message import Message, Receipt, Sender
 from ._outcome import DeliveryMode, Outcome
+from ._schedule import Schedule
+from ._selection import deadline_filter, schedule_filter, window_filter, window_filters
 from ._version import __version__
+from ._window import DeadlineRange, Window
 
 __all__ = [
     "Claim",
     "Cycle",
+    "DeadlineRange",
     "DeliveryMode",
     "LedgerError",
     "LedgerUnavailableError",
@@ -35,6 +39,7 @@ __all__ = [
     "Outcome",
     "PermanentSendError",
     "Receipt",
+    "Schedule",
     "ScheduleError",
     "SendError",
     "Sender",
@@ -44,6 +49,11 @@ __all__ = [
     "UncertainSendError",
     "ValidationError",
     "ValidationTypeError",
+    "Window",
     "__version__",
+    "deadline_filter",
     "make_key",
+    "schedule_filter",
+    "window_filter",
+    "window_filters",
 ]

@@ -7,6 +7,7 @@ before any SQL, so bad input never writes a row.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -62,6 +63,23 @@ class SlotKey:
 
     def __str__(self) -> str:
         return f"{self.action}/{self.subject}/{self.cycle}"
+
+    @property
+    def idempotency_key(self) -> str:
+        """An opaque, stable key for this slot, safe in an HTTP header.
+
+        The same for every attempt of the slot and different for every other slot (a
+        SHA-256 of the three canonical parts), so a receiver that deduplicates by it turns
+        at-least-once delivery into exactly-once.
+
+        Example:
+            >>> make_key("trial_6h", 42, 1764613815).idempotency_key
+            'nfo1-7d8e4ea70ff5f784bf069836af851c01'
+        """
+        digest = hashlib.sha256(
+            "\x00".join((self.action, self.subject, self.cycle)).encode()
+        ).hexdigest()
+        return f"nfo1-{digest[:32]}"
 
 
 def _check_text(field: str, value: str, limit: int) -> str:

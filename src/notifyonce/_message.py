@@ -10,6 +10,7 @@ from ._errors import ValidationError, ValidationTypeError
 
 __all__ = ["Message", "Receipt", "Sender"]
 
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """A message to deliver.
@@ -23,6 +24,10 @@ class Message:
         link_preview: False to disable link previews; None leaves the provider's default.
         reply_markup: A provider-specific keyboard or markup object, passed through as is.
         options: Any further provider parameters, passed through as is.
+        idempotency_key: The slot's stable key, set by the Notifier on every send: the same
+            across every attempt of one slot, different for every other slot, safe in an
+            HTTP header. Senders whose receiver can deduplicate pass it on (the webhook
+            sender sends it as ``Idempotency-Key``).
 
     Example:
         >>> Message("6 hours left", parse_mode="HTML")
@@ -35,6 +40,7 @@ class Message:
     link_preview: bool | None = None
     reply_markup: Mapping[str, Any] | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    idempotency_key: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
@@ -52,6 +58,8 @@ class Message:
             parts.append(f"link_preview={self.link_preview!r}")
         if self.reply_markup is not None:
             parts.append("reply_markup=...")
+        if self.idempotency_key is not None:
+            parts.append(f"idempotency_key={self.idempotency_key!r}")
         if self.options:
             parts.append(f"options=<{', '.join(sorted(self.options))}>")
         return f"Message({', '.join(parts)})"

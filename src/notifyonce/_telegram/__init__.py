@@ -1,0 +1,1 @@
+"""TelegramSender's implementation; the public names live in :mod:`notifyonce.telegram`."""

@@ -1,0 +1,256 @@
+"""Pure classification: a Bot API answer or an httpx exception -> a result or a SendError.
+
+No I/O here: the sender calls these functions with what it saw, and the tests call them
+with every case in a table. The rule behind every line is one question: *may the message
+have been delivered?*
+
+- Certainly not delivered and worth retrying -> :class:`TransientSendError`.
+- Certainly not delivered and retrying the same request cannot help -> :class:`PermanentSendError`.
+- Possibly delivered -> :class:`UncertainSendError` (never retried here: Telegram has no
+  idempotency key, so a resend may be a duplicate).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from notifyonce._errors import PermanentSendError, SendError, TransientSendError, UncertainSendError
+
+__all__ = [
+    "Delivered",
+    "Migrated",
+    "classify_exception",
+    "classify_response",
+    "redact",
+]
+
+# The token sits in the path: /bot<token>/<method>. Redacting the whole segment needs no
+# registry of live tokens and also covers tokens of other senders in the same process.
+_TOKEN_IN_PATH = re.compile(r"/bot[^/\s\"'<>]+")
+_MAX_DESCRIPTION = 200
+
+
+def redact(text: str, token: str | None = None) -> str:
+    """Return ``text`` with every ``/bot<token>`` path segment (and ``token``) hidden."""
+    text = _TOKEN_IN_PATH.sub("/bot<redacted>", text)
+    if token:
+        text = text.replace(token, "<redacted>")
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """Telegram accepted the message."""
+
+    message_id: int | None
+    chat_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Migrated:
+    """The chat moved (a group became a supergroup); resend to ``new_chat_id``."""
+
+    new_chat_id: str
+    description: str
+
+
+# --------------------------------------------------------------------------------------
+# Answers
+
+
+def _short(text: str, token: str | None) -> str:
+    text = redact(" ".join(text.split()), token)
+    return text if len(text) <= _MAX_DESCRIPTION else text[: _MAX_DESCRIPTION - 3] + "..."
+
+
+def _parse_json(body: bytes) -> Mapping[str, Any] | None:
+    """The Bot API envelope, or None for anything else (HTML, empty, truncated, a list)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("ok"), bool):
+        return None
+    return data
+
+
+def _retry_after_header(headers: Mapping[str, str]) -> float | None:
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None  # an HTTP date: no proxy in front of Telegram sends one; ignore it
+    return seconds if seconds >= 0 else None
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if value >= 0 else None
+
+
+def classify_response(
+    status: int,
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    token: str | None = None,
+) -> Delivered | Migrated | SendError:
+    """Classify one HTTP answer to ``sendMessage``.
+
+    Args:
+        status: The HTTP status code.
+        headers: The response headers (case-insensitive mapping, e.g. ``httpx.Headers``).
+        body: The raw response body; never decoded blindly.
+        token: Redacted from descriptions should a server echo it.
+
+    Returns:
+        :class:`Delivered`, :class:`Migrated`, or the error the sender should raise.
+    """
+    data = _parse_json(body)
+    if data is None:
+        return _classify_non_api(status, headers)
+    if data["ok"]:
+        return _delivered(data.get("result"))
+
+    code = data.get("error_code")
+    if not isinstance(code, int) or isinstance(code, bool):
+        code = status
+    raw_description = data.get("description")
+    description = _short(raw_description if isinstance(raw_description, str) else "", token)
+    parameters = data.get("parameters")
+    if not isinstance(parameters, dict):
+        parameters = {}
+
+    migrate_to = parameters.get("migrate_to_chat_id")
+    if isinstance(migrate_to, (int, str)) and not isinstance(migrate_to, bool):
+        return Migrated(str(migrate_to), description)
+    retry_after = _number(parameters.get("retry_after"))
+    if code == 429 or retry_after is not None:
+        if retry_after is None:
+            retry_after = _retry_after_header(headers)
+        return TransientSendError(description, code=code, retry_after=retry_after)
+    if code >= 500:
+        # The Bot API itself answered with an error envelope: it did not send the message.
+        return TransientSendError(description, code=code)
+    # 400 (bad request, chat not found), 401/404 (bad token), 403 (blocked, kicked,
+    # deactivated) and every other refusal: the same request would be refused again.
+    return PermanentSendError(description, code=code)
+
+
+def _delivered(result: object) -> Delivered:
+    message_id: int | None = None
+    chat_id: str | None = None
+    if isinstance(result, dict):
+        mid = result.get("message_id")
+        if isinstance(mid, int) and not isinstance(mid, bool):
+            message_id = mid
+        chat = result.get("chat")
+        if isinstance(chat, dict) and isinstance(chat.get("id"), (int, str)):
+            chat_id = str(chat["id"])
+    return Delivered(message_id, chat_id)
+
+
+def _classify_non_api(status: int, headers: Mapping[str, str]) -> SendError:
+    """An answer without the Bot API envelope: a proxy, a load balancer or a wrong URL."""
+    description = f"HTTP {status} without a Bot API answer"
+    if status in (502, 504):
+        # A gateway says it forwarded the request and the upstream failed or was slow:
+        # the Bot API may have sent the message before the gateway gave up.
+        return UncertainSendError(description, code=status)
+    if status >= 500 or status in (408, 429):
+        # 500/503 and other 5xx without an envelope come from the front end itself
+        # (overload, maintenance): it did not hand the request on. 408: it never read it.
+        return TransientSendError(
+            description, code=status, retry_after=_retry_after_header(headers)
+        )
+    if 200 <= status < 300:
+        # Something answered "OK" without saying what happened: it may have been sent.
+        return UncertainSendError(description, code=status)
+    # 3xx (we never follow redirects: a wrong base_url), 401/404 (bad token), other 4xx.
+    return PermanentSendError(description, code=status)
+
+
+# --------------------------------------------------------------------------------------
+# Exceptions
+
+# Every httpx exception class, mapped explicitly (tests walk httpx's hierarchy and fail on
+# a class missing here). Lookup walks the MRO, so a future subclass gets its parent's rule.
+_CERTAIN = TransientSendError  # raised before any byte of the request could leave
+_MAYBE = UncertainSendError  # raised after the request may have been written
+_NEVER = PermanentSendError  # the request cannot be sent as built: retrying cannot help
+
+EXCEPTION_CLASSES: dict[type[BaseException], type[SendError]] = {
+    # Before the request: waiting for a pooled connection or opening a new one.
+    httpx.PoolTimeout: _CERTAIN,
+    httpx.ConnectTimeout: _CERTAIN,
+    httpx.ConnectError: _CERTAIN,
+    httpx.ProxyError: _CERTAIN,  # the proxy refused the tunnel; nothing reached Telegram
+    # Configuration and programming errors, found before anything is sent.
+    httpx.UnsupportedProtocol: _NEVER,
+    httpx.InvalidURL: _NEVER,
+    httpx.LocalProtocolError: _NEVER,  # h11 refuses to emit an invalid request
+    # During or after writing: httpcore even swallows write errors and reads on, so a
+    # peer that closed or reset the connection shows up here after the request left.
+    httpx.WriteTimeout: _MAYBE,
+    httpx.WriteError: _MAYBE,
+    httpx.ReadTimeout: _MAYBE,
+    httpx.ReadError: _MAYBE,
+    httpx.RemoteProtocolError: _MAYBE,  # "Server disconnected without sending a response."
+    httpx.CloseError: _MAYBE,
+    httpx.DecodingError: _MAYBE,  # an answer arrived but could not be decoded
+    httpx.TooManyRedirects: _MAYBE,
+    httpx.HTTPStatusError: _MAYBE,  # only from a caller's hook; the sender reclassifies it
+    httpx.CookieConflict: _MAYBE,
+    httpx.StreamConsumed: _MAYBE,
+    httpx.StreamClosed: _MAYBE,
+    httpx.ResponseNotRead: _MAYBE,
+    httpx.RequestNotRead: _MAYBE,
+    # Abstract bases, for exceptions raised directly as the base class.
+    httpx.ProtocolError: _MAYBE,
+    httpx.NetworkError: _MAYBE,
+    httpx.TimeoutException: _MAYBE,
+    httpx.TransportError: _MAYBE,
+    httpx.RequestError: _MAYBE,
+    httpx.HTTPError: _MAYBE,
+    httpx.StreamError: _MAYBE,
+}
+
+
+def classify_exception(
+    exc: BaseException,
+    *,
+    request_started: bool | None = None,
+    token: str | None = None,
+) -> SendError:
+    """Classify an exception raised while sending one request.
+
+    Args:
+        exc: What httpx (or a caller's transport) raised.
+        request_started: Whether httpcore reported starting to write the request (from
+            its ``trace`` extension). False proves nothing left this process, so any
+            transport failure is transient; True or None (a transport that does not
+            trace, such as ``MockTransport``) falls back to the exception class.
+        token: Redacted from the description.
+
+    Returns:
+        The error to raise. It is not chained here: the sender decides what to chain.
+    """
+    error_class: type[SendError] = UncertainSendError  # the Sender protocol's default
+    for klass in type(exc).__mro__:
+        if klass in EXCEPTION_CLASSES:
+            error_class = EXCEPTION_CLASSES[klass]
+            break
+    if request_started is False and error_class is UncertainSendError:
+        error_class = TransientSendError
+    detail = _short(str(exc), token)
+    description = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+    return error_class(description)

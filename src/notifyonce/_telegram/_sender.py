@@ -1,0 +1,463 @@
+"""TelegramSender: one reused httpx.AsyncClient, split timeouts, classified failures."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from notifyonce._errors import (
+    PermanentSendError,
+    SendError,
+    TransientSendError,
+    ValidationError,
+    ValidationTypeError,
+)
+from notifyonce._message import Message, Receipt
+
+from ._classify import Delivered, Migrated, classify_exception, classify_response, redact
+from ._ratelimit import AsyncRateLimiter, RateLimit
+
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "DEFAULT_BUDGET",
+    "DEFAULT_LIMITS",
+    "POOL_TIMEOUT",
+    "WRITE_TIMEOUT",
+    "TelegramSender",
+]
+
+logger = logging.getLogger("notifyonce.telegram")
+
+#: Seconds to open a TCP (+TLS) connection. A live connect to api.telegram.org takes
+#: tens of milliseconds; waiting longer only delays the retry (the seed's 40 s connect).
+CONNECT_TIMEOUT = 5.0
+#: Seconds to write a request: a sendMessage body is a few kilobytes at most.
+WRITE_TIMEOUT = 10.0
+#: Seconds to wait for a free pooled connection before giving up (certainly not sent).
+POOL_TIMEOUT = 5.0
+#: Seconds one ``send`` may take in total: rate-limit waits, attempts and backoff. Also
+#: the read timeout, since an answer can only be awaited for as long as the budget lasts.
+DEFAULT_BUDGET = 30.0
+#: Sized for the concurrency a notifier uses. httpx's default ``max_keepalive_connections=20``
+#: counts busy connections too, so above 20 concurrent sends it reconnects on nearly every
+#: send; here every connection may stay alive. httpx's default keep-alive expiry (5 s) loses
+#: the connection between sends a few seconds apart: keep it for a minute.
+DEFAULT_LIMITS = httpx.Limits(
+    max_connections=32, max_keepalive_connections=32, keepalive_expiry=60.0
+)
+
+_CHAT_ID = re.compile(r"-?[1-9][0-9]{0,19}")
+_USERNAME = re.compile(r"@[A-Za-z][A-Za-z0-9_]{2,63}")
+_TOKEN = re.compile(r"[^\s/?#]+")
+
+
+class _Secret:
+    """Holds the token-bearing URL; its repr never shows it."""
+
+    __slots__ = ("token", "url")
+
+    def __init__(self, token: str, url: str) -> None:
+        self.token = token
+        self.url = url
+
+    def __repr__(self) -> str:
+        return "<redacted>"
+
+
+class _RedactingFilter(logging.Filter):
+    """Hides ``/bot<token>`` in records of the ``httpx`` logger (it logs every request URL)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if "/bot" in text:
+            record.msg = redact(text)
+            record.args = None
+        return True
+
+
+def _install_log_filter() -> None:
+    httpx_logger = logging.getLogger("httpx")
+    if not any(isinstance(f, _RedactingFilter) for f in httpx_logger.filters):
+        httpx_logger.addFilter(_RedactingFilter())
+
+
+_install_log_filter()
+
+
+class RedactedTransportError(Exception):
+    """Stands in as ``__cause__`` for an httpx exception whose text contained the token."""
+
+
+class _Progress:
+    """httpcore ``trace`` callback: did this attempt start writing the request?"""
+
+    __slots__ = ("request_started", "traced")
+
+    def __init__(self) -> None:
+        self.traced = False
+        self.request_started = False
+
+    async def __call__(self, name: str, info: Mapping[str, Any]) -> None:
+        self.traced = True
+        if name.endswith("send_request_headers.started"):
+            self.request_started = True
+
+    @property
+    def evidence(self) -> bool | None:
+        """True/False when httpcore told us; None when the transport does not trace."""
+        return self.request_started if self.traced else None
+
+
+def _validate_recipient(recipient: object) -> str:
+    if not isinstance(recipient, str):
+        raise ValidationTypeError(
+            "recipient",
+            f"must be a str (a chat id or @channelname), got {type(recipient).__name__}",
+        )
+    if not (_CHAT_ID.fullmatch(recipient) or _USERNAME.fullmatch(recipient)):
+        raise ValidationError(
+            "recipient", "must be a chat id such as '12345' or '-100123', or an @channelname"
+        )
+    return recipient
+
+
+def _chat_id(recipient: str) -> int | str:
+    return recipient if recipient.startswith("@") else int(recipient)
+
+
+def _payload(message: Message) -> dict[str, Any]:
+    payload: dict[str, Any] = {"text": message.text}
+    if message.parse_mode is not None:
+        payload["parse_mode"] = message.parse_mode
+    if message.silent:
+        payload["disable_notification"] = True
+    if message.link_preview is not None:
+        payload["link_preview_options"] = {"is_disabled": not message.link_preview}
+    if message.reply_markup is not None:
+        payload["reply_markup"] = message.reply_markup
+    payload.update(message.options)
+    return payload
+
+
+class TelegramSender:
+    """Delivers messages with the Telegram Bot API's ``sendMessage``.
+
+    One ``httpx.AsyncClient`` is created on the first send and reused for every send and
+    retry (keep-alive), until :meth:`aclose` or the end of ``async with``. A client you
+    pass in is used as is and never closed here.
+
+    Every failure is classified by whether the message may have been delivered:
+    :class:`~notifyonce.PermanentSendError` (blocked, chat not found, bad token, bad
+    request), :class:`~notifyonce.TransientSendError` (certainly not delivered; carries
+    ``retry_after`` for 429) or :class:`~notifyonce.UncertainSendError` (the request may
+    have been written: read timeout, connection closed or reset after sending, a 502/504
+    from a gateway). Only transient failures are retried, within one ``budget`` per send.
+
+    Args:
+        token: The bot token. It never appears in logs, reprs or exception messages.
+        base_url: The Bot API server.
+        client: Your own ``httpx.AsyncClient`` (not closed by the sender). Its limits and
+            transport apply; the timeouts below are still set on every request.
+        budget: Seconds one :meth:`send` may take in total, including rate-limit waits,
+            retries and backoff; also the read timeout of each attempt.
+        connect_timeout: Seconds to open a connection.
+        write_timeout: Seconds to write a request.
+        pool_timeout: Seconds to wait for a free pooled connection.
+        limits: Connection pool limits of the sender's own client; size
+            ``max_connections`` and ``max_keepalive_connections`` to your concurrency.
+        rate_limit: Telegram's limits, on by default; None disables the limiter.
+        max_retries: Retries after the first attempt for transient failures.
+        backoff_base: Backoff before retry n is uniform in ``[0, min(backoff_max,
+            backoff_base * 2**n)]`` (full jitter). The first retry after a connection-level
+            failure is immediate: the pool has discarded the failed connection.
+        backoff_max: The cap of one backoff.
+        clock: Monotonic clock (tests inject a fake one).
+        sleep: Async sleep (tests inject a fake one).
+        rng: Returns a float in [0, 1) for jitter (tests inject a fixed one).
+
+    Example:
+        >>> import asyncio
+        >>> from notifyonce import Message
+        >>> async def main() -> None:
+        ...     async with TelegramSender("123:ABC") as sender:
+        ...         await sender.send("12345", Message("6 hours left"))
+        >>> TelegramSender("123:ABC")
+        TelegramSender(base_url='https://api.telegram.org', token=<redacted>)
+    """
+
+    def __init__(
+        self,
+        token: str,
+        *,
+        base_url: str = "https://api.telegram.org",
+        client: httpx.AsyncClient | None = None,
+        budget: float = DEFAULT_BUDGET,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        write_timeout: float = WRITE_TIMEOUT,
+        pool_timeout: float = POOL_TIMEOUT,
+        limits: httpx.Limits = DEFAULT_LIMITS,
+        rate_limit: RateLimit | None = RateLimit(),  # noqa: B008 (frozen, shared safely)
+        max_retries: int = 3,
+        backoff_base: float = 0.5,
+        backoff_max: float = 8.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        if not isinstance(token, str):
+            raise ValidationTypeError("token", f"must be a str, got {type(token).__name__}")
+        if not _TOKEN.fullmatch(token):
+            raise ValidationError("token", "must be a non-empty bot token without spaces or '/'")
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValidationError("base_url", "must be an http:// or https:// URL")
+        for name, value in (
+            ("budget", budget),
+            ("connect_timeout", connect_timeout),
+            ("write_timeout", write_timeout),
+            ("pool_timeout", pool_timeout),
+            ("backoff_base", backoff_base),
+            ("backoff_max", backoff_max),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValidationTypeError(name, f"must be a number, got {type(value).__name__}")
+            if not (value > 0 and math.isfinite(value)):
+                raise ValidationError(name, "must be a positive finite number of seconds")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int):
+            raise ValidationTypeError("max_retries", "must be an int")
+        if max_retries < 0:
+            raise ValidationError("max_retries", "must be >= 0")
+        if rate_limit is not None and not isinstance(rate_limit, RateLimit):
+            raise ValidationTypeError("rate_limit", "must be a RateLimit or None")
+
+        self.base_url = base_url.rstrip("/")
+        self._secret = _Secret(token, f"{self.base_url}/bot{token}/sendMessage")
+        self._client = client
+        self._owns_client = client is None
+        self._closed = False
+        self.budget = float(budget)
+        self.connect_timeout = float(connect_timeout)
+        self.write_timeout = float(write_timeout)
+        self.pool_timeout = float(pool_timeout)
+        self.limits = limits
+        self.max_retries = max_retries
+        self.backoff_base = float(backoff_base)
+        self.backoff_max = float(backoff_max)
+        self._clock = clock
+        self._sleep = sleep
+        self._rng = rng
+        self._limiter = (
+            None if rate_limit is None else AsyncRateLimiter(rate_limit, clock=clock, sleep=sleep)
+        )
+
+    def __repr__(self) -> str:
+        return f"TelegramSender(base_url={self.base_url!r}, token=<redacted>)"
+
+    @property
+    def rate_limit(self) -> RateLimit | None:
+        """The limits in force, or None when the limiter is off."""
+        return None if self._limiter is None else self._limiter.state.limit
+
+    async def __aenter__(self) -> TelegramSender:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the sender's own client (not a client you passed in). Idempotent."""
+        self._closed = True
+        client, self._client = self._client, None
+        if client is not None and self._owns_client:
+            await client.aclose()
+
+    def _get_client(self) -> httpx.AsyncClient:
+        if self._closed:
+            raise RuntimeError("TelegramSender is closed")
+        if self._client is not None and self._client.is_closed:
+            # Certainly nothing can be sent: say so rather than report an uncertain send.
+            raise RuntimeError("the httpx.AsyncClient given to TelegramSender is closed")
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                limits=self.limits,
+                timeout=httpx.Timeout(
+                    connect=self.connect_timeout,
+                    read=self.budget,
+                    write=self.write_timeout,
+                    pool=self.pool_timeout,
+                ),
+                follow_redirects=False,
+            )
+        return self._client
+
+    def _timeout(self, remaining: float) -> httpx.Timeout:
+        # Each phase gets its own limit, never more than what is left of the budget.
+        return httpx.Timeout(
+            connect=min(self.connect_timeout, remaining),
+            read=remaining,
+            write=min(self.write_timeout, remaining),
+            pool=min(self.pool_timeout, remaining),
+        )
+
+    async def send(
+        self, recipient: str, message: Message, *, budget: float | None = None
+    ) -> Receipt:
+        """Send ``message`` to ``recipient`` and return Telegram's receipt.
+
+        Args:
+            recipient: A chat id as a string (negative for groups and channels) or
+                ``@channelname``.
+            message: What to send; its options are passed through to ``sendMessage``.
+            budget: Seconds for this send instead of the sender's ``budget``: give a
+                secondary send (a note to an operator) a narrow budget so it cannot stall
+                the main work.
+
+        Returns:
+            The receipt; ``migrated_to`` is set when the chat had moved and the message
+            was delivered to the new chat id.
+
+        Raises:
+            ValidationError: ``recipient`` or ``message`` is invalid (nothing was sent).
+            PermanentSendError: Telegram refused for good.
+            TransientSendError: Not delivered; ``retry_after`` says when to try again.
+            UncertainSendError: May have been delivered.
+        """
+        recipient = _validate_recipient(recipient)
+        if not isinstance(message, Message):
+            raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
+        if budget is None:
+            budget = self.budget
+        elif isinstance(budget, bool) or not isinstance(budget, (int, float)):
+            raise ValidationTypeError("budget", f"must be a number, got {type(budget).__name__}")
+        elif not (budget > 0 and math.isfinite(budget)):
+            raise ValidationError("budget", "must be a positive finite number of seconds")
+        client = self._get_client()
+        payload = _payload(message)
+        deadline = self._clock() + budget
+        target = recipient
+        migrated_to: str | None = None
+        retries = 0
+        immediate_retry_used = False
+
+        while True:
+            payload["chat_id"] = _chat_id(target)
+            remaining = deadline - self._clock()
+            if self._limiter is not None:
+                needed = await self._limiter.acquire(target, max_wait=max(remaining, 0.0))
+                if needed is not None:
+                    raise TransientSendError(
+                        f"rate limit: the next slot is {needed:.2f} s away, beyond the budget",
+                        retry_after=needed,
+                    )
+                remaining = deadline - self._clock()
+            if remaining <= 0:
+                raise TransientSendError("the send budget ran out before an attempt")
+
+            outcome, cause, certain_transport = await self._attempt(client, payload, remaining)
+
+            if isinstance(outcome, Delivered):
+                return Receipt(target, outcome.message_id, migrated_to)
+            if isinstance(outcome, Migrated):
+                if migrated_to is not None:
+                    raise PermanentSendError(
+                        f"the chat moved twice ({outcome.description})", code=400
+                    )
+                migrated_to = target = outcome.new_chat_id
+                logger.info("chat migrated; following it to the new chat id")
+                continue
+
+            error = outcome
+            wait: float | None = None
+            if isinstance(error, TransientSendError):
+                if error.retry_after is not None:
+                    if self._limiter is not None:
+                        self._limiter.flood_wait(target, error.retry_after)
+                        wait = 0.0  # the limiter waits before the next attempt
+                    else:
+                        wait = error.retry_after
+                elif certain_transport and not immediate_retry_used:
+                    immediate_retry_used = True
+                    wait = 0.0
+                else:
+                    cap = min(self.backoff_max, self.backoff_base * 2**retries)
+                    wait = self._rng() * cap
+                flood = error.retry_after or 0.0
+                if retries >= self.max_retries or self._clock() + max(wait, flood) > deadline:
+                    wait = None
+            if wait is None:
+                _chain(error, cause, self._secret.token)
+                raise error
+            retries += 1
+            logger.debug(
+                "sendMessage attempt %d failed (%s%s), retrying in %.2f s",
+                retries,
+                type(error).__name__,
+                "" if error.code is None else f" {error.code}",
+                wait,
+            )
+            if wait > 0:
+                await self._sleep(wait)
+
+    async def _attempt(
+        self, client: httpx.AsyncClient, payload: dict[str, Any], remaining: float
+    ) -> tuple[Delivered | Migrated | SendError, BaseException | None, bool]:
+        """One HTTP request; returns (outcome, exception to chain, certain transport failure)."""
+        progress = _Progress()
+        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+        try:
+            response = await client.post(
+                self._secret.url,
+                content=body,
+                headers={"content-type": "application/json"},
+                timeout=self._timeout(remaining),
+                extensions={"trace": progress},
+            )
+        except httpx.HTTPStatusError as exc:  # raised by a caller's response hook
+            try:
+                await exc.response.aread()
+            except Exception as read_exc:
+                error = classify_exception(read_exc, token=self._secret.token)
+                return error, read_exc, False
+            return self._classify(exc.response), None, False
+        except Exception as exc:
+            error = classify_exception(
+                exc, request_started=progress.evidence, token=self._secret.token
+            )
+            return error, exc, isinstance(error, TransientSendError)
+        return self._classify(response), None, False
+
+    def _classify(self, response: httpx.Response) -> Delivered | Migrated | SendError:
+        return classify_response(
+            response.status_code, response.headers, response.content, token=self._secret.token
+        )
+
+
+def _chain(error: SendError, cause: BaseException | None, token: str) -> None:
+    """Chain ``cause`` unless its text (or its own causes') shows the token: then a copy."""
+    if cause is None:
+        return
+    texts: list[str] = []
+    seen: set[int] = set()
+    link: BaseException | None = cause
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        texts.append(f"{link!s} {link!r}")
+        link = link.__cause__ or link.__context__
+    if any(token in text or "/bot" in text for text in texts):
+        cause = RedactedTransportError(f"{type(cause).__name__}: {redact(str(cause), token)}")
+    error.__cause__ = cause
+    error.__suppress_context__ = True

@@ -1,0 +1,42 @@
+"""Telegram Bot API sender.
+
+Needs the ``telegram`` extra (httpx)::
+
+    pip install "notifyonce[telegram]"
+
+Example:
+    >>> from notifyonce.telegram import RateLimit, TelegramSender
+    >>> TelegramSender("123:ABC", rate_limit=RateLimit(bot_per_second=20))
+    TelegramSender(base_url='https://api.telegram.org', token=<redacted>)
+"""
+
+from __future__ import annotations
+
+try:
+    import httpx  # noqa: F401 (checked here so the error names the extra)
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
+    raise ImportError(
+        'notifyonce.telegram needs httpx: pip install "notifyonce[telegram]"'
+    ) from exc
+
+from ._telegram._ratelimit import RateLimit
+from ._telegram._sender import (
+    CONNECT_TIMEOUT,
+    DEFAULT_BUDGET,
+    DEFAULT_LIMITS,
+    POOL_TIMEOUT,
+    WRITE_TIMEOUT,
+    RedactedTransportError,
+    TelegramSender,
+)
+
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "DEFAULT_BUDGET",
+    "DEFAULT_LIMITS",
+    "POOL_TIMEOUT",
+    "WRITE_TIMEOUT",
+    "RateLimit",
+    "RedactedTransportError",
+    "TelegramSender",
+]

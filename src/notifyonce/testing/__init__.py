@@ -1,0 +1,24 @@
+"""Test helpers for code that sends with notifyonce.
+
+- :class:`FakeSender`: an in-memory :class:`~notifyonce.Sender` that records every send
+  and plays scripted failures of each class.
+- :class:`BotAPIServer`: a Bot-API-shaped HTTP server on 127.0.0.1 for end-to-end tests of
+  :class:`~notifyonce.telegram.TelegramSender` (standard library only).
+- pytest fixtures ``fake_sender`` and ``bot_api_server``, registered automatically through
+  the ``notifyonce`` pytest plugin.
+
+Nothing here needs httpx.
+
+Example:
+    >>> from notifyonce.testing import OK, FakeSender
+    >>> from notifyonce import TransientSendError
+    >>> sender = FakeSender()
+    >>> sender.script("42", [TransientSendError("flood", code=429, retry_after=3), OK])
+"""
+
+from __future__ import annotations
+
+from ._fake import OK, FakeSender, SendRecord
+from ._server import BotAPIServer, Delivery, Reply, Request
+
+__all__ = ["OK", "BotAPIServer", "Delivery", "FakeSender", "Reply", "Request", "SendRecord"]

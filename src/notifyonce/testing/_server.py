@@ -1,0 +1,438 @@
+"""BotAPIServer: a small Bot-API-shaped HTTP/1.1 server on 127.0.0.1 for tests.
+
+Standard library only (asyncio streams in a background thread), so it works in sync and
+async tests alike and times deliveries on its own event loop, like a remote server would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+__all__ = ["BotAPIServer", "Delivery", "Reply", "Request"]
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
+
+
+def _api_error(status: int, description: str, **parameters: Any) -> bytes:
+    body: dict[str, Any] = {"ok": False, "error_code": status, "description": description}
+    if parameters:
+        body["parameters"] = parameters
+    return json.dumps(body).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """How the server answers one request. Build with the class methods.
+
+    Attributes:
+        status: HTTP status (ignored when the connection is dropped).
+        body: The answer body; None means the ok envelope of a delivered message.
+        delay: Seconds to wait before answering (after delivering, if it delivers).
+        drop: ``"after_delivery"`` (deliver, then close without answering) or
+            ``"before_body"`` (close after the headers, before reading the body).
+        delivers: Whether the message counts as delivered.
+
+    Example:
+        >>> Reply.flood(3).status, Reply.blocked().delivers
+        (429, False)
+    """
+
+    status: int = 200
+    body: bytes | None = None
+    delay: float = 0.0
+    drop: str | None = None
+    delivers: bool = True
+    content_type: str = "application/json"
+
+    @classmethod
+    def ok(cls, *, delay: float = 0.0) -> Reply:
+        """Deliver and answer ok (after ``delay`` seconds)."""
+        return cls(delay=delay)
+
+    @classmethod
+    def error(cls, status: int, description: str, **parameters: Any) -> Reply:
+        """Refuse with a Bot API error envelope."""
+        return cls(status, _api_error(status, description, **parameters), delivers=False)
+
+    @classmethod
+    def flood(cls, retry_after: int) -> Reply:
+        """429 Too Many Requests with ``parameters.retry_after``."""
+        return cls.error(
+            429, f"Too Many Requests: retry after {retry_after}", retry_after=retry_after
+        )
+
+    @classmethod
+    def blocked(cls) -> Reply:
+        """403: the user blocked the bot."""
+        return cls.error(403, "Forbidden: bot was blocked by the user")
+
+    @classmethod
+    def chat_not_found(cls) -> Reply:
+        """400: chat not found."""
+        return cls.error(400, "Bad Request: chat not found")
+
+    @classmethod
+    def migrate(cls, new_chat_id: int) -> Reply:
+        """400 with ``parameters.migrate_to_chat_id`` (a group became a supergroup)."""
+        return cls.error(
+            400,
+            "Bad Request: group chat was upgraded to a supergroup chat",
+            migrate_to_chat_id=new_chat_id,
+        )
+
+    @classmethod
+    def html(cls, status: int = 500) -> Reply:
+        """An HTML error page, as a proxy in front of the Bot API sends."""
+        page = f"<html><body><h1>{status} {_REASONS.get(status, '')}</h1></body></html>"
+        return cls(status, page.encode(), delivers=False, content_type="text/html")
+
+    @classmethod
+    def drop_after_delivery(cls) -> Reply:
+        """Deliver the message, then close the connection without answering."""
+        return cls(drop="after_delivery")
+
+    @classmethod
+    def drop_before_body(cls) -> Reply:
+        """Close the connection after the request headers, before reading the body."""
+        return cls(drop="before_body", delivers=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A request the server received (delivered or not)."""
+
+    method: str
+    chat_id: str | None
+    at: float
+    connection: int
+    reply: Reply
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A message the server delivered.
+
+    Attributes:
+        chat_id: The chat id as a string (``@name`` kept as is).
+        text: The message text.
+        params: Every ``sendMessage`` parameter received.
+        at: Server-side ``time.monotonic()`` when the request was read in full.
+        connection: Which TCP connection (1, 2, ...) carried it.
+        message_id: The id the server answered with.
+    """
+
+    chat_id: str
+    text: str
+    params: dict[str, Any]
+    at: float
+    connection: int
+    message_id: int
+
+
+@dataclass(eq=False)
+class _Connection:
+    writer: asyncio.StreamWriter
+    id: int
+
+
+class BotAPIServer:
+    """A Bot-API-shaped server on 127.0.0.1 that records deliveries; scriptable per chat.
+
+    It answers ``POST /bot<token>/sendMessage`` (and ``getMe``), keeps connections alive,
+    and counts TCP connections. Use it as a context manager (sync or async) or through the
+    ``bot_api_server`` pytest fixture.
+
+    Args:
+        token: When set, other tokens get 401 Unauthorized.
+        latency: Seconds added before every answer (a network round trip).
+
+    Example:
+        >>> with BotAPIServer(latency=0.0) as server:
+        ...     server.script("42", [Reply.blocked()])
+        ...     server.url.startswith("http://127.0.0.1:")
+        True
+    """
+
+    def __init__(self, *, token: str | None = None, latency: float = 0.0) -> None:
+        self.token = token
+        self.latency = latency
+        self.port = 0
+        self._lock = threading.Lock()
+        self._deliveries: list[Delivery] = []
+        self._requests: list[Request] = []
+        self._scripts: dict[str, deque[Reply]] = {}
+        self._next: deque[Reply] = deque()
+        self._connection_ids = itertools.count(1)
+        self._message_ids = itertools.count(1)
+        self._connections: set[_Connection] = set()
+        self.connections_opened = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.Server | None = None
+        self._ready = threading.Event()
+
+    @property
+    def url(self) -> str:
+        """The base URL to pass as ``TelegramSender(base_url=...)``."""
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- scripting and inspecting -------------------------------------------------------
+
+    def script(self, chat_id: str | None, replies: Iterable[Reply]) -> None:
+        """Queue replies for requests to ``chat_id`` (None: the next requests to any chat).
+
+        When a queue is used up the server delivers and answers ok again.
+        """
+        with self._lock:
+            if chat_id is None:
+                self._next.extend(replies)
+            else:
+                self._scripts.setdefault(str(chat_id), deque()).extend(replies)
+
+    @property
+    def deliveries(self) -> list[Delivery]:
+        """Every delivered message, in arrival order."""
+        with self._lock:
+            return list(self._deliveries)
+
+    @property
+    def requests(self) -> list[Request]:
+        """Every request received, delivered or not."""
+        with self._lock:
+            return list(self._requests)
+
+    def busiest_window(self, seconds: float = 1.0, *, chat_id: str | None = None) -> int:
+        """The most deliveries in any half-open window ``[t, t + seconds)``, by server time."""
+        times = sorted(d.at for d in self.deliveries if chat_id is None or d.chat_id == chat_id)
+        best = start = 0
+        for end, at in enumerate(times):
+            while at - times[start] >= seconds:
+                start += 1
+            best = max(best, end - start + 1)
+        return best
+
+    def close_connections(self) -> None:
+        """Close every open connection, as a server closing idle keep-alive connections does."""
+        loop = self._loop
+        if loop is None:
+            return
+        done = threading.Event()
+
+        def close_all() -> None:
+            for connection in list(self._connections):
+                connection.writer.close()
+            done.set()
+
+        loop.call_soon_threadsafe(close_all)
+        done.wait(10)
+
+    def reset(self) -> None:
+        """Forget deliveries, requests and scripts (connections stay open)."""
+        with self._lock:
+            self._deliveries.clear()
+            self._requests.clear()
+            self._scripts.clear()
+            self._next.clear()
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> BotAPIServer:
+        """Start serving in a background thread; returns once the port is bound."""
+        if self._thread is not None:
+            return self
+        self._thread = threading.Thread(target=self._run, name="BotAPIServer", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("BotAPIServer did not start")
+        return self
+
+    def stop(self) -> None:
+        """Close every connection and stop the thread. Idempotent."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        self._loop = self._thread = None
+
+    def __enter__(self) -> BotAPIServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> BotAPIServer:
+        return self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.stop)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._server = loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            self._server.close()
+            for connection in list(self._connections):
+                connection.writer.close()
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            loop.close()
+
+    # -- HTTP ---------------------------------------------------------------------------
+
+    def _next_reply(self, chat_id: str | None) -> Reply:
+        with self._lock:
+            own = self._scripts.get(chat_id) if chat_id is not None else None
+            if own:
+                return own.popleft()
+            if self._next:
+                return self._next.popleft()
+        return Reply.ok()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = _Connection(writer, next(self._connection_ids))
+        with self._lock:
+            self.connections_opened += 1
+        self._connections.add(connection)
+        try:
+            while await self._serve_one(reader, writer, connection.id):
+                pass
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        except asyncio.CancelledError:
+            # Only stop() cancels handlers; finishing normally keeps asyncio's stream
+            # callback from logging the cancellation as an error.
+            pass
+        finally:
+            self._connections.discard(connection)
+            writer.close()
+
+    async def _serve_one(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection: int
+    ) -> bool:
+        """Serve one request; False when the connection should close."""
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            return False  # the client closed an idle keep-alive connection
+        lines = head.decode("latin-1").split("\r\n")
+        verb, path, _version = lines[0].split(" ", 2)
+        headers = {}
+        for line in lines[1:]:
+            if ":" in line:
+                name, value = line.split(":", 1)
+                headers[name.strip().lower()] = value.strip()
+        length = int(headers.get("content-length", "0"))
+        method = path.rsplit("/", 1)[-1]
+        token = path.split("/")[1][3:] if path.startswith("/bot") else None
+
+        # Peek at the script before the body for the drop-before-body case: it is keyed on
+        # the chat, which is in the body, so only the shared queue can ask for it.
+        with self._lock:
+            early = bool(self._next) and self._next[0].drop == "before_body"
+            reply_early = self._next.popleft() if early else None
+        if reply_early is not None:
+            self._record(Request(method, None, time.monotonic(), connection, reply_early))
+            return False
+
+        body = await reader.readexactly(length) if length else b""
+        received = time.monotonic()
+        keep_alive = headers.get("connection", "").lower() != "close"
+
+        if self.token is not None and token != self.token:
+            return await self._answer(writer, 401, _api_error(401, "Unauthorized"), keep_alive)
+        if verb != "POST" or method not in ("sendMessage", "getMe"):
+            return await self._answer(writer, 404, _api_error(404, "Not Found"), keep_alive)
+        if method == "getMe":
+            me = {"ok": True, "result": {"id": 1, "is_bot": True, "first_name": "test"}}
+            return await self._answer(writer, 200, json.dumps(me).encode(), keep_alive)
+
+        try:
+            params = json.loads(body) if body else {}
+            chat_id = str(params["chat_id"])
+            text = str(params["text"])
+        except (ValueError, KeyError, TypeError):
+            bad = _api_error(400, "Bad Request: message text is empty")
+            return await self._answer(writer, 400, bad, keep_alive)
+
+        reply = self._next_reply(chat_id)
+        self._record(Request(method, chat_id, received, connection, reply))
+        message_id = 0
+        if reply.delivers:
+            message_id = next(self._message_ids)
+            delivery = Delivery(chat_id, text, params, received, connection, message_id)
+            with self._lock:
+                self._deliveries.append(delivery)
+        if reply.drop is not None:
+            return False
+        if self.latency or reply.delay:
+            await asyncio.sleep(self.latency + reply.delay)
+        body_out = reply.body
+        if body_out is None:
+            result = {
+                "message_id": message_id,
+                "date": int(time.time()),
+                "text": text,
+                "chat": {"id": int(chat_id) if chat_id.lstrip("-").isdigit() else chat_id},
+            }
+            body_out = json.dumps({"ok": True, "result": result}).encode()
+        return await self._answer(writer, reply.status, body_out, keep_alive, reply.content_type)
+
+    def _record(self, request: Request) -> None:
+        with self._lock:
+            self._requests.append(request)
+
+    async def _answer(
+        self,
+        writer: asyncio.StreamWriter,
+        status: int,
+        body: bytes,
+        keep_alive: bool,
+        content_type: str = "application/json",
+    ) -> bool:
+        head = (
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+            f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
+        )
+        writer.write(head.encode("latin-1") + body)
+        await writer.drain()
+        return keep_alive

@@ -1,0 +1,69 @@
+"""The pure classification of Bot API answers: total, and never a decode crash."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from notifyonce import SendError, TransientSendError
+from notifyonce._telegram._classify import Delivered, Migrated, classify_response, redact
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+envelopes = st.fixed_dictionaries(
+    {"ok": st.booleans()},
+    optional={
+        "error_code": json_values,
+        "description": json_values,
+        "parameters": st.fixed_dictionaries(
+            {}, optional={"retry_after": json_values, "migrate_to_chat_id": json_values}
+        )
+        | json_values,
+        "result": json_values,
+    },
+)
+results = (Delivered, Migrated, SendError)
+
+
+@settings(deadline=None)  # a shared 2-core machine: timing is not what is tested
+@given(st.integers(min_value=100, max_value=599), st.binary(max_size=200))
+def test_any_bytes_classify_without_raising(status: int, body: bytes) -> None:
+    """Arbitrary bodies (HTML, truncated, binary) give a result, never an exception."""
+    assert isinstance(classify_response(status, httpx.Headers(), body), results)
+
+
+@settings(deadline=None)
+@given(st.integers(min_value=100, max_value=599), envelopes)
+def test_any_envelope_classifies_without_raising(status: int, envelope: dict[str, object]) -> None:
+    """Bot-API-shaped bodies with odd field types give a result, never an exception."""
+    outcome = classify_response(status, httpx.Headers(), json.dumps(envelope).encode())
+    assert isinstance(outcome, results)
+    if isinstance(outcome, TransientSendError) and outcome.retry_after is not None:
+        assert outcome.retry_after >= 0
+
+
+def test_description_is_redacted_and_bounded() -> None:
+    """A description echoing a URL with the token is redacted and cut to 200 characters."""
+    body = json.dumps(
+        {"ok": False, "error_code": 400, "description": "see /bot1:SECRET/sendMessage " + "x" * 500}
+    ).encode()
+    outcome = classify_response(400, httpx.Headers(), body)
+    assert isinstance(outcome, SendError)
+    assert "SECRET" not in outcome.description
+    assert 200 == len(outcome.description)
+
+
+def test_redact_hides_token_path_segments() -> None:
+    """redact() hides /bot<token> whatever the token looks like, and a given token anywhere."""
+    assert "POST http://h/bot<redacted>/sendMessage" == redact(
+        "POST http://h/bot12:a-b_c/sendMessage"
+    )
+    assert "token <redacted> leaked" == redact("token 12:abc leaked", "12:abc")

@@ -1,0 +1,206 @@
+"""TelegramSender end to end against the local BotAPIServer (real sockets on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import traceback
+
+import pytest
+
+from notifyonce import (
+    Message,
+    PermanentSendError,
+    Receipt,
+    SendError,
+    TransientSendError,
+    UncertainSendError,
+)
+from notifyonce.telegram import RateLimit, TelegramSender
+from notifyonce.testing import BotAPIServer, Reply
+
+TOKEN = "987654:E2E-secret_token"
+
+
+def sender_for(server: BotAPIServer, **options: object) -> TelegramSender:
+    options.setdefault("rate_limit", None)
+    return TelegramSender(TOKEN, base_url=server.url, **options)  # type: ignore[arg-type]
+
+
+async def test_sequential_sends_reuse_one_connection(bot_api_server: BotAPIServer) -> None:
+    """Twenty sends one after another travel over one keep-alive TCP connection."""
+    async with sender_for(bot_api_server) as sender:
+        for n in range(20):
+            await sender.send(str(100 + n), Message(f"reminder {n}"))
+    assert 20 == len(bot_api_server.deliveries)
+    assert 1 == bot_api_server.connections_opened
+
+
+async def test_concurrent_sends_stay_within_the_pool(bot_api_server: BotAPIServer) -> None:
+    """Ninety-six concurrent sends open no more connections than the pool allows (32)."""
+    async with sender_for(bot_api_server) as sender:
+        await asyncio.gather(*(sender.send(str(n + 1), Message("x")) for n in range(96)))
+    assert 96 == len(bot_api_server.deliveries)
+    assert bot_api_server.connections_opened <= 32
+
+
+async def test_connection_closed_by_server_while_idle_is_replaced(
+    bot_api_server: BotAPIServer,
+) -> None:
+    """After the server closes an idle keep-alive connection, the next send opens a new one."""
+    async with sender_for(bot_api_server) as sender:
+        await sender.send("1", Message("a"))
+        bot_api_server.close_connections()
+        await asyncio.sleep(0.05)
+        await sender.send("1", Message("b"))
+    assert 2 == len(bot_api_server.deliveries)
+    assert 2 == bot_api_server.connections_opened
+
+
+async def test_drop_after_delivery_is_uncertain_and_not_resent(
+    bot_api_server: BotAPIServer,
+) -> None:
+    """A connection closed after delivery raises UncertainSendError; the server saw one send."""
+    bot_api_server.script("42", [Reply.drop_after_delivery()])
+    async with sender_for(bot_api_server, max_retries=5) as sender:
+        with pytest.raises(UncertainSendError):
+            await sender.send("42", Message("once only"))
+    assert 1 == len(bot_api_server.deliveries)
+    assert 1 == len(bot_api_server.requests)
+
+
+async def test_drop_before_body_is_uncertain(bot_api_server: BotAPIServer) -> None:
+    """A connection closed after the request was written is uncertain even if nothing arrived."""
+    bot_api_server.script(None, [Reply.drop_before_body()])
+    async with sender_for(bot_api_server, max_retries=5) as sender:
+        with pytest.raises(UncertainSendError):
+            await sender.send("42", Message("x"))
+    assert 0 == len(bot_api_server.deliveries)
+    assert 1 == len(bot_api_server.requests)
+
+
+async def test_slow_answer_after_delivery_is_uncertain(bot_api_server: BotAPIServer) -> None:
+    """A read timeout (answer slower than the budget) is uncertain and not resent."""
+    bot_api_server.script("42", [Reply.ok(delay=1.0)])
+    async with sender_for(bot_api_server, budget=0.3) as sender:
+        with pytest.raises(UncertainSendError):
+            await sender.send("42", Message("x"))
+    assert 1 == len(bot_api_server.requests)
+
+
+async def test_refused_connection_is_transient() -> None:
+    """Nothing listening on the port: TransientSendError after the retries."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    sender = TelegramSender(
+        TOKEN,
+        base_url=f"http://127.0.0.1:{port}",
+        rate_limit=None,
+        max_retries=2,
+        backoff_base=0.01,
+    )
+    async with sender:
+        with pytest.raises(TransientSendError):
+            await sender.send("42", Message("x"))
+
+
+async def test_flood_wait_is_honoured(bot_api_server: BotAPIServer) -> None:
+    """A 429 with retry_after 1 is retried no sooner than 1 s later, then delivered."""
+    bot_api_server.script("42", [Reply.flood(1)])
+    async with sender_for(bot_api_server, rate_limit=RateLimit()) as sender:
+        receipt = await sender.send("42", Message("x"))
+    first, second = bot_api_server.requests
+    assert 429 == first.reply.status
+    assert second.at - first.at >= 1.0
+    assert Receipt("42", bot_api_server.deliveries[0].message_id, None) == receipt
+
+
+async def test_migration_is_followed(bot_api_server: BotAPIServer) -> None:
+    """A migrated group gets the message at its new id, and the receipt carries it."""
+    bot_api_server.script("-4001", [Reply.migrate(-1004001)])
+    async with sender_for(bot_api_server) as sender:
+        receipt = await sender.send("-4001", Message("x"))
+    assert "-1004001" == receipt.migrated_to == receipt.recipient
+    assert ["-1004001"] == [d.chat_id for d in bot_api_server.deliveries]
+
+
+@pytest.mark.parametrize(
+    ("reply", "error_class", "requests"),
+    [
+        (Reply.blocked(), PermanentSendError, 1),
+        (Reply.chat_not_found(), PermanentSendError, 1),
+        (Reply.html(502), UncertainSendError, 1),
+        (Reply.html(500), TransientSendError, 3),
+    ],
+    ids=["blocked", "chat-not-found", "502-html", "500-html"],
+)
+async def test_refusals_over_the_wire(
+    bot_api_server: BotAPIServer, reply: Reply, error_class: type[SendError], requests: int
+) -> None:
+    """Real HTTP answers map to the same classes as in the unit tests."""
+    bot_api_server.script("42", [reply] * 3)
+    async with sender_for(bot_api_server, max_retries=2, backoff_base=0.01) as sender:
+        with pytest.raises(error_class):
+            await sender.send("42", Message("x"))
+    assert requests == len(bot_api_server.requests)
+    assert 0 == len(bot_api_server.deliveries)
+
+
+async def test_wrong_token_is_permanent() -> None:
+    """The server's 401 for a bad token is a permanent refusal."""
+    with BotAPIServer(token="1:right") as server:
+        async with sender_for(server) as sender:
+            with pytest.raises(PermanentSendError) as info:
+                await sender.send("42", Message("x"))
+    assert 401 == info.value.code
+
+
+async def test_bot_wide_rate_limit_observed_by_the_server(bot_api_server: BotAPIServer) -> None:
+    """Sixty sends to sixty chats: never more than 30 in any server-side second, near the cap."""
+    async with sender_for(bot_api_server, rate_limit=RateLimit()) as sender:
+        await asyncio.gather(*(sender.send(str(1000 + n), Message("x")) for n in range(60)))
+    assert 60 == len(bot_api_server.deliveries)
+    busiest = bot_api_server.busiest_window(1.0)
+    assert busiest <= 30
+    # A loose floor against crawling; the exact throughput is pinned by the pure tests
+    # (a shared machine's scheduling delays must not fail this one).
+    assert busiest >= 15
+
+
+async def test_per_chat_rate_limits_observed_by_the_server(bot_api_server: BotAPIServer) -> None:
+    """Three sends to one private chat are 1 s apart; two to a group are 3 s apart."""
+    async with sender_for(bot_api_server, rate_limit=RateLimit()) as sender:
+        await asyncio.gather(
+            *(sender.send("7", Message("x")) for _ in range(3)),
+            *(sender.send("-1007", Message("x")) for _ in range(2)),
+        )
+    assert 1 == bot_api_server.busiest_window(1.0, chat_id="7")
+    assert 1 == bot_api_server.busiest_window(3.0, chat_id="-1007")
+    assert 3 == bot_api_server.busiest_window(3.0, chat_id="7")  # paced, not crawling
+
+
+async def test_token_never_in_logs_or_errors(
+    bot_api_server: BotAPIServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At DEBUG on httpx, httpcore and notifyonce, no record and no error text has the token."""
+    for name in ("httpx", "httpcore", "notifyonce"):
+        caplog.set_level(logging.DEBUG, logger=name)
+    bot_api_server.script("42", [Reply.drop_after_delivery(), Reply.html(500), Reply.blocked()])
+    secret = "secret " + "words"  # built, so the traceback's source lines do not show it
+    texts = []
+    async with sender_for(bot_api_server, max_retries=1, backoff_base=0.01) as sender:
+        await sender.send("1", Message(secret))
+        for _ in range(2):
+            try:
+                await sender.send("42", Message(secret))
+            except SendError as exc:
+                texts.append("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    assert 2 == len(texts)
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "HTTP Request: POST" in logged
+    assert "send_request_headers" in logged  # httpcore's own DEBUG trace ran too
+    for text in [*texts, logged]:
+        assert TOKEN not in text
+        assert secret not in text

@@ -1,0 +1,201 @@
+"""The rate limiter's pure scheduling: caps in every sliding window, throughput, flood waits."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from notifyonce import ValidationError, ValidationTypeError
+from notifyonce._telegram._ratelimit import AsyncRateLimiter, RateLimitState
+from notifyonce.telegram import RateLimit
+
+from ._fakes import FakeClock
+
+EPS = 1e-9
+PRIVATE = ["1", "2", "3", "4", "5"]
+GROUPS = ["-100", "-1001", "@news"]
+
+
+def busiest(times: list[float], window: float) -> int:
+    """The most events in any half-open window [t, t + window)."""
+    times = sorted(times)
+    best = start = 0
+    for end, at in enumerate(times):
+        while at - times[start] >= window - EPS:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
+requests = st.lists(
+    st.tuples(
+        st.floats(min_value=0, max_value=0.5, allow_nan=False),  # gap since the previous request
+        st.sampled_from(PRIVATE + GROUPS + [str(n) for n in range(10, 60)]),
+    ),
+    min_size=1,
+    max_size=150,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(requests, st.lists(st.floats(min_value=0, max_value=0.03), min_size=150, max_size=150))
+def test_no_window_ever_exceeds_a_cap(
+    arrivals: list[tuple[float, str]], shifts: list[float]
+) -> None:
+    """Whatever the arrivals, no 1 s window has over 30 starts, no chat over its own cap,
+    even when each start is delayed in transit by up to the jitter allowance."""
+    state = RateLimitState(RateLimit())
+    now = 0.0
+    starts: list[tuple[float, str]] = []
+    for (gap, chat), shift in zip(arrivals, shifts[: len(arrivals)], strict=True):
+        now += gap
+        reservation = state.reserve(chat, now)
+        assert reservation.booked
+        assert reservation.at >= now
+        starts.append((reservation.at + shift, chat))
+    assert busiest([t for t, _ in starts], 1.0) <= 30
+    for chat in {c for _, c in starts}:
+        times = [t for t, c in starts if c == chat]
+        if chat.startswith(("-", "@")):
+            assert busiest(times, 60.0) <= 20
+        else:
+            assert busiest(times, 1.0) <= 1
+
+
+def test_throughput_reaches_the_cap() -> None:
+    """300 sends to 300 chats, all queued at once, run at 30 per 1.03 s: 97 % of the cap."""
+    state = RateLimitState(RateLimit())
+    starts = [state.reserve(str(1000 + n), 0.0).at for n in range(300)]
+    assert 30 == busiest(starts, 1.0)
+    rate = (len(starts) - 1) / (starts[-1] - starts[0])
+    assert 30 / 1.03 == pytest.approx(rate)
+
+
+def test_waiting_chat_does_not_hold_up_others() -> None:
+    """A send waiting for its chat books a later bot slot; other chats fill the slots before it."""
+    state = RateLimitState(RateLimit())
+    assert 0.0 == state.reserve("7", 0.0).at
+    assert 1.03 == pytest.approx(state.reserve("7", 0.0).at)
+    others = [state.reserve(str(100 + n), 0.0).at for n in range(5)]
+    assert all(at < 1.0 for at in others)
+
+
+def test_group_pacing_is_twenty_per_minute() -> None:
+    """Sends to a group are spaced (60 + 0.03) / 20 s apart."""
+    state = RateLimitState(RateLimit())
+    starts = [state.reserve("-1001", 0.0).at for _ in range(21)]
+    assert 20 == busiest(starts, 60.0)
+    assert 60.03 == pytest.approx(starts[-1] - starts[0])
+
+
+def test_flood_wait_on_one_chat_delays_only_that_chat() -> None:
+    """A single 429 delays its chat until the deadline and leaves other chats alone."""
+    state = RateLimitState(RateLimit())
+    state.flood_wait("7", 5.0, now=0.0)
+    assert 5.0 == state.reserve("7", 0.0).at
+    assert 0.0 == state.reserve("8", 0.0).at
+
+
+def test_second_chat_flooding_makes_it_bot_wide() -> None:
+    """A 429 on a second chat while the first still waits delays every send to the latest one."""
+    state = RateLimitState(RateLimit())
+    state.flood_wait("7", 5.0, now=0.0)
+    state.flood_wait("8", 2.0, now=1.0)
+    assert 5.0 == state.reserve("9", 1.0).at
+    assert 5.0 < state.reserve("10", 1.0).at  # the next bot slot after 5.0
+
+
+def test_reservation_beyond_max_wait_is_not_booked() -> None:
+    """A start further than max_wait is reported, not booked: the next caller gets it."""
+    state = RateLimitState(RateLimit())
+    state.flood_wait("7", 10.0, now=0.0)
+    refused = state.reserve("7", 0.0, max_wait=3.0)
+    assert (False, 10.0) == (refused.booked, refused.at)
+    assert 10.0 == state.reserve("7", 0.0).at
+
+
+def test_cancel_gives_the_slot_back() -> None:
+    """A cancelled reservation frees its bot slot and its chat's next start."""
+    state = RateLimitState(RateLimit())
+    first = state.reserve("7", 0.0)
+    state.cancel(first)
+    assert 0.0 == state.reserve("7", 0.0).at
+
+
+def test_disabled_limits_never_wait() -> None:
+    """With every limit None, every send starts at once."""
+    state = RateLimitState(
+        RateLimit(bot_per_second=None, private_chat_per_second=None, group_per_minute=None)
+    )
+    assert [0.0] * 50 == [state.reserve("7", 0.0).at for _ in range(50)]
+
+
+def test_stale_state_is_pruned() -> None:
+    """Chats whose pacing ended are forgotten, so memory does not grow with every chat ever seen."""
+    state = RateLimitState(RateLimit())
+    for n in range(3000):
+        state.reserve(str(n + 1), now=float(n))
+    assert len(state._chat_ready) < 1100
+    assert len(state._booked) <= 2
+
+
+async def test_async_limiter_sleeps_until_the_booked_start() -> None:
+    """acquire() sleeps exactly until the start it booked, on the injected clock."""
+    clock = FakeClock()
+    limiter = AsyncRateLimiter(RateLimit(), clock=clock, sleep=clock.sleep)
+    assert await limiter.acquire("7", max_wait=math.inf) is None
+    assert await limiter.acquire("7", max_wait=math.inf) is None
+    assert [1.03] == clock.waits
+    limiter.flood_wait("7", 30.0)
+    assert 30.0 == await limiter.acquire("7", max_wait=5.0)
+
+
+async def test_late_wake_up_books_again() -> None:
+    """A send whose sleep overran (busy loop) books a fresh start instead of bunching."""
+    clock = FakeClock()
+
+    async def oversleep(seconds: float) -> None:
+        await clock.sleep(seconds)
+        clock.now += 0.5  # the event loop was blocked
+
+    limiter = AsyncRateLimiter(RateLimit(), clock=clock, sleep=oversleep)
+    limiter.state.flood_wait("7", 1.0, now=0.0)
+    assert await limiter.acquire("7", max_wait=math.inf) is None
+    # Booked at 1.0, woke at 1.5: the 1.0 booking was given back and 1.5 booked instead.
+    assert [1.0] == clock.waits
+    assert [1.5] == limiter.state._booked
+    assert 1.5 + 1.03 == limiter.state._chat_ready["7"]
+
+
+async def test_cancelled_wait_releases_the_slot() -> None:
+    """A caller cancelled while waiting gives its booked start back."""
+    limiter = AsyncRateLimiter(RateLimit())
+    limiter.flood_wait("7", 60.0)
+    task = asyncio.ensure_future(limiter.acquire("7", max_wait=math.inf))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [] == limiter.state._booked
+
+
+@pytest.mark.parametrize(
+    ("options", "field", "error"),
+    [
+        ({"bot_per_second": 0}, "bot_per_second", ValidationError),
+        ({"group_per_minute": "20"}, "group_per_minute", ValidationTypeError),
+        ({"jitter_allowance": 1.5}, "jitter_allowance", ValidationError),
+        ({"private_chat_per_second": math.inf}, "private_chat_per_second", ValidationError),
+    ],
+)
+def test_invalid_limits_name_the_field(
+    options: dict[str, object], field: str, error: type[ValidationError]
+) -> None:
+    """Bad RateLimit options raise the right error naming the option."""
+    with pytest.raises(error) as info:
+        RateLimit(**options)  # type: ignore[arg-type]
+    assert field == info.value.field

@@ -1,0 +1,582 @@
+"""TelegramSender against httpx.MockTransport: classification, retries, waits, lifecycle."""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+from collections.abc import Iterable
+from typing import Any
+
+import httpx
+import pytest
+
+from notifyonce import (
+    Message,
+    PermanentSendError,
+    Receipt,
+    Sender,
+    SendError,
+    TransientSendError,
+    UncertainSendError,
+    ValidationError,
+    ValidationTypeError,
+)
+from notifyonce._telegram._classify import EXCEPTION_CLASSES
+from notifyonce.telegram import RateLimit, TelegramSender
+
+from ._fakes import FakeClock
+
+TOKEN = "123456:SECRET-token_value"
+OK_BODY = {"ok": True, "result": {"message_id": 77, "chat": {"id": 42}, "text": "hi"}}
+
+
+class Script:
+    """A MockTransport handler answering from a list; records every request."""
+
+    def __init__(self, steps: Iterable[Any]) -> None:
+        self.steps = list(steps)
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        step = self.steps.pop(0) if len(self.steps) > 1 else self.steps[0]
+        if isinstance(step, BaseException):
+            raise step
+        if callable(step):
+            return step(request)
+        assert isinstance(step, httpx.Response)
+        return httpx.Response(step.status_code, headers=step.headers, content=step.content)
+
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        return [json.loads(r.content) for r in self.requests]
+
+
+def api_error(status: int, description: str, **parameters: Any) -> httpx.Response:
+    body: dict[str, Any] = {"ok": False, "error_code": status, "description": description}
+    if parameters:
+        body["parameters"] = parameters
+    return httpx.Response(status, json=body)
+
+
+def html(status: int) -> httpx.Response:
+    return httpx.Response(status, text="<html><body>Bad Gateway</body></html>")
+
+
+def make_sender(
+    script: Script,
+    clock: FakeClock,
+    *,
+    rate_limit: RateLimit | None = None,
+    **options: Any,
+) -> TelegramSender:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(script))
+    return TelegramSender(
+        TOKEN,
+        client=client,
+        rate_limit=rate_limit,
+        clock=clock,
+        sleep=clock.sleep,
+        rng=lambda: 0.5,
+        **options,
+    )
+
+
+async def send(
+    steps: Iterable[Any], **options: Any
+) -> tuple[Receipt | SendError, Script, FakeClock]:
+    script, clock = Script(steps), FakeClock()
+    sender = make_sender(script, clock, **options)
+    try:
+        return await sender.send("42", Message("hello")), script, clock
+    except SendError as exc:
+        return exc, script, clock
+
+
+async def test_delivers_and_returns_receipt() -> None:
+    """A 200 ok answer gives a receipt with Telegram's message id, after one request."""
+    result, script, _ = await send([httpx.Response(200, json=OK_BODY)])
+    assert Receipt("42", 77, None) == result
+    assert 1 == len(script.requests)
+    assert "/bot123456:SECRET-token_value/sendMessage" == script.requests[0].url.path
+
+
+async def test_message_options_are_passed_through() -> None:
+    """Parse mode, silence, link preview, reply markup and raw options reach sendMessage."""
+    script, clock = Script([httpx.Response(200, json=OK_BODY)]), FakeClock()
+    sender = make_sender(script, clock)
+    markup = {"inline_keyboard": [[{"text": "Pay", "url": "https://example.com"}]]}
+    message = Message(
+        "<b>6 hours left</b>",
+        parse_mode="HTML",
+        silent=True,
+        link_preview=False,
+        reply_markup=markup,
+        options={"message_thread_id": 9, "protect_content": True},
+    )
+    await sender.send("-100123", message)
+    expected = {
+        "chat_id": -100123,
+        "text": "<b>6 hours left</b>",
+        "parse_mode": "HTML",
+        "disable_notification": True,
+        "link_preview_options": {"is_disabled": True},
+        "reply_markup": markup,
+        "message_thread_id": 9,
+        "protect_content": True,
+    }
+    assert expected == script.bodies[0]
+
+
+async def test_channel_username_is_sent_as_string() -> None:
+    """An @channelname recipient is passed as a string chat_id."""
+    script, clock = Script([httpx.Response(200, json=OK_BODY)]), FakeClock()
+    receipt = await make_sender(script, clock).send("@my_channel", Message("x"))
+    assert "@my_channel" == script.bodies[0]["chat_id"]
+    assert "@my_channel" == receipt.recipient
+
+
+@pytest.mark.parametrize(
+    ("answer", "error_class", "code"),
+    [
+        (api_error(403, "Forbidden: bot was blocked by the user"), PermanentSendError, 403),
+        (api_error(403, "Forbidden: user is deactivated"), PermanentSendError, 403),
+        (api_error(403, "Forbidden: bot was kicked from the group chat"), PermanentSendError, 403),
+        (api_error(400, "Bad Request: chat not found"), PermanentSendError, 400),
+        (api_error(400, "Bad Request: can't parse entities"), PermanentSendError, 400),
+        (api_error(401, "Unauthorized"), PermanentSendError, 401),
+        (api_error(404, "Not Found"), PermanentSendError, 404),
+        (html(404), PermanentSendError, 404),
+        (httpx.Response(302, headers={"location": "https://x"}), PermanentSendError, 302),
+        (html(502), UncertainSendError, 502),
+        (html(504), UncertainSendError, 504),
+        (httpx.Response(200, text="<html>captive portal</html>"), UncertainSendError, 200),
+        (httpx.Response(200, content=b'{"ok": tr'), UncertainSendError, 200),
+    ],
+    ids=lambda v: getattr(v, "__name__", None) or str(getattr(v, "status_code", v)),
+)
+async def test_final_answers_are_not_retried(
+    answer: httpx.Response, error_class: type[SendError], code: int
+) -> None:
+    """Refusals and answers that may hide a delivery raise at once, after one request."""
+    result, script, clock = await send([answer], max_retries=5)
+    assert error_class is type(result)
+    assert isinstance(result, SendError)
+    assert code == result.code
+    assert 1 == len(script.requests)
+    assert [] == clock.waits
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [api_error(500, "Internal Server Error"), html(500), html(503), api_error(502, "Bad Gateway")],
+    ids=["500-json", "500-html", "503-html", "502-json"],
+)
+async def test_server_errors_are_retried_with_backoff(answer: httpx.Response) -> None:
+    """A 5xx the server answered is transient: retried max_retries times with full jitter."""
+    result, script, clock = await send([answer], max_retries=3, backoff_base=0.5)
+    assert TransientSendError is type(result)
+    assert 4 == len(script.requests)
+    # rng() == 0.5: half of min(8, 0.5 * 2**n) for n = 0, 1, 2.
+    assert [0.25, 0.5, 1.0] == clock.waits
+
+
+async def test_server_error_then_success() -> None:
+    """A transient 500 followed by ok delivers once and returns the receipt."""
+    result, script, clock = await send([html(500), httpx.Response(200, json=OK_BODY)])
+    assert Receipt("42", 77, None) == result
+    assert 2 == len(script.requests)
+    assert [0.25] == clock.waits
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        httpx.ConnectError("[Errno 111] Connection refused"),
+        httpx.ConnectTimeout("timed out"),
+        httpx.PoolTimeout("no free connection"),
+        httpx.ProxyError("proxy said no"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+async def test_certain_transport_failures_are_retried(exc: Exception) -> None:
+    """Failures before the request left are transient; the first retry is immediate."""
+    result, script, clock = await send([exc], max_retries=3)
+    assert TransientSendError is type(result)
+    assert 4 == len(script.requests)
+    assert [0.5, 1.0] == clock.waits  # the immediate retry is not slept; then n=1, n=2
+    assert type(exc) is type(result.__cause__)
+
+
+@pytest.mark.parametrize(
+    ("exc", "error_class"),
+    [
+        (httpx.ReadTimeout("timed out"), UncertainSendError),
+        (httpx.ReadError("[Errno 104] Connection reset by peer"), UncertainSendError),
+        (
+            httpx.RemoteProtocolError("Server disconnected without sending a response."),
+            UncertainSendError,
+        ),
+        (httpx.WriteError("broken pipe"), UncertainSendError),
+        (httpx.WriteTimeout("timed out"), UncertainSendError),
+        (OSError("something odd in a custom transport"), UncertainSendError),
+        (httpx.LocalProtocolError("illegal header"), PermanentSendError),
+        (httpx.UnsupportedProtocol("ftp"), PermanentSendError),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+async def test_failures_after_sending_are_not_retried(
+    exc: Exception, error_class: type[SendError]
+) -> None:
+    """Failures that may hide a delivery (or cannot be fixed by retrying) raise at once."""
+    result, script, clock = await send([exc], max_retries=3)
+    assert error_class is type(result)
+    assert 1 == len(script.requests)
+    assert [] == clock.waits
+
+
+async def test_connect_error_then_success_retries_once_immediately() -> None:
+    """A refused connection followed by ok delivers with no backoff wait."""
+    result, script, clock = await send(
+        [httpx.ConnectError("refused"), httpx.Response(200, json=OK_BODY)]
+    )
+    assert Receipt("42", 77, None) == result
+    assert 2 == len(script.requests)
+    assert [] == clock.waits
+
+
+async def test_retries_stop_at_the_budget() -> None:
+    """Backoff never sleeps past the overall deadline of one send."""
+    result, script, clock = await send(
+        [httpx.ConnectError("refused")], max_retries=50, budget=5.0, backoff_base=1.0
+    )
+    assert TransientSendError is type(result)
+    assert sum(clock.waits) <= 5.0
+    # waits: 0 (immediate), then 0.5*min(8, 2**n): 1, 2 -> the next (4) would pass 5 s.
+    assert [1.0, 2.0] == clock.waits
+    assert 4 == len(script.requests)
+
+
+async def test_per_call_budget_narrows_one_send() -> None:
+    """send(..., budget=) bounds that send only: a 429 of 10 s raises at once under budget=3."""
+    script, clock = Script([api_error(429, "Too Many Requests", retry_after=10)]), FakeClock()
+    sender = make_sender(script, clock)
+    with pytest.raises(TransientSendError) as info:
+        await sender.send("42", Message("x"), budget=3)
+    assert 10.0 == info.value.retry_after
+    assert [] == clock.waits
+    with pytest.raises(ValidationError) as bad:
+        await sender.send("42", Message("x"), budget=-1)
+    assert "budget" == bad.value.field
+
+
+async def test_closed_callers_client_is_reported_plainly() -> None:
+    """A caller's client closed before the send raises RuntimeError, not a send error."""
+    client = httpx.AsyncClient(transport=httpx.MockTransport(Script([httpx.Response(200)])))
+    await client.aclose()
+    with pytest.raises(RuntimeError):
+        await TelegramSender(TOKEN, client=client).send("42", Message("x"))
+
+
+async def test_flood_wait_within_budget_is_honoured() -> None:
+    """A 429 with retry_after inside the budget waits exactly that long, then delivers."""
+    result, script, clock = await send(
+        [
+            api_error(429, "Too Many Requests: retry after 3", retry_after=3),
+            httpx.Response(200, json=OK_BODY),
+        ]
+    )
+    assert Receipt("42", 77, None) == result
+    assert [3.0] == clock.waits
+    assert 2 == len(script.requests)
+
+
+async def test_flood_wait_with_limiter_waits_through_the_limiter() -> None:
+    """With the rate limiter on, the 429 deadline is kept by the limiter and honoured."""
+    result, _, clock = await send(
+        [
+            api_error(429, "Too Many Requests: retry after 3", retry_after=3),
+            httpx.Response(200, json=OK_BODY),
+        ],
+        rate_limit=RateLimit(),
+    )
+    assert Receipt("42", 77, None) == result
+    assert [3.0] == clock.waits
+
+
+async def test_flood_wait_beyond_budget_raises_with_retry_after() -> None:
+    """A 429 whose retry_after exceeds the budget raises at once, carrying retry_after."""
+    result, script, clock = await send(
+        [api_error(429, "Too Many Requests: retry after 120", retry_after=120)], budget=30.0
+    )
+    assert isinstance(result, TransientSendError)
+    assert 120.0 == result.retry_after
+    assert 429 == result.code
+    assert 1 == len(script.requests)
+    assert [] == clock.waits
+
+
+async def test_retry_after_header_used_without_api_body() -> None:
+    """A bare 429 from a proxy is transient and its Retry-After header is kept."""
+    result, _, _ = await send(
+        [httpx.Response(429, headers={"retry-after": "90"}, text="slow down")]
+    )
+    assert isinstance(result, TransientSendError)
+    assert 90.0 == result.retry_after
+
+
+async def test_migration_is_followed_once() -> None:
+    """A 400 with migrate_to_chat_id resends to the new chat and the receipt says so."""
+    result, script, _ = await send(
+        [
+            api_error(
+                400,
+                "Bad Request: group chat was upgraded to a supergroup chat",
+                migrate_to_chat_id=-1001234,
+            ),
+            httpx.Response(200, json=OK_BODY),
+        ]
+    )
+    assert Receipt("-1001234", 77, "-1001234") == result
+    assert [42, -1001234] == [b["chat_id"] for b in script.bodies]
+
+
+async def test_second_migration_is_permanent() -> None:
+    """A chat that moves twice in one send is refused rather than chased."""
+    moved = api_error(400, "Bad Request: group chat was upgraded", migrate_to_chat_id=-100555)
+    result, script, _ = await send([moved])
+    assert PermanentSendError is type(result)
+    assert 2 == len(script.requests)
+
+
+async def test_response_hook_status_error_is_reclassified() -> None:
+    """A caller's client that raises HTTPStatusError in a hook still gets the right class."""
+
+    async def raise_for_status(response: httpx.Response) -> None:
+        response.raise_for_status()
+
+    script, clock = Script([api_error(403, "Forbidden: bot was blocked by the user")]), FakeClock()
+    client = httpx.AsyncClient(
+        transport=httpx.MockTransport(script), event_hooks={"response": [raise_for_status]}
+    )
+    sender = TelegramSender(TOKEN, client=client, rate_limit=None, clock=clock, sleep=clock.sleep)
+    with pytest.raises(PermanentSendError) as info:
+        await sender.send("42", Message("hello"))
+    assert 403 == info.value.code
+
+
+class TracingTransport(httpx.AsyncBaseTransport):
+    """Calls the trace extension like httpcore does, then fails with ``exc``."""
+
+    def __init__(self, events: list[str], exc: Exception) -> None:
+        self.events = events
+        self.exc = exc
+        self.calls = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.calls += 1
+        trace = request.extensions["trace"]
+        for name in self.events:
+            await trace(name, {})
+        if self.calls > 1:
+            return httpx.Response(200, json=OK_BODY)
+        raise self.exc
+
+
+@pytest.mark.parametrize(
+    ("events", "error_class"),
+    [
+        (["connection.connect_tcp.started", "connection.connect_tcp.complete"], None),
+        (["http11.send_request_headers.started"], UncertainSendError),
+    ],
+    ids=["before-writing", "after-writing"],
+)
+async def test_trace_evidence_decides_closed_connection(
+    events: list[str], error_class: type[SendError] | None
+) -> None:
+    """A peer-closed connection is retried only when httpcore never started writing."""
+    transport = TracingTransport(
+        events, httpx.RemoteProtocolError("Server disconnected without sending a response.")
+    )
+    clock = FakeClock()
+    sender = TelegramSender(
+        TOKEN,
+        client=httpx.AsyncClient(transport=transport),
+        rate_limit=None,
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    if error_class is None:
+        assert Receipt("42", 77, None) == await sender.send("42", Message("x"))
+        assert 2 == transport.calls
+    else:
+        with pytest.raises(error_class):
+            await sender.send("42", Message("x"))
+        assert 1 == transport.calls
+
+
+def _all_subclasses(klass: type[BaseException]) -> set[type[BaseException]]:
+    found = {klass}
+    for sub in klass.__subclasses__():
+        found |= _all_subclasses(sub)
+    return found
+
+
+def test_every_httpx_exception_class_is_mapped_explicitly() -> None:
+    """Each httpx exception class (walked from its roots) has its own row in the table."""
+    roots = (httpx.HTTPError, httpx.InvalidURL, httpx.CookieConflict, httpx.StreamError)
+    public = {
+        k for root in roots for k in _all_subclasses(root) if k.__module__.startswith("httpx")
+    }
+    assert set() == public - set(EXCEPTION_CLASSES)
+
+
+@pytest.mark.parametrize("recipient", ["", "abc", "12 3", "0", "--5", "@", "@x", "42\n", "+42"])
+async def test_invalid_recipient_is_rejected_before_sending(recipient: str) -> None:
+    """A recipient that is neither a chat id nor @channelname raises naming it; no request."""
+    script, clock = Script([httpx.Response(200, json=OK_BODY)]), FakeClock()
+    with pytest.raises(ValidationError) as info:
+        await make_sender(script, clock).send(recipient, Message("x"))
+    assert "recipient" == info.value.field
+    assert [] == script.requests
+
+
+async def test_non_string_recipient_is_a_type_error() -> None:
+    """An int recipient raises ValidationTypeError naming recipient."""
+    script, clock = Script([httpx.Response(200, json=OK_BODY)]), FakeClock()
+    with pytest.raises(ValidationTypeError) as info:
+        await make_sender(script, clock).send(42, Message("x"))  # type: ignore[arg-type]
+    assert "recipient" == info.value.field
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"budget": 0}, "budget"),
+        ({"max_retries": -1}, "max_retries"),
+        ({"connect_timeout": "5"}, "connect_timeout"),
+    ],
+)
+def test_invalid_options_name_the_field(options: dict[str, Any], field: str) -> None:
+    """Bad constructor options raise ValidationError naming the option."""
+    with pytest.raises(ValidationError) as info:
+        TelegramSender(TOKEN, **options)
+    assert field == info.value.field
+
+
+@pytest.mark.parametrize("token", ["", "has space", "a/b"])
+def test_invalid_token_is_rejected_without_echoing_it(token: str) -> None:
+    """A malformed token raises naming the field, and the message does not contain it."""
+    with pytest.raises(ValidationError) as info:
+        TelegramSender(token)
+    assert "token" == info.value.field
+    assert not token or token not in str(info.value)
+
+
+async def test_timeouts_are_split_per_request() -> None:
+    """Each request carries connect 5, write 10, pool 5 and read = the remaining budget."""
+    _, script, _ = await send([httpx.Response(200, json=OK_BODY)], budget=12.0)
+    assert {"connect": 5.0, "read": 12.0, "write": 10.0, "pool": 5.0} == script.requests[
+        0
+    ].extensions["timeout"]
+
+
+async def test_own_client_is_created_once_and_closed() -> None:
+    """The sender's own client is created lazily, reused by every send, and closed by aclose."""
+    sender = TelegramSender(TOKEN, base_url="http://127.0.0.1:9", rate_limit=None)
+    assert sender._client is None
+    first = sender._get_client()
+    assert first is sender._get_client()
+    assert DEFAULT_POOL == (
+        first._transport._pool._max_connections,
+        first._transport._pool._keepalive_expiry,
+    )  # type: ignore[attr-defined]
+    async with sender:
+        pass
+    assert first.is_closed
+    with pytest.raises(RuntimeError):
+        await sender.send("42", Message("x"))
+
+
+DEFAULT_POOL = (32, 60.0)
+
+
+async def test_callers_client_is_not_closed() -> None:
+    """A client passed in is used for every send and left open by aclose."""
+    script = Script([httpx.Response(200, json=OK_BODY)])
+    client = httpx.AsyncClient(transport=httpx.MockTransport(script))
+    async with TelegramSender(TOKEN, client=client, rate_limit=None) as sender:
+        await sender.send("42", Message("a"))
+        await sender.send("43", Message("b"))
+    assert not client.is_closed
+    assert 2 == len(script.requests)
+    await client.aclose()
+
+
+def test_sender_satisfies_protocol_and_hides_token() -> None:
+    """TelegramSender is a Sender, and its repr does not contain the token."""
+    sender = TelegramSender(TOKEN)
+    assert isinstance(sender, Sender)
+    assert TOKEN not in repr(sender)
+    assert TOKEN not in repr(vars(sender))
+
+
+def _all_text(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)) + repr(exc)
+
+
+async def test_token_never_in_logs_or_exception_text(caplog: pytest.LogCaptureFixture) -> None:
+    """With every logger at DEBUG, neither logs nor formatted errors show the token or text."""
+
+    def echo_url(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError(f"cannot reach {request.url}")
+
+    async def raise_for_status(response: httpx.Response) -> None:
+        response.raise_for_status()  # HTTPStatusError's str() contains the URL
+
+    secret_text = "the secret message body"
+    for name in ("httpx", "httpcore", "notifyonce"):
+        caplog.set_level(logging.DEBUG, logger=name)
+    texts: list[str] = []
+    for steps, hooks in (
+        ([echo_url], []),
+        ([httpx.Response(200, json=OK_BODY)], []),
+        ([html(500)], [raise_for_status]),
+        ([api_error(400, f"Bad Request: token {TOKEN} rejected")], []),
+    ):
+        clock = FakeClock()
+        client = httpx.AsyncClient(
+            transport=httpx.MockTransport(Script(steps)), event_hooks={"response": hooks}
+        )
+        sender = TelegramSender(
+            TOKEN, client=client, rate_limit=None, clock=clock, sleep=clock.sleep
+        )
+        try:
+            await sender.send("42", Message(secret_text))
+        except SendError as exc:
+            texts.append(_all_text(exc))
+    assert 3 == len(texts)
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "HTTP Request: POST" in logged  # the httpx line is there, redacted
+    for text in [*texts, logged]:
+        assert TOKEN not in text
+        assert secret_text not in text
+
+
+def test_importing_notifyonce_does_not_need_httpx() -> None:
+    """notifyonce, its testing helpers and the pytest plugin import without httpx (and do
+    not import it); notifyonce.telegram then names the extra."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['httpx'] = None\n"
+        "import notifyonce, notifyonce.testing, notifyonce.testing._plugin\n"
+        "print(sorted(m for m in sys.modules if m.startswith('httpx')))\n"
+        "try:\n    import notifyonce.telegram\nexcept ImportError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    imported, error = out.stdout.splitlines()
+    assert "['httpx']" == imported  # only the None placeholder that blocks the import
+    assert 'pip install "notifyonce[telegram]"' in error

@@ -1,0 +1,174 @@
+"""notifyonce.testing: FakeSender, the BotAPIServer and the pytest plugin fixtures."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from notifyonce import (
+    Message,
+    PermanentSendError,
+    Receipt,
+    Sender,
+    TransientSendError,
+    UncertainSendError,
+    ValidationError,
+    ValidationTypeError,
+)
+from notifyonce.testing import OK, BotAPIServer, FakeSender, Reply
+
+
+async def test_fake_sender_records_deliveries(fake_sender: FakeSender) -> None:
+    """By default every send is delivered, recorded in order, with increasing message ids."""
+    first = await fake_sender.send("1", Message("a"))
+    second = await fake_sender.send("2", Message("b"))
+    assert [Receipt("1", 1), Receipt("2", 2)] == [first, second]
+    assert ["a", "b"] == fake_sender.texts
+    assert [Message("b")] == fake_sender.sent_to("2")
+    assert isinstance(fake_sender, Sender)
+
+
+async def test_fail_next_for_one_recipient() -> None:
+    """A failure scripted for a recipient hits only that recipient's next send."""
+    sender = FakeSender()
+    sender.fail_next(PermanentSendError("Forbidden: bot was blocked", code=403), recipient="7")
+    await sender.send("8", Message("x"))
+    with pytest.raises(PermanentSendError):
+        await sender.send("7", Message("x"))
+    await sender.send("7", Message("x"))
+    assert [True, False, True] == [r.delivered for r in sender.records]
+    assert isinstance(sender.records[1].error, PermanentSendError)
+
+
+async def test_script_plays_in_order_then_succeeds() -> None:
+    """A script is played one outcome per send, recipient's own before the shared one."""
+    sender = FakeSender()
+    sender.script(None, [TransientSendError("flood", code=429, retry_after=3)])
+    sender.script("7", [OK, UncertainSendError("read timeout")])
+    outcomes = []
+    for recipient in ("7", "7", "9", "9"):
+        try:
+            await sender.send(recipient, Message("x"))
+            outcomes.append("ok")
+        except Exception as exc:
+            outcomes.append(type(exc).__name__)
+    assert ["ok", "UncertainSendError", "TransientSendError", "ok"] == outcomes
+
+
+async def test_uncertain_delivered_counts_as_sent() -> None:
+    """An uncertain failure scripted with delivered=True raises but counts as delivered."""
+    sender = FakeSender()
+    sender.fail_next(UncertainSendError("answer lost"), recipient="7", delivered=True)
+    with pytest.raises(UncertainSendError):
+        await sender.send("7", Message("x"))
+    assert ["x"] == sender.texts
+
+
+def test_only_uncertain_can_hide_a_delivery() -> None:
+    """delivered=True with a permanent refusal is rejected, naming the option."""
+    with pytest.raises(ValidationError) as info:
+        FakeSender().fail_next(PermanentSendError("no"), delivered=True)
+    assert "delivered" == info.value.field
+
+
+def test_script_rejects_non_outcomes() -> None:
+    """Anything but OK or a SendError instance in a script raises naming its position."""
+    with pytest.raises(ValidationTypeError) as info:
+        FakeSender().script("7", [OK, ValueError("x")])  # type: ignore[list-item]
+    assert "outcomes[1]" == info.value.field
+
+
+async def test_migration_is_simulated() -> None:
+    """Sends to a migrated chat land at the new id, and the receipt says so."""
+    sender = FakeSender()
+    sender.migrate("-4001", "-1004001")
+    receipt = await sender.send("-4001", Message("x"))
+    assert Receipt("-1004001", 1, "-1004001") == receipt
+    assert [Message("x")] == sender.sent_to("-1004001")
+
+
+async def test_latency_and_concurrency_keep_script_order() -> None:
+    """Concurrent sends with latency take scripted outcomes in call order."""
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        await asyncio.sleep(0)
+
+    sender = FakeSender(latency=0.2, sleep=sleep)
+    sender.script("7", [PermanentSendError("no"), OK])
+    results = await asyncio.gather(
+        sender.send("7", Message("first")),
+        sender.send("7", Message("second")),
+        return_exceptions=True,
+    )
+    assert isinstance(results[0], PermanentSendError)
+    assert ["second"] == sender.texts
+    assert [0.2, 0.2] == waits
+
+
+async def test_fake_sender_validates_input() -> None:
+    """A non-str recipient or a non-Message raises naming the field."""
+    sender = FakeSender()
+    with pytest.raises(ValidationTypeError) as info:
+        await sender.send(7, Message("x"))  # type: ignore[arg-type]
+    assert "recipient" == info.value.field
+    with pytest.raises(ValidationTypeError) as info:
+        await sender.send("7", "x")  # type: ignore[arg-type]
+    assert "message" == info.value.field
+    sender.reset()
+    assert [] == sender.records
+
+
+def _post(url: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_bot_api_server_from_sync_code(bot_api_server: BotAPIServer) -> None:
+    """The server answers plain sync HTTP: delivers, refuses as scripted, 404s unknown methods."""
+    bot_api_server.script("5", [Reply.blocked()])
+    url = f"{bot_api_server.url}/bot1:abc/sendMessage"
+    status, body = _post(url, {"chat_id": 4, "text": "hi"})
+    assert (200, True) == (status, body["ok"])
+    status, body = _post(url, {"chat_id": 5, "text": "hi"})
+    assert (403, "Forbidden: bot was blocked by the user") == (status, body["description"])
+    status, _ = _post(f"{bot_api_server.url}/bot1:abc/sendPhoto", {"chat_id": 4})
+    assert 404 == status
+    assert ["4"] == [d.chat_id for d in bot_api_server.deliveries]
+
+
+def test_public_names() -> None:
+    """notifyonce.telegram and notifyonce.testing export exactly their documented names."""
+    import notifyonce.telegram
+    import notifyonce.testing
+
+    assert [
+        "CONNECT_TIMEOUT",
+        "DEFAULT_BUDGET",
+        "DEFAULT_LIMITS",
+        "POOL_TIMEOUT",
+        "WRITE_TIMEOUT",
+        "RateLimit",
+        "RedactedTransportError",
+        "TelegramSender",
+    ] == notifyonce.telegram.__all__
+    assert [
+        "OK",
+        "BotAPIServer",
+        "Delivery",
+        "FakeSender",
+        "Reply",
+        "Request",
+        "SendRecord",
+    ] == notifyonce.testing.__all__

@@ -1,0 +1,79 @@
+"""The ASCII timeline of a schedule, for the command line and the docs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from notifyonce import Schedule, ValidationError, ValidationTypeError, Window
+
+from .test_schedule import seed_schedule, valid_schedules
+
+SEED_TIMELINE = """\
+3 windows before the deadline D (# open, . gap)
+                        -6h30m                                         D
+trial_6h  6h30m..5h     |###########                                   |
+  gap 1h30m             |           ..........                         |
+trial_3h  3h30m..2h12m  |                     #########                |
+  gap 1h                |                              ........        |
+trial_1h  1h12m..24m    |                                      #####   |
+                        +---+-------------+--------------+-------------+
+                           -6h           -4h            -2h            D
+job every 5m, up to 5m more downtime: runs at most 10m apart
+narrowest window 'trial_1h': 48m wide, needs >= 10m (ok)
+smallest gap 1h between 'trial_3h' and 'trial_1h', min_gap 0s (ok)"""
+
+
+def bar_rows(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.endswith("|") and "#" in line]
+
+
+def test_seed_timeline() -> None:
+    """The seed's schedule draws as in docs/concepts/windows.md."""
+    assert SEED_TIMELINE == seed_schedule().render()
+
+
+@given(valid_schedules(), st.integers(48, 160))
+def test_timeline_fits_the_width_and_names_every_window(schedule: Schedule, width: int) -> None:
+    """Every line fits the width, is ASCII, and every window gets its own bar row."""
+    text = schedule.render(width)
+    lines = text.splitlines()
+    assert [] == [line for line in lines if len(line) > width]
+    assert text.isascii()
+    rows = bar_rows(text)
+    assert len(schedule) == len(rows)
+    for window, row in zip(schedule.windows, rows, strict=True):
+        assert row.startswith(window.action[:20])
+
+
+def test_bars_follow_the_time_order() -> None:
+    """An earlier window's bar starts left of a later one's, and bars never share a column."""
+    rows = bar_rows(seed_schedule().render(100))
+    spans = [(row.index("#"), row.rindex("#")) for row in rows]
+    assert sorted(spans) == spans
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert end < start
+
+
+def test_timeline_width_is_checked() -> None:
+    """A width too small to draw, or not an int, names the field."""
+    with pytest.raises(ValidationError) as small:
+        seed_schedule().render(20)
+    assert "width" == small.value.field
+    with pytest.raises(ValidationTypeError):
+        seed_schedule().render("wide")  # type: ignore[arg-type]
+
+
+def test_single_window_to_the_deadline() -> None:
+    """A window that closes at the deadline reaches the right end of the axis."""
+    schedule = Schedule(
+        [Window("last_call", opens_before=dt.timedelta(minutes=30), closes_before=dt.timedelta(0))],
+        period=dt.timedelta(minutes=5),
+    )
+    [row] = bar_rows(schedule.render())
+    assert row.endswith("#|")
+    assert "gap" not in schedule.render()
