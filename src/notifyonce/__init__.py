@@ -20,15 +20,21 @@ from ._errors import (
     ValidationTypeError,
 )
 from ._keys import Cycle, SlotKey, Subject, make_key
+from ._ledger import AsyncLedger, Ledger
+from ._ledger_core import LedgerStats, SlotRecord, SweepResult
 from ._message import Message, Receipt, Sender
 from ._outcome import DeliveryMode, Outcome
+from ._table import SlotStatus
 from ._version import __version__
 
 __all__ = [
+    "AsyncLedger",
     "Claim",
     "Cycle",
     "DeliveryMode",
+    "Ledger",
     "LedgerError",
+    "LedgerStats",
     "LedgerUnavailableError",
     "Message",
     "NotifyOnceError",
@@ -39,7 +45,10 @@ __all__ = [
     "SendError",
     "Sender",
     "SlotKey",
+    "SlotRecord",
+    "SlotStatus",
     "Subject",
+    "SweepResult",
     "TransientSendError",
     "UncertainSendError",
     "ValidationError",
