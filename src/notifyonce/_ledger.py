@@ -247,12 +247,15 @@ class AsyncLedger(_LedgerBase):
     ) -> T:
         if connection is not None:
             return await connection.run_sync(self._core.run, body, write=write, owned=False)
+        conn = self._engine.connect()
         try:
-            conn = await self._engine.connect()
+            await conn.start()
         except DATABASE_ERRORS as exc:
             raise self._core.translate(exc) from exc
-        async with conn:
+        try:
             return await conn.run_sync(self._core.run, body, write=write, owned=True)
+        finally:
+            await conn.close()
 
     async def create_schema(self) -> None:
         """Create the table and its indexes unless they exist (for quick starts and tests).
