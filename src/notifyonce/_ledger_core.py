@@ -8,6 +8,7 @@ copy of the SQL and of the transaction rules.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -45,7 +46,15 @@ _MARK_STATUSES = frozenset(
 )
 _SWEEP_NOTE = "lease expired before a result was recorded"
 # What the database can raise at run time; anything else from SQLAlchemy is a bug here.
-DATABASE_ERRORS = (sa.exc.DBAPIError, sa.exc.TimeoutError, sa.exc.DisconnectionError)
+# OSError and asyncio's TimeoutError: some async drivers (asyncpg) let a refused or timed
+# out connect through unwrapped.
+DATABASE_ERRORS = (
+    sa.exc.DBAPIError,
+    sa.exc.TimeoutError,
+    sa.exc.DisconnectionError,
+    OSError,
+    asyncio.TimeoutError,
+)
 
 
 @dataclass(frozen=True)
@@ -303,7 +312,9 @@ class LedgerCore:
         # The class and the driver's first line only: never the statement's parameters.
         detail = str(orig).strip().splitlines()[0] if str(orig).strip() else ""
         message = f"{type(orig).__name__}: {detail}"[:300]
-        unavailable = isinstance(exc, sa.exc.TimeoutError | sa.exc.InterfaceError) or (
+        unavailable = isinstance(
+            exc, (sa.exc.TimeoutError, sa.exc.InterfaceError, OSError, asyncio.TimeoutError)
+        ) or (
             isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated
         )
         if isinstance(exc, sa.exc.OperationalError) and not self.is_retryable(exc):
