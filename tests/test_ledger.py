@@ -18,7 +18,7 @@ from notifyonce import (
     ValidationTypeError,
 )
 
-from ._ledger_env import FLAVOURS, START, UTC, Env, drop_table, dispose, open_env
+from ._ledger_env import FLAVOURS, START, UTC, Env, dispose, drop_table, open_env
 
 DEADLINE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
 MINUTE = dt.timedelta(minutes=1)
@@ -189,7 +189,7 @@ async def test_claim_many_returns_won_claims_in_input_order(env: Env) -> None:
     claims = await ledger.claim_many("a", items, chunk_size=3)
     expected = ["9", "1", "3"] + [str(i) for i in range(10, 17)]
     assert expected == [c.key.subject for c in claims]
-    assert len(set(c.token for c in claims)) == len(claims)
+    assert len({c.token for c in claims}) == len(claims)
     assert 11 == env.count()
     for claim in claims:
         record = await ledger.get("a", claim.key.subject, claim.key.cycle)

@@ -121,7 +121,10 @@ class LedgerModel(RuleBasedStateMachine):
     @rule(mode=st.sampled_from(DeliveryMode), max_attempts=st.integers(1, 3))
     def sweep(self, mode: DeliveryMode, max_attempts: int) -> None:
         now = self.clock.now
-        expected: dict[SlotStatus, set[str]] = {SlotStatus.UNKNOWN: set(), SlotStatus.RELEASED: set()}
+        expected: dict[SlotStatus, set[str]] = {
+            SlotStatus.UNKNOWN: set(),
+            SlotStatus.RELEASED: set(),
+        }
         for subject, row in self.model.items():
             if row.status is SlotStatus.CLAIMED and row.lease_until < now:
                 retry = mode is DeliveryMode.AT_LEAST_ONCE and row.attempt < max_attempts

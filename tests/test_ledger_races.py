@@ -18,7 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from notifyonce import Claim, LedgerUnavailableError
 
-from ._ledger_env import FLAVOURS, UTC, Awaitable as Wrapped, Env, dispose, drop_table, open_env
+from ._ledger_env import FLAVOURS, UTC, Env, dispose, drop_table, open_env
+from ._ledger_env import Awaitable as Wrapped
 
 T = TypeVar("T")
 DEADLINE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
@@ -46,7 +47,9 @@ async def run_workers(env: Env, count: int, work: Work[T]) -> list[T]:
         async def start_together() -> None:
             await barrier.wait()
 
-        return list(await asyncio.gather(*(work(env.make(), i, start_together) for i in range(count))))
+        return list(
+            await asyncio.gather(*(work(env.make(), i, start_together) for i in range(count)))
+        )
     thread_barrier = threading.Barrier(count)
 
     async def start_together_thread() -> None:
@@ -65,13 +68,17 @@ async def test_racing_claims_have_exactly_one_winner_per_key(env: Env) -> None:
     subjects = list(range(12))
 
     async def claim_all(take_expired: bool) -> collections.Counter[str]:
-        async def work(ledger: Wrapped, index: int, start: Callable[[], Awaitable[None]]) -> list[Claim]:
+        async def work(
+            ledger: Wrapped, index: int, start: Callable[[], Awaitable[None]]
+        ) -> list[Claim]:
             order = subjects[:]
             random.Random(index).shuffle(order)
             await start()
             won = []
             for subject in order:
-                claim = await ledger.claim_slot("race", subject, DEADLINE, take_expired=take_expired)
+                claim = await ledger.claim_slot(
+                    "race", subject, DEADLINE, take_expired=take_expired
+                )
                 if claim is not None:
                     won.append(claim)
             return won
@@ -92,7 +99,9 @@ async def test_overlapping_claim_many_batches_split_the_keys_exactly(env: Env) -
     won exactly once, and no deadlock reaches the caller."""
     items = [(subject, DEADLINE + dt.timedelta(hours=subject % 7)) for subject in range(300)]
 
-    async def work(ledger: Wrapped, index: int, start: Callable[[], Awaitable[None]]) -> list[Claim]:
+    async def work(
+        ledger: Wrapped, index: int, start: Callable[[], Awaitable[None]]
+    ) -> list[Claim]:
         batch = items[::-1] if index % 2 else items[:]
         if index >= 4:
             random.Random(index).shuffle(batch)

@@ -26,7 +26,8 @@ def _shape(inspector: Any, table: str) -> dict[str, Any]:
     ]
     pk = inspector.get_pk_constraint(table)
     uniques = sorted(
-        (strip(u["name"]), tuple(u["column_names"])) for u in inspector.get_unique_constraints(table)
+        (strip(u["name"]), tuple(u["column_names"]))
+        for u in inspector.get_unique_constraints(table)
     )
     indexes = sorted(
         (strip(i["name"]), tuple(i["column_names"]), bool(i["unique"]))

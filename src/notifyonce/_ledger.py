@@ -8,10 +8,11 @@ bridge onto the async driver), so the SQL and the transaction rules exist once.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import TypeVar
+from typing import NoReturn, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -107,7 +108,7 @@ class _Plans:
         )
 
 
-def raise_type(field: str, expected: str, value: object) -> None:
+def raise_type(field: str, expected: str, value: object) -> NoReturn:
     from ._errors import ValidationTypeError
 
     raise ValidationTypeError(field, f"must be {expected}, got {type(value).__name__}")
@@ -183,10 +184,9 @@ def _release_quietly(core: LedgerCore, conn: Connection, claims: list[Claim]) ->
     if not claims:
         return
     results = [(c, SlotStatus.RELEASED, "claim_many failed in a later chunk") for c in claims]
-    try:
+    # Best effort: the original error is what the caller must see.
+    with contextlib.suppress(Exception):
         core.run(conn, partial(core.mark_many, results=results), write=True, owned=True)
-    except Exception:  # noqa: S110 - best effort; the original error is what matters
-        pass
 
 
 class AsyncLedger(_LedgerBase):
@@ -229,7 +229,7 @@ class AsyncLedger(_LedgerBase):
         busy_timeout: dt.timedelta = dt.timedelta(seconds=30),
         retries: int = 5,
     ) -> None:
-        if not isinstance(engine, AsyncEngine):
+        if not isinstance(cast(object, engine), AsyncEngine):
             raise_type("engine", "an AsyncEngine (use Ledger for an Engine)", engine)
         super().__init__(
             engine.dialect.name,
@@ -451,7 +451,7 @@ class Ledger(_LedgerBase):
         busy_timeout: dt.timedelta = dt.timedelta(seconds=30),
         retries: int = 5,
     ) -> None:
-        if not isinstance(engine, sa.Engine):
+        if not isinstance(cast(object, engine), sa.Engine):
             raise_type("engine", "an Engine (use AsyncLedger for an AsyncEngine)", engine)
         super().__init__(
             engine.dialect.name,
@@ -546,7 +546,9 @@ class Ledger(_LedgerBase):
         """See :meth:`AsyncLedger.purge`."""
         return self._run(self._plans.purge(older_than, opaque_finished_before))
 
-    def last_sent(self, subjects: Iterable[Subject], *, since: dt.datetime) -> dict[str, dt.datetime]:
+    def last_sent(
+        self, subjects: Iterable[Subject], *, since: dt.datetime
+    ) -> dict[str, dt.datetime]:
         """See :meth:`AsyncLedger.last_sent`."""
         texts = normalize_subjects(subjects)
         body = partial(self._core.last_sent, subjects=texts, since=check_aware("since", since))
@@ -555,4 +557,3 @@ class Ledger(_LedgerBase):
     def stats(self) -> LedgerStats:
         """See :meth:`AsyncLedger.stats`."""
         return self._run(self._core.stats, write=False)
-

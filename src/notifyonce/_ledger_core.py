@@ -9,6 +9,7 @@ copy of the SQL and of the transaction rules.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -21,7 +22,7 @@ from sqlalchemy.engine import Connection
 
 from ._claim import Claim
 from ._errors import LedgerError, LedgerUnavailableError, ValidationError, ValidationTypeError
-from ._keys import Cycle, SlotKey, Subject, make_key, normalize_action, normalize_subject
+from ._keys import SlotKey, make_key, normalize_action, normalize_subject
 from ._outcome import DeliveryMode
 from ._table import (
     MAX_ERROR_LENGTH,
@@ -220,9 +221,9 @@ class LedgerCore:
         self.table = build_table(sa.MetaData(), table_name, schema)
         self.lease = check_lease(lease)
         self.clock: Clock = clock if clock is not None else _utc_now
-        self.busy_timeout_ms = int(check_lease(busy_timeout, "busy_timeout") / dt.timedelta(
-            milliseconds=1
-        ))
+        self.busy_timeout_ms = int(
+            check_lease(busy_timeout, "busy_timeout") / dt.timedelta(milliseconds=1)
+        )
         self.retries = check_positive_int("retries", retries)
 
     # ---- time, options -------------------------------------------------------------
@@ -289,18 +290,17 @@ class LedgerCore:
 
     @staticmethod
     def _rollback_quietly(conn: Connection) -> None:
-        try:
+        # If the connection is gone, the server rolled back already.
+        with contextlib.suppress(sa.exc.SQLAlchemyError):
             conn.rollback()
-        except sa.exc.SQLAlchemyError:
-            pass  # the connection is gone; the server rolled back
 
-    def is_retryable(self, exc: sa.exc.SQLAlchemyError) -> bool:
+    def is_retryable(self, exc: BaseException) -> bool:
         """A deadlock or lock timeout whose transaction the server rolled back."""
         if not isinstance(exc, sa.exc.DBAPIError) or exc.connection_invalidated:
             return False
         orig = exc.orig
         if self.dialect == "mysql":
-            args = getattr(orig, "args", ())
+            args: tuple[Any, ...] = getattr(orig, "args", ())
             return bool(args) and args[0] in _MYSQL_RETRY_CODES
         if self.dialect == "postgresql":
             return getattr(orig, "sqlstate", None) in _PG_RETRY_STATES
@@ -314,9 +314,7 @@ class LedgerCore:
         message = f"{type(orig).__name__}: {detail}"[:300]
         unavailable = isinstance(
             exc, (sa.exc.TimeoutError, sa.exc.InterfaceError, OSError, asyncio.TimeoutError)
-        ) or (
-            isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated
-        )
+        ) or (isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated)
         if isinstance(exc, sa.exc.OperationalError) and not self.is_retryable(exc):
             # SQLite's OperationalError is also "database is locked": the database is
             # there, it is busy, so that one stays a plain LedgerError.
@@ -410,16 +408,20 @@ class LedgerCore:
         if self.dialect == "postgresql" and len(keys) > 1:
             # One statement with four arrays, whatever the batch size: no parameter limit,
             # one plan, the same on asyncpg and psycopg.
-            rows = sa.func.unnest(
-                sa.bindparam("subjects", [k.subject for k in keys], postgresql.ARRAY(sa.Text)),
-                sa.bindparam("cycles", [k.cycle for k in keys], postgresql.ARRAY(sa.Text)),
-                sa.bindparam(
-                    "cycle_ats",
-                    [k.cycle_at for k in keys],
-                    postgresql.ARRAY(postgresql.TIMESTAMP(timezone=True)),
-                ),
-                sa.bindparam("tokens", list(tokens), postgresql.ARRAY(sa.BigInteger)),
-            ).table_valued("subject", "cycle", "cycle_at", "token").render_derived()
+            rows = (
+                sa.func.unnest(
+                    sa.bindparam("subjects", [k.subject for k in keys], postgresql.ARRAY(sa.Text)),
+                    sa.bindparam("cycles", [k.cycle for k in keys], postgresql.ARRAY(sa.Text)),
+                    sa.bindparam(
+                        "cycle_ats",
+                        [k.cycle_at for k in keys],
+                        postgresql.ARRAY(postgresql.TIMESTAMP(timezone=True)),
+                    ),
+                    sa.bindparam("tokens", list(tokens), postgresql.ARRAY(sa.BigInteger)),
+                )
+                .table_valued("subject", "cycle", "cycle_at", "token")
+                .render_derived()
+            )
             select = sa.select(
                 sa.literal(action, t.c.action.type),
                 rows.c.subject,
@@ -471,7 +473,7 @@ class LedgerCore:
         now: dt.datetime,
         lease_until: dt.datetime,
         options: ClaimOptions,
-    ) -> Sequence[sa.Row[Any]]:
+    ) -> Sequence[Any]:
         """MySQL/MariaDB: ``INSERT ... ON DUPLICATE KEY UPDATE``, then read back by token.
 
         MySQL applies the assignments left to right and each one sees the columns already
@@ -709,7 +711,7 @@ def _fresh_tokens(count: int) -> list[int]:
     return list(tokens)
 
 
-def normalize_items(action: object, items: Iterable[tuple[Subject, Cycle]]) -> list[SlotKey]:
+def normalize_items(action: object, items: object) -> list[SlotKey]:
     """Validate every item before any SQL; collapse duplicates, keep first-seen order."""
     action_text = normalize_action(action)
     if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
@@ -725,7 +727,7 @@ def normalize_items(action: object, items: Iterable[tuple[Subject, Cycle]]) -> l
     return list(keys.values())
 
 
-def normalize_subjects(subjects: Iterable[Subject]) -> list[str]:
+def normalize_subjects(subjects: object) -> list[str]:
     """The distinct subject texts, validated."""
     if isinstance(subjects, (str, bytes)) or not isinstance(subjects, Iterable):
         raise ValidationTypeError("subjects", "must be an iterable of subjects")
@@ -739,12 +741,12 @@ def check_mark_results(
     checked = []
     for claim, status, detail in results:
         if not isinstance(status, SlotStatus) or status not in _MARK_STATUSES:
-            raise ValidationError("status", f"must be SENT, FAILED, UNKNOWN or RELEASED: {status!r}")
+            raise ValidationError(
+                "status", f"must be SENT, FAILED, UNKNOWN or RELEASED: {status!r}"
+            )
         if status is SlotStatus.SENT:
             text = check_message_id(detail)
         else:
             text = check_text("error", detail, optional=True)
         checked.append((check_claim(claim), status, text))
     return checked
-
-

@@ -10,6 +10,7 @@ from ._errors import ValidationError, ValidationTypeError
 
 __all__ = ["Message", "Receipt", "Sender"]
 
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """A message to deliver.

@@ -26,7 +26,7 @@ from alembic.config import Config
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from .._table import DEFAULT_TABLE_NAME
+from notifyonce._table import DEFAULT_TABLE_NAME
 
 __all__ = ["SCRIPT_LOCATION", "settings_from_config", "upgrade", "upgrade_async"]
 
