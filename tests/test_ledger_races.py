@@ -115,39 +115,40 @@ async def test_overlapping_claim_many_batches_split_the_keys_exactly(env: Env) -
     assert 300 == env.count()
 
 
-def _terminate_after_insert(env: Env) -> Callable[[], None]:
-    """Kill the ledger's PostgreSQL backend right after its claim INSERT, before COMMIT."""
+def _backend_pid(driver_connection: Any) -> int:
+    """The server process id of a psycopg (sync or async) or asyncpg connection."""
+    if hasattr(driver_connection, "get_server_pid"):
+        return int(driver_connection.get_server_pid())
+    return int(driver_connection.info.backend_pid)
+
+
+def _kill_backend_at_insert(env: Env) -> Callable[[], None]:
+    """Terminate the ledger's PostgreSQL backend just before its claim INSERT is sent."""
     sync_engine = env.engine.sync_engine if isinstance(env.engine, AsyncEngine) else env.engine
     killer = sa.create_engine(env.backend.sync_url, poolclass=sa.pool.NullPool)
 
     def kill(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if statement.lstrip().upper().startswith("INSERT"):
+            pid = _backend_pid(conn.connection.driver_connection)
             with killer.begin() as k:
-                k.execute(
-                    sa.text(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                        "WHERE pid <> pg_backend_pid() AND state = 'idle in transaction' "
-                        "AND query LIKE :q"
-                    ),
-                    {"q": f"INSERT INTO {env.table}%"},
-                )
+                k.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
 
-    sa.event.listen(sync_engine, "after_cursor_execute", kill)
+    sa.event.listen(sync_engine, "before_cursor_execute", kill)
 
     def remove() -> None:
-        sa.event.remove(sync_engine, "after_cursor_execute", kill)
+        sa.event.remove(sync_engine, "before_cursor_execute", kill)
         killer.dispose()
 
     return remove
 
 
-async def test_connection_lost_before_commit_raises_and_returns_no_claim(env: Env) -> None:
-    """A backend killed between the claim's INSERT and COMMIT raises LedgerUnavailableError;
-    the row was never committed, so the next claim wins it."""
+async def test_connection_lost_during_claim_raises_and_returns_no_claim(env: Env) -> None:
+    """A backend killed under a claim raises LedgerUnavailableError and returns no claim;
+    nothing was written, so the next claim wins the slot."""
     if env.dialect != "postgresql":
-        pytest.skip("pg_terminate_backend is PostgreSQL's")
+        pytest.skip("pg_terminate_backend is PostgreSQL's; see the commit-failure test")
     ledger = env.make()
-    remove = _terminate_after_insert(env)
+    remove = _kill_backend_at_insert(env)
     try:
         with pytest.raises(LedgerUnavailableError):
             await ledger.claim_slot("a", 1, DEADLINE)
@@ -155,6 +156,32 @@ async def test_connection_lost_before_commit_raises_and_returns_no_claim(env: En
             await ledger.claim_many("a", [(2, DEADLINE), (3, DEADLINE)])
     finally:
         remove()
+    assert 0 == env.count()
+    assert 1 == (await ledger.claim_slot("a", 1, DEADLINE)).attempt
+
+
+async def test_commit_failure_raises_and_returns_no_claim(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When COMMIT fails (connection lost at commit), the claim is not returned and the
+    row is not there. (PostgreSQL claims autocommit, so they have no separate COMMIT.)"""
+    if env.dialect == "postgresql":
+        pytest.skip("claims autocommit on PostgreSQL; see the backend-kill test")
+    real_commit = sa.engine.Connection.commit
+
+    def lost_at_commit(self: sa.engine.Connection) -> None:
+        self.rollback()
+        raise sa.exc.OperationalError(
+            "COMMIT", {}, ConnectionResetError("lost"), connection_invalidated=True
+        )
+
+    ledger = env.make()
+    monkeypatch.setattr(sa.engine.Connection, "commit", lost_at_commit)
+    with pytest.raises(LedgerUnavailableError):
+        await ledger.claim_slot("a", 1, DEADLINE)
+    with pytest.raises(LedgerUnavailableError):
+        await ledger.claim_many("a", [(2, DEADLINE), (3, DEADLINE)])
+    monkeypatch.setattr(sa.engine.Connection, "commit", real_commit)
     assert 0 == env.count()
     assert 1 == (await ledger.claim_slot("a", 1, DEADLINE)).attempt
 

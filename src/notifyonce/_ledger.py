@@ -140,6 +140,11 @@ class _LedgerBase:
         self._core = self._plans.core
 
     @property
+    def _single(self) -> bool:
+        """A claim is one statement, except on MySQL (INSERT, then the read-back)."""
+        return self._core.dialect != "mysql"
+
+    @property
     def table(self) -> sa.Table:
         """The ledger's SQLAlchemy ``Table`` (for your own queries and Alembic autogenerate)."""
         return self._core.table
@@ -168,6 +173,7 @@ class _LedgerBase:
                         ),
                         write=True,
                         owned=True,
+                        single_statement=core.dialect != "mysql",
                     )
                     won.update(((c.key.subject, c.key.cycle), c) for c in claims)
             except Exception:
@@ -243,7 +249,12 @@ class AsyncLedger(_LedgerBase):
         self._engine = engine
 
     async def _run(
-        self, body: Body[T], *, write: bool = True, connection: AsyncConnection | None = None
+        self,
+        body: Body[T],
+        *,
+        write: bool = True,
+        connection: AsyncConnection | None = None,
+        single_statement: bool = False,
     ) -> T:
         if connection is not None:
             return await connection.run_sync(self._core.run, body, write=write, owned=False)
@@ -253,7 +264,9 @@ class AsyncLedger(_LedgerBase):
         except DATABASE_ERRORS as exc:
             raise self._core.translate(exc) from exc
         try:
-            return await conn.run_sync(self._core.run, body, write=write, owned=True)
+            return await conn.run_sync(
+                self._core.run, body, write=write, owned=True, single_statement=single_statement
+            )
         finally:
             await conn.close()
 
@@ -309,7 +322,7 @@ class AsyncLedger(_LedgerBase):
         """
         options = self._core.claim_options(lease, take_expired, max_attempts)
         body = self._plans.claim_slot(action, subject, cycle, options)
-        return await self._run(body, connection=connection)
+        return await self._run(body, connection=connection, single_statement=self._single)
 
     async def claim_many(
         self,
@@ -344,28 +357,28 @@ class AsyncLedger(_LedgerBase):
             >>> # if not await ledger.mark_sent(claim, message_id=receipt.message_id): ...
         """
         body = self._plans.mark(claim, SlotStatus.SENT, check_message_id(message_id))
-        return await self._run(body)
+        return await self._run(body, single_statement=True)
 
     async def mark_failed(self, claim: Claim, error: str) -> bool:
         """Record a permanent failure (never retried); False if the lease was lost."""
         body = self._plans.mark(
             claim, SlotStatus.FAILED, check_text("error", error, optional=False)
         )
-        return await self._run(body)
+        return await self._run(body, single_statement=True)
 
     async def mark_unknown(self, claim: Claim, error: str | None = None) -> bool:
         """Record that the send may or may not have arrived; False if the lease was lost."""
         body = self._plans.mark(
             claim, SlotStatus.UNKNOWN, check_text("error", error, optional=True)
         )
-        return await self._run(body)
+        return await self._run(body, single_statement=True)
 
     async def release(self, claim: Claim, error: str | None = None) -> bool:
         """Free the slot for the next claim (not delivered); False if the lease was lost."""
         body = self._plans.mark(
             claim, SlotStatus.RELEASED, check_text("error", error, optional=True)
         )
-        return await self._run(body)
+        return await self._run(body, single_statement=True)
 
     async def mark_many(
         self, results: Sequence[tuple[Claim, SlotStatus, str | None]]
@@ -464,7 +477,14 @@ class Ledger(_LedgerBase):
         )
         self._engine = engine
 
-    def _run(self, body: Body[T], *, write: bool = True, connection: Connection | None = None) -> T:
+    def _run(
+        self,
+        body: Body[T],
+        *,
+        write: bool = True,
+        connection: Connection | None = None,
+        single_statement: bool = False,
+    ) -> T:
         if connection is not None:
             return self._core.run(connection, body, write=write, owned=False)
         try:
@@ -472,7 +492,9 @@ class Ledger(_LedgerBase):
         except DATABASE_ERRORS as exc:
             raise self._core.translate(exc) from exc
         with conn:
-            return self._core.run(conn, body, write=write, owned=True)
+            return self._core.run(
+                conn, body, write=write, owned=True, single_statement=single_statement
+            )
 
     def create_schema(self) -> None:
         """See :meth:`AsyncLedger.create_schema`."""
@@ -492,7 +514,7 @@ class Ledger(_LedgerBase):
         """See :meth:`AsyncLedger.claim_slot` (with ``connection``: commit before sending)."""
         options = self._core.claim_options(lease, take_expired, max_attempts)
         body = self._plans.claim_slot(action, subject, cycle, options)
-        return self._run(body, connection=connection)
+        return self._run(body, connection=connection, single_statement=self._single)
 
     def claim_many(
         self,
@@ -510,22 +532,31 @@ class Ledger(_LedgerBase):
 
     def mark_sent(self, claim: Claim, *, message_id: int | str | None = None) -> bool:
         """See :meth:`AsyncLedger.mark_sent`."""
-        return self._run(self._plans.mark(claim, SlotStatus.SENT, check_message_id(message_id)))
+        return self._run(
+            self._plans.mark(claim, SlotStatus.SENT, check_message_id(message_id)),
+            single_statement=True,
+        )
 
     def mark_failed(self, claim: Claim, error: str) -> bool:
         """See :meth:`AsyncLedger.mark_failed`."""
         error_text = check_text("error", error, optional=False)
-        return self._run(self._plans.mark(claim, SlotStatus.FAILED, error_text))
+        return self._run(
+            self._plans.mark(claim, SlotStatus.FAILED, error_text), single_statement=True
+        )
 
     def mark_unknown(self, claim: Claim, error: str | None = None) -> bool:
         """See :meth:`AsyncLedger.mark_unknown`."""
         error_text = check_text("error", error, optional=True)
-        return self._run(self._plans.mark(claim, SlotStatus.UNKNOWN, error_text))
+        return self._run(
+            self._plans.mark(claim, SlotStatus.UNKNOWN, error_text), single_statement=True
+        )
 
     def release(self, claim: Claim, error: str | None = None) -> bool:
         """See :meth:`AsyncLedger.release`."""
         error_text = check_text("error", error, optional=True)
-        return self._run(self._plans.mark(claim, SlotStatus.RELEASED, error_text))
+        return self._run(
+            self._plans.mark(claim, SlotStatus.RELEASED, error_text), single_statement=True
+        )
 
     def mark_many(self, results: Sequence[tuple[Claim, SlotStatus, str | None]]) -> list[bool]:
         """See :meth:`AsyncLedger.mark_many`."""
