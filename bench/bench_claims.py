@@ -67,7 +67,9 @@ async def timed(label: str, count: int, work: Callable[[], Awaitable[object]]) -
     return rate
 
 
-async def in_workers(items: list[tuple[str, dt.datetime]], one: Callable[..., Awaitable[object]]) -> None:
+async def in_workers(
+    items: list[tuple[str, dt.datetime]], one: Callable[..., Awaitable[object]]
+) -> None:
     """Claim ``items`` one at a time, spread over WORKERS concurrent tasks."""
 
     async def worker(part: list[tuple[str, dt.datetime]]) -> None:
@@ -95,14 +97,22 @@ async def main(url: str) -> int:
             now = dt.datetime.now(UTC)
             async with pool.acquire() as conn:
                 await conn.fetchrow(
-                    single, "s", subject, cycle.strftime("%Y-%m-%dT%H:%M:%SZ"), cycle,
-                    secrets.randbits(63), now + lease, now,
-                )  # fmt: skip
+                    single,
+                    "s",
+                    subject,
+                    cycle.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    cycle,
+                    secrets.randbits(63),
+                    now + lease,
+                    now,
+                )
 
         async def ledger_one(subject: str, cycle: dt.datetime) -> None:
             assert await ledger.claim_slot("s", subject, cycle) is not None
 
-        async def sequential(one: Callable[..., Awaitable[None]], items: list[tuple[str, dt.datetime]]) -> None:
+        async def sequential(
+            one: Callable[..., Awaitable[None]], items: list[tuple[str, dt.datetime]]
+        ) -> None:
             for subject, cycle in items:
                 await one(subject, cycle)
 
@@ -111,10 +121,26 @@ async def main(url: str) -> int:
         await sequential(ledger_one, keys("warm", 200))
 
         print(f"claim_slot, {SINGLE} keys, one at a time")
-        raw_seq = await timed("raw asyncpg INSERT ON CONFLICT, sequential", SINGLE, lambda: sequential(raw_one, keys("a", SINGLE)))
-        led_seq = await timed("AsyncLedger.claim_slot, sequential", SINGLE, lambda: sequential(ledger_one, keys("a", SINGLE)))
-        raw_par = await timed(f"raw asyncpg, {WORKERS} workers", SINGLE, lambda: in_workers(keys("b", SINGLE), raw_one))
-        led_par = await timed(f"AsyncLedger.claim_slot, {WORKERS} workers", SINGLE, lambda: in_workers(keys("b", SINGLE), ledger_one))  # fmt: skip
+        raw_seq = await timed(
+            "raw asyncpg INSERT ON CONFLICT, sequential",
+            SINGLE,
+            lambda: sequential(raw_one, keys("a", SINGLE)),
+        )
+        led_seq = await timed(
+            "AsyncLedger.claim_slot, sequential",
+            SINGLE,
+            lambda: sequential(ledger_one, keys("a", SINGLE)),
+        )
+        raw_par = await timed(
+            f"raw asyncpg, {WORKERS} workers",
+            SINGLE,
+            lambda: in_workers(keys("b", SINGLE), raw_one),
+        )
+        led_par = await timed(
+            f"AsyncLedger.claim_slot, {WORKERS} workers",
+            SINGLE,
+            lambda: in_workers(keys("b", SINGLE), ledger_one),
+        )
 
         bulk = RAW_BULK.format(t=raw_table)
 
@@ -124,12 +150,15 @@ async def main(url: str) -> int:
                     chunk = sorted(items[start : start + CHUNK], key=lambda k: (k[1], k[0]))
                     now = dt.datetime.now(UTC)
                     rows = await conn.fetch(
-                        bulk, "m", now + lease, now,
+                        bulk,
+                        "m",
+                        now + lease,
+                        now,
                         [s for s, _ in chunk],
                         [c.strftime("%Y-%m-%dT%H:%M:%SZ") for _, c in chunk],
                         [c for _, c in chunk],
                         [secrets.randbits(63) for _ in chunk],
-                    )  # fmt: skip
+                    )
                     assert len(rows) == len(chunk)
 
         async def ledger_bulk(items: list[tuple[str, dt.datetime]]) -> None:
@@ -139,7 +168,9 @@ async def main(url: str) -> int:
         await raw_bulk(keys("warm", 2 * CHUNK))
         await ledger_bulk(keys("warm", 2 * CHUNK))
         print(f"claim_many, {BULK:,} keys in chunks of {CHUNK}")
-        raw_many = await timed("raw asyncpg unnest INSERT ON CONFLICT", BULK, lambda: raw_bulk(keys("c", BULK)))
+        raw_many = await timed(
+            "raw asyncpg unnest INSERT ON CONFLICT", BULK, lambda: raw_bulk(keys("c", BULK))
+        )
         led_many = await timed("AsyncLedger.claim_many", BULK, lambda: ledger_bulk(keys("c", BULK)))
 
         print("ratios (ledger / raw; goals: claim_slot >= 0.6, claim_many >= 0.5)")
@@ -156,5 +187,7 @@ async def main(url: str) -> int:
 
 
 if __name__ == "__main__":
-    default = os.environ.get("NOTIFYONCE_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test")
+    default = os.environ.get(
+        "NOTIFYONCE_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test"
+    )
     sys.exit(asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else default)))

@@ -42,10 +42,16 @@ async def run_workers(env: Env, count: int, work: Work[T]) -> list[T]:
     """Run ``work`` in ``count`` workers, each with its own ledger object, released together
     by a barrier: coroutines on one loop for the async ledger, threads for the sync one."""
     if env.flavour == "async":
-        barrier = asyncio.Barrier(count)
+        # asyncio.Barrier is 3.11+; the package supports 3.10.
+        arrived = 0
+        all_in = asyncio.Event()
 
         async def start_together() -> None:
-            await barrier.wait()
+            nonlocal arrived
+            arrived += 1
+            if arrived == count:
+                all_in.set()
+            await all_in.wait()
 
         return list(
             await asyncio.gather(*(work(env.make(), i, start_together) for i in range(count)))
