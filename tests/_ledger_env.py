@@ -149,3 +149,12 @@ async def open_env(param: tuple[str, str], tmp_path: Path) -> Env:
     env = Env(flavour, backend, backend.unique_table(), make_engine(flavour, backend))
     await env.make().create_schema()
     return env
+
+
+@pytest.fixture(params=FLAVOURS, name="env")
+async def env_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Env]:
+    """A fresh ledger table on each database, for the async and the sync ledger."""
+    environment = await open_env(request.param, tmp_path)
+    yield environment
+    await dispose(environment.engine)
+    drop_table(environment.backend, environment.table)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,19 +16,10 @@ from notifyonce import (
     ValidationTypeError,
 )
 
-from ._ledger_env import FLAVOURS, START, UTC, Env, dispose, drop_table, open_env
+from ._ledger_env import START, UTC, Env, env_fixture  # noqa: F401 - the `env` fixture
 
 DEADLINE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
 MINUTE = dt.timedelta(minutes=1)
-
-
-@pytest.fixture(params=FLAVOURS)
-async def env(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Env]:
-    """A fresh ledger table on each database, for the async and the sync ledger."""
-    environment = await open_env(request.param, tmp_path)
-    yield environment
-    await dispose(environment.engine)
-    drop_table(environment.backend, environment.table)
 
 
 # ---- claiming ---------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import collections
 import datetime as dt
 import random
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,21 +18,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from notifyonce import Claim, LedgerUnavailableError
 
-from ._ledger_env import FLAVOURS, UTC, Env, dispose, drop_table, open_env
+from ._ledger_env import UTC, Env, env_fixture  # noqa: F401 - the `env` fixture
 from ._ledger_env import Awaitable as Wrapped
 
 T = TypeVar("T")
 DEADLINE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
 WORKERS = 16
-
-
-@pytest.fixture(params=FLAVOURS)
-async def env(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Env]:
-    """A fresh ledger table on each database, for the async and the sync ledger."""
-    environment = await open_env(request.param, tmp_path)
-    yield environment
-    await dispose(environment.engine)
-    drop_table(environment.backend, environment.table)
 
 
 Work = Callable[[Wrapped, int, Callable[[], Awaitable[None]]], Awaitable[T]]

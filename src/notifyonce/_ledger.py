@@ -12,7 +12,7 @@ import contextlib
 import datetime as dt
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import NoReturn, TypeVar, cast
+from typing import ClassVar, Generic, NoReturn, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -23,7 +23,6 @@ from ._keys import Cycle, Subject, make_key
 from ._ledger_core import (
     DATABASE_ERRORS,
     ClaimOptions,
-    Clock,
     LedgerCore,
     LedgerStats,
     SlotRecord,
@@ -47,65 +46,7 @@ T = TypeVar("T")
 Body = Callable[[Connection], T]
 
 
-class _Plans:
-    """Validates a call's arguments (before any SQL) and returns what the core runs.
-
-    Each method returns ``(body, write)``: ``body`` takes a sync Connection.
-    """
-
-    def __init__(
-        self,
-        dialect_name: str,
-        *,
-        table_name: str,
-        schema: str | None,
-        lease: dt.timedelta,
-        clock: Clock | None,
-        busy_timeout: dt.timedelta,
-        retries: int,
-    ) -> None:
-        self.core = LedgerCore(
-            dialect_name,
-            table_name=table_name,
-            schema=schema,
-            lease=lease,
-            clock=clock,
-            busy_timeout=busy_timeout,
-            retries=retries,
-        )
-
-    def claim_slot(
-        self, action: object, subject: object, cycle: object, options: ClaimOptions
-    ) -> Body[Claim | None]:
-        key = make_key(action, subject, cycle)
-
-        def body(conn: Connection) -> Claim | None:
-            won = self.core.claim_keys(conn, key.action, [key], options)
-            return won[0] if won else None
-
-        return body
-
-    def mark(self, claim: object, status: SlotStatus, detail: str | None) -> Body[bool]:
-        return partial(self.core.mark, claim=check_claim(claim), status=status, detail=detail)
-
-    def sweep(self, mode: object, max_attempts: object, limit: object) -> Body[SweepResult]:
-        if not isinstance(mode, DeliveryMode):
-            raise_type("mode", "a DeliveryMode", mode)
-        return partial(
-            self.core.sweep,
-            mode=mode,
-            max_attempts=check_positive_int("max_attempts", max_attempts),
-            limit=check_positive_int("limit", limit),
-        )
-
-    def purge(self, older_than: object, opaque_finished_before: object) -> Body[int]:
-        return partial(
-            self.core.purge,
-            older_than=check_lease(older_than, "older_than"),
-            opaque_finished_before=None
-            if opaque_finished_before is None
-            else check_aware("opaque_finished_before", opaque_finished_before),
-        )
+EngineT = TypeVar("EngineT", AsyncEngine, sa.Engine)
 
 
 def raise_type(field: str, expected: str, value: object) -> NoReturn:
@@ -114,22 +55,32 @@ def raise_type(field: str, expected: str, value: object) -> NoReturn:
     raise ValidationTypeError(field, f"must be {expected}, got {type(value).__name__}")
 
 
-class _LedgerBase:
-    """What both ledgers share: construction, the plans and the claim_many loop."""
+class _LedgerBase(Generic[EngineT]):
+    """What both ledgers share: construction, argument checks and the claim_many loop.
+
+    The ``_plan_*`` methods validate a call's arguments (before any SQL) and return the
+    function the core runs on a sync Connection.
+    """
+
+    _engine_kind: ClassVar[tuple[type, str]]
 
     def __init__(
         self,
-        dialect_name: str,
+        engine: EngineT,
         *,
-        table_name: str,
-        schema: str | None,
-        lease: dt.timedelta,
-        clock: Clock | None,
-        busy_timeout: dt.timedelta,
-        retries: int,
+        table_name: str = DEFAULT_TABLE_NAME,
+        schema: str | None = None,
+        lease: dt.timedelta = dt.timedelta(minutes=5),
+        clock: Callable[[], dt.datetime] | None = None,
+        busy_timeout: dt.timedelta = dt.timedelta(seconds=30),
+        retries: int = 5,
     ) -> None:
-        self._plans = _Plans(
-            dialect_name,
+        expected, hint = self._engine_kind
+        if not isinstance(cast(object, engine), expected):
+            raise_type("engine", hint, engine)
+        self._engine: EngineT = engine
+        self._core = LedgerCore(
+            engine.dialect.name,
             table_name=table_name,
             schema=schema,
             lease=lease,
@@ -137,7 +88,40 @@ class _LedgerBase:
             busy_timeout=busy_timeout,
             retries=retries,
         )
-        self._core = self._plans.core
+
+    def _plan_claim(
+        self, action: object, subject: object, cycle: object, options: ClaimOptions
+    ) -> Body[Claim | None]:
+        key = make_key(action, subject, cycle)
+        core = self._core
+
+        def body(conn: Connection) -> Claim | None:
+            won = core.claim_keys(conn, key.action, [key], options)
+            return won[0] if won else None
+
+        return body
+
+    def _plan_mark(self, claim: object, status: SlotStatus, detail: str | None) -> Body[bool]:
+        return partial(self._core.mark, claim=check_claim(claim), status=status, detail=detail)
+
+    def _plan_sweep(self, mode: object, max_attempts: object, limit: object) -> Body[SweepResult]:
+        if not isinstance(mode, DeliveryMode):
+            raise_type("mode", "a DeliveryMode", mode)
+        return partial(
+            self._core.sweep,
+            mode=mode,
+            max_attempts=check_positive_int("max_attempts", max_attempts),
+            limit=check_positive_int("limit", limit),
+        )
+
+    def _plan_purge(self, older_than: object, opaque_finished_before: object) -> Body[int]:
+        return partial(
+            self._core.purge,
+            older_than=check_lease(older_than, "older_than"),
+            opaque_finished_before=None
+            if opaque_finished_before is None
+            else check_aware("opaque_finished_before", opaque_finished_before),
+        )
 
     @property
     def _single(self) -> bool:
@@ -195,7 +179,7 @@ def _release_quietly(core: LedgerCore, conn: Connection, claims: list[Claim]) ->
         core.run(conn, partial(core.mark_many, results=results), write=True, owned=True)
 
 
-class AsyncLedger(_LedgerBase):
+class AsyncLedger(_LedgerBase[AsyncEngine]):
     """The claim ledger on an ``AsyncEngine`` (asyncpg, psycopg 3, aiosqlite, asyncmy).
 
     Every method that the ledger runs on its own connection commits before it returns:
@@ -224,29 +208,7 @@ class AsyncLedger(_LedgerBase):
         True
     """
 
-    def __init__(
-        self,
-        engine: AsyncEngine,
-        *,
-        table_name: str = DEFAULT_TABLE_NAME,
-        schema: str | None = None,
-        lease: dt.timedelta = dt.timedelta(minutes=5),
-        clock: Callable[[], dt.datetime] | None = None,
-        busy_timeout: dt.timedelta = dt.timedelta(seconds=30),
-        retries: int = 5,
-    ) -> None:
-        if not isinstance(cast(object, engine), AsyncEngine):
-            raise_type("engine", "an AsyncEngine (use Ledger for an Engine)", engine)
-        super().__init__(
-            engine.dialect.name,
-            table_name=table_name,
-            schema=schema,
-            lease=lease,
-            clock=clock,
-            busy_timeout=busy_timeout,
-            retries=retries,
-        )
-        self._engine = engine
+    _engine_kind = (AsyncEngine, "an AsyncEngine (use Ledger for an Engine)")
 
     async def _run(
         self,
@@ -321,7 +283,7 @@ class AsyncLedger(_LedgerBase):
             >>> # if claim: send, then await ledger.mark_sent(claim)
         """
         options = self._core.claim_options(lease, take_expired, max_attempts)
-        body = self._plans.claim_slot(action, subject, cycle, options)
+        body = self._plan_claim(action, subject, cycle, options)
         return await self._run(body, connection=connection, single_statement=self._single)
 
     async def claim_many(
@@ -356,26 +318,22 @@ class AsyncLedger(_LedgerBase):
         Example:
             >>> # if not await ledger.mark_sent(claim, message_id=receipt.message_id): ...
         """
-        body = self._plans.mark(claim, SlotStatus.SENT, check_message_id(message_id))
+        body = self._plan_mark(claim, SlotStatus.SENT, check_message_id(message_id))
         return await self._run(body, single_statement=True)
 
     async def mark_failed(self, claim: Claim, error: str) -> bool:
         """Record a permanent failure (never retried); False if the lease was lost."""
-        body = self._plans.mark(
-            claim, SlotStatus.FAILED, check_text("error", error, optional=False)
-        )
+        body = self._plan_mark(claim, SlotStatus.FAILED, check_text("error", error, optional=False))
         return await self._run(body, single_statement=True)
 
     async def mark_unknown(self, claim: Claim, error: str | None = None) -> bool:
         """Record that the send may or may not have arrived; False if the lease was lost."""
-        body = self._plans.mark(
-            claim, SlotStatus.UNKNOWN, check_text("error", error, optional=True)
-        )
+        body = self._plan_mark(claim, SlotStatus.UNKNOWN, check_text("error", error, optional=True))
         return await self._run(body, single_statement=True)
 
     async def release(self, claim: Claim, error: str | None = None) -> bool:
         """Free the slot for the next claim (not delivered); False if the lease was lost."""
-        body = self._plans.mark(
+        body = self._plan_mark(
             claim, SlotStatus.RELEASED, check_text("error", error, optional=True)
         )
         return await self._run(body, single_statement=True)
@@ -408,7 +366,7 @@ class AsyncLedger(_LedgerBase):
         for another try, the rest become UNKNOWN. Either way the old fencing token can no
         longer mark the slot. At most ``limit`` rows per call, oldest leases first.
         """
-        return await self._run(self._plans.sweep(mode, max_attempts, limit))
+        return await self._run(self._plan_sweep(mode, max_attempts, limit))
 
     async def purge(
         self, *, older_than: dt.timedelta, opaque_finished_before: dt.datetime | None = None
@@ -422,7 +380,7 @@ class AsyncLedger(_LedgerBase):
         cycles have no time; they are kept unless ``opaque_finished_before`` is given, in
         which case those last changed before it go too.
         """
-        return await self._run(self._plans.purge(older_than, opaque_finished_before))
+        return await self._run(self._plan_purge(older_than, opaque_finished_before))
 
     async def last_sent(
         self, subjects: Iterable[Subject], *, since: dt.datetime
@@ -439,7 +397,7 @@ class AsyncLedger(_LedgerBase):
         return await self._run(self._core.stats, write=False)
 
 
-class Ledger(_LedgerBase):
+class Ledger(_LedgerBase[sa.Engine]):
     """The claim ledger on a sync ``Engine``: :class:`AsyncLedger` for sync code.
 
     Same arguments, methods and guarantees as :class:`AsyncLedger`; ``connection`` is a
@@ -453,29 +411,7 @@ class Ledger(_LedgerBase):
         True
     """
 
-    def __init__(
-        self,
-        engine: sa.Engine,
-        *,
-        table_name: str = DEFAULT_TABLE_NAME,
-        schema: str | None = None,
-        lease: dt.timedelta = dt.timedelta(minutes=5),
-        clock: Callable[[], dt.datetime] | None = None,
-        busy_timeout: dt.timedelta = dt.timedelta(seconds=30),
-        retries: int = 5,
-    ) -> None:
-        if not isinstance(cast(object, engine), sa.Engine):
-            raise_type("engine", "an Engine (use AsyncLedger for an AsyncEngine)", engine)
-        super().__init__(
-            engine.dialect.name,
-            table_name=table_name,
-            schema=schema,
-            lease=lease,
-            clock=clock,
-            busy_timeout=busy_timeout,
-            retries=retries,
-        )
-        self._engine = engine
+    _engine_kind = (sa.Engine, "an Engine (use AsyncLedger for an AsyncEngine)")
 
     def _run(
         self,
@@ -513,7 +449,7 @@ class Ledger(_LedgerBase):
     ) -> Claim | None:
         """See :meth:`AsyncLedger.claim_slot` (with ``connection``: commit before sending)."""
         options = self._core.claim_options(lease, take_expired, max_attempts)
-        body = self._plans.claim_slot(action, subject, cycle, options)
+        body = self._plan_claim(action, subject, cycle, options)
         return self._run(body, connection=connection, single_statement=self._single)
 
     def claim_many(
@@ -533,7 +469,7 @@ class Ledger(_LedgerBase):
     def mark_sent(self, claim: Claim, *, message_id: int | str | None = None) -> bool:
         """See :meth:`AsyncLedger.mark_sent`."""
         return self._run(
-            self._plans.mark(claim, SlotStatus.SENT, check_message_id(message_id)),
+            self._plan_mark(claim, SlotStatus.SENT, check_message_id(message_id)),
             single_statement=True,
         )
 
@@ -541,21 +477,21 @@ class Ledger(_LedgerBase):
         """See :meth:`AsyncLedger.mark_failed`."""
         error_text = check_text("error", error, optional=False)
         return self._run(
-            self._plans.mark(claim, SlotStatus.FAILED, error_text), single_statement=True
+            self._plan_mark(claim, SlotStatus.FAILED, error_text), single_statement=True
         )
 
     def mark_unknown(self, claim: Claim, error: str | None = None) -> bool:
         """See :meth:`AsyncLedger.mark_unknown`."""
         error_text = check_text("error", error, optional=True)
         return self._run(
-            self._plans.mark(claim, SlotStatus.UNKNOWN, error_text), single_statement=True
+            self._plan_mark(claim, SlotStatus.UNKNOWN, error_text), single_statement=True
         )
 
     def release(self, claim: Claim, error: str | None = None) -> bool:
         """See :meth:`AsyncLedger.release`."""
         error_text = check_text("error", error, optional=True)
         return self._run(
-            self._plans.mark(claim, SlotStatus.RELEASED, error_text), single_statement=True
+            self._plan_mark(claim, SlotStatus.RELEASED, error_text), single_statement=True
         )
 
     def mark_many(self, results: Sequence[tuple[Claim, SlotStatus, str | None]]) -> list[bool]:
@@ -569,13 +505,13 @@ class Ledger(_LedgerBase):
 
     def sweep(self, mode: DeliveryMode, *, max_attempts: int = 3, limit: int = 1000) -> SweepResult:
         """See :meth:`AsyncLedger.sweep`."""
-        return self._run(self._plans.sweep(mode, max_attempts, limit))
+        return self._run(self._plan_sweep(mode, max_attempts, limit))
 
     def purge(
         self, *, older_than: dt.timedelta, opaque_finished_before: dt.datetime | None = None
     ) -> int:
         """See :meth:`AsyncLedger.purge`."""
-        return self._run(self._plans.purge(older_than, opaque_finished_before))
+        return self._run(self._plan_purge(older_than, opaque_finished_before))
 
     def last_sent(
         self, subjects: Iterable[Subject], *, since: dt.datetime
