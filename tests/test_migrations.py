@@ -110,3 +110,72 @@ def test_schema_option_places_table_and_version_table_in_the_schema() -> None:
         with engine.begin() as conn:
             conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
         engine.dispose()
+
+
+_APP_ENV = """
+from alembic import context
+import sqlalchemy as sa
+import notifyonce.migrations
+
+config = context.config
+engine = sa.create_engine(config.get_main_option("sqlalchemy.url"))
+with engine.connect() as connection:
+    context.configure(connection=connection, target_metadata=None)
+    with context.begin_transaction():
+        context.run_migrations()
+        if config.get_main_option("call_notifyonce") == "yes":
+            notifyonce.migrations.upgrade(connection, table_name="app_slots")
+engine.dispose()
+"""
+
+_APP_REVISION = """
+revision = "app_0001"
+down_revision = None
+branch_labels = None
+depends_on = None
+
+from alembic import op
+import sqlalchemy as sa
+
+
+def upgrade():
+    op.create_table("app_users", sa.Column("id", sa.Integer, primary_key=True))
+"""
+
+
+def _app_config(tmp_path: Any, option_b: bool) -> Any:
+    from alembic.config import Config
+
+    versions = tmp_path / "versions"
+    versions.mkdir()
+    (tmp_path / "env.py").write_text(_APP_ENV)
+    (versions / "app_0001.py").write_text(_APP_REVISION)
+    config = Config()
+    config.set_main_option("script_location", str(tmp_path))
+    config.set_main_option("sqlalchemy.url", f"sqlite:///{tmp_path / 'app.sqlite3'}")
+    if option_b:
+        config.set_main_option("path_separator", "space")
+        config.set_main_option("version_locations", f"{versions} notifyonce:migrations/versions")
+        config.set_main_option("notifyonce_table_name", "app_slots")
+    else:
+        config.set_main_option("call_notifyonce", "yes")
+    return config
+
+
+@pytest.mark.sqlite
+@pytest.mark.parametrize("option_b", [False, True], ids=["env-py-call", "version-locations"])
+def test_an_apps_alembic_history_can_include_ours(tmp_path: Any, option_b: bool) -> None:
+    """Both documented ways of running our migration from an app's Alembic setup work."""
+    from alembic import command
+
+    config = _app_config(tmp_path, option_b)
+    command.upgrade(config, "heads")
+    command.upgrade(config, "heads")  # idempotent
+    engine = sa.create_engine(config.get_main_option("sqlalchemy.url"))
+    try:
+        names = set(sa.inspect(engine).get_table_names())
+        ours = "alembic_version" if option_b else "app_slots_alembic_version"
+        assert {"app_users", "app_slots", "alembic_version", ours} <= names
+        assert Ledger(engine, table_name="app_slots").claim_slot("a", 1, "c") is not None
+    finally:
+        engine.dispose()

@@ -72,7 +72,18 @@ def _upgrade_on(
     version_table: str | None,
     revision: str,
 ) -> None:
-    command.upgrade(_config(connection, table_name, schema, version_table), revision)
+    import alembic.context
+    import alembic.op
+
+    # Called from an application's own env.py (inside its Alembic run), our run would
+    # uninstall Alembic's module-level `context`/`op` proxies on exit; put theirs back.
+    outer = [getattr(module, "_proxy", None) for module in (alembic.context, alembic.op)]
+    try:
+        command.upgrade(_config(connection, table_name, schema, version_table), revision)
+    finally:
+        for proxy in outer:
+            if proxy is not None:
+                proxy._install_proxy()
 
 
 def upgrade(
