@@ -20,31 +20,46 @@ from ._errors import (
     ValidationTypeError,
 )
 from ._keys import Cycle, SlotKey, Subject, make_key
+from ._ledger import AsyncLedger, Ledger
+from ._ledger_core import LedgerStats, SlotRecord, SweepResult
 from ._message import Message, Receipt, Sender
+from ._notifier import Notification, Notifier, Report, Result, TickReport
 from ._outcome import DeliveryMode, Outcome
 from ._schedule import Schedule
 from ._selection import deadline_filter, schedule_filter, window_filter, window_filters
+from ._table import SlotStatus
 from ._version import __version__
 from ._window import DeadlineRange, Window
 
 __all__ = [
+    "AsyncLedger",
     "Claim",
     "Cycle",
     "DeadlineRange",
     "DeliveryMode",
+    "Ledger",
     "LedgerError",
+    "LedgerStats",
     "LedgerUnavailableError",
     "Message",
+    "Notification",
+    "Notifier",
     "NotifyOnceError",
     "Outcome",
     "PermanentSendError",
     "Receipt",
+    "Report",
+    "Result",
     "Schedule",
     "ScheduleError",
     "SendError",
     "Sender",
     "SlotKey",
+    "SlotRecord",
+    "SlotStatus",
     "Subject",
+    "SweepResult",
+    "TickReport",
     "TransientSendError",
     "UncertainSendError",
     "ValidationError",

@@ -38,13 +38,14 @@ from ._errors import (
     ValidationTypeError,
 )
 from ._keys import Cycle, SlotKey, Subject, make_key, normalize_action
-from ._ledger import SlotStatus
+from ._table import SlotStatus
 from ._message import Message, Receipt, Sender
 from ._outcome import DeliveryMode, Outcome
 
 if TYPE_CHECKING:
     from ._claim import Claim
-    from ._ledger import AsyncLedger, SweepResult
+    from ._ledger import AsyncLedger
+    from ._ledger_core import SweepResult
     from ._schedule import Schedule
     from ._window import DeadlineRange, Window
 

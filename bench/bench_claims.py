@@ -1,0 +1,193 @@
+"""Claim throughput of AsyncLedger on PostgreSQL (asyncpg) against the raw driver.
+
+Run by hand:  .venv/bin/python bench/bench_claims.py [postgresql://root@127.0.0.1:5432/test]
+
+It measures, in one run and on tables of the same shape:
+
+* ``claim_slot`` one key at a time vs raw asyncpg ``INSERT ... ON CONFLICT DO NOTHING
+  RETURNING`` (a prepared statement in autocommit), sequentially and with 16 workers;
+* ``claim_many`` in chunks of 500 vs raw asyncpg ``INSERT ... SELECT FROM unnest(...)
+  ON CONFLICT DO NOTHING RETURNING`` with the same chunks.
+
+Goals: claim_slot >= 0.6x and claim_many >= 0.5x the raw rate. Bounded: a few thousand
+single claims and 100,000 bulk keys per side, well under a minute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import secrets
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from notifyonce import AsyncLedger
+
+UTC = dt.timezone.utc
+SINGLE = 3000
+WORKERS = 16
+BULK = 100_000
+CHUNK = 500
+
+RAW_SINGLE = """
+INSERT INTO {t} (action, subject, cycle, cycle_at, status, attempt, token, lease_until,
+                 created_at, updated_at)
+VALUES ($1, $2, $3, $4, 'claimed', 1, $5, $6, $7, $7)
+ON CONFLICT (action, cycle, subject) DO NOTHING
+RETURNING id
+"""
+RAW_BULK = """
+INSERT INTO {t} (action, subject, cycle, cycle_at, status, attempt, token, lease_until,
+                 created_at, updated_at)
+SELECT $1, u.s, u.c, u.ca, 'claimed', 1, u.tok, $2, $3, $3
+FROM unnest($4::text[], $5::text[], $6::timestamptz[], $7::bigint[]) AS u(s, c, ca, tok)
+ON CONFLICT (action, cycle, subject) DO NOTHING
+RETURNING id
+"""
+
+
+def keys(prefix: str, count: int) -> list[tuple[str, dt.datetime]]:
+    """Distinct (subject, cycle) pairs whose cycles fall in a narrow range, like a window run."""
+    base = dt.datetime(2026, 12, 1, tzinfo=UTC)
+    return [(f"{prefix}{i}", base + dt.timedelta(minutes=i % 90)) for i in range(count)]
+
+
+async def timed(label: str, count: int, work: Callable[[], Awaitable[object]]) -> float:
+    start = time.perf_counter()
+    await work()
+    rate = count / (time.perf_counter() - start)
+    print(f"  {label:<44} {rate:>10,.0f} claims/s")
+    return rate
+
+
+async def in_workers(
+    items: list[tuple[str, dt.datetime]], one: Callable[..., Awaitable[object]]
+) -> None:
+    """Claim ``items`` one at a time, spread over WORKERS concurrent tasks."""
+
+    async def worker(part: list[tuple[str, dt.datetime]]) -> None:
+        for subject, cycle in part:
+            await one(subject, cycle)
+
+    await asyncio.gather(*(worker(items[i::WORKERS]) for i in range(WORKERS)))
+
+
+async def main(url: str) -> int:
+    sa_url = sa.make_url(url).set(drivername="postgresql+asyncpg")
+    raw_dsn = sa_url.set(drivername="postgresql").render_as_string(hide_password=False)
+    engine = create_async_engine(sa_url, pool_size=WORKERS, max_overflow=0)
+    suffix = uuid.uuid4().hex[:8]
+    ledger_table, raw_table = f"bench_ledger_{suffix}", f"bench_raw_{suffix}"
+    ledger = AsyncLedger(engine, table_name=ledger_table)
+    await ledger.create_schema()
+    await AsyncLedger(engine, table_name=raw_table).create_schema()
+    pool = await asyncpg.create_pool(raw_dsn, min_size=WORKERS, max_size=WORKERS)
+    lease = dt.timedelta(minutes=5)
+    try:
+        single = RAW_SINGLE.format(t=raw_table)
+
+        async def raw_one(subject: str, cycle: dt.datetime) -> None:
+            now = dt.datetime.now(UTC)
+            async with pool.acquire() as conn:
+                await conn.fetchrow(
+                    single,
+                    "s",
+                    subject,
+                    cycle.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    cycle,
+                    secrets.randbits(63),
+                    now + lease,
+                    now,
+                )
+
+        async def ledger_one(subject: str, cycle: dt.datetime) -> None:
+            assert await ledger.claim_slot("s", subject, cycle) is not None
+
+        async def sequential(
+            one: Callable[..., Awaitable[None]], items: list[tuple[str, dt.datetime]]
+        ) -> None:
+            for subject, cycle in items:
+                await one(subject, cycle)
+
+        # Warm up both paths (connections, prepared statements, SQLAlchemy's cache).
+        await sequential(raw_one, keys("warm", 200))
+        await sequential(ledger_one, keys("warm", 200))
+
+        print(f"claim_slot, {SINGLE} keys, one at a time")
+        raw_seq = await timed(
+            "raw asyncpg INSERT ON CONFLICT, sequential",
+            SINGLE,
+            lambda: sequential(raw_one, keys("a", SINGLE)),
+        )
+        led_seq = await timed(
+            "AsyncLedger.claim_slot, sequential",
+            SINGLE,
+            lambda: sequential(ledger_one, keys("a", SINGLE)),
+        )
+        raw_par = await timed(
+            f"raw asyncpg, {WORKERS} workers",
+            SINGLE,
+            lambda: in_workers(keys("b", SINGLE), raw_one),
+        )
+        led_par = await timed(
+            f"AsyncLedger.claim_slot, {WORKERS} workers",
+            SINGLE,
+            lambda: in_workers(keys("b", SINGLE), ledger_one),
+        )
+
+        bulk = RAW_BULK.format(t=raw_table)
+
+        async def raw_bulk(items: list[tuple[str, dt.datetime]]) -> None:
+            async with pool.acquire() as conn:
+                for start in range(0, len(items), CHUNK):
+                    chunk = sorted(items[start : start + CHUNK], key=lambda k: (k[1], k[0]))
+                    now = dt.datetime.now(UTC)
+                    rows = await conn.fetch(
+                        bulk,
+                        "m",
+                        now + lease,
+                        now,
+                        [s for s, _ in chunk],
+                        [c.strftime("%Y-%m-%dT%H:%M:%SZ") for _, c in chunk],
+                        [c for _, c in chunk],
+                        [secrets.randbits(63) for _ in chunk],
+                    )
+                    assert len(rows) == len(chunk)
+
+        async def ledger_bulk(items: list[tuple[str, dt.datetime]]) -> None:
+            won = await ledger.claim_many("m", items, chunk_size=CHUNK)
+            assert len(won) == len(items)
+
+        await raw_bulk(keys("warm", 2 * CHUNK))
+        await ledger_bulk(keys("warm", 2 * CHUNK))
+        print(f"claim_many, {BULK:,} keys in chunks of {CHUNK}")
+        raw_many = await timed(
+            "raw asyncpg unnest INSERT ON CONFLICT", BULK, lambda: raw_bulk(keys("c", BULK))
+        )
+        led_many = await timed("AsyncLedger.claim_many", BULK, lambda: ledger_bulk(keys("c", BULK)))
+
+        print("ratios (ledger / raw; goals: claim_slot >= 0.6, claim_many >= 0.5)")
+        print(f"  claim_slot sequential   {led_seq / raw_seq:.2f}")
+        print(f"  claim_slot {WORKERS} workers  {led_par / raw_par:.2f}")
+        print(f"  claim_many              {led_many / raw_many:.2f}")
+    finally:
+        await pool.close()
+        async with engine.begin() as conn:
+            for table in (ledger_table, raw_table):
+                await conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
+        await engine.dispose()
+    return 0
+
+
+if __name__ == "__main__":
+    default = os.environ.get(
+        "NOTIFYONCE_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test"
+    )
+    sys.exit(asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else default)))

@@ -1,0 +1,526 @@
+"""The public ledgers: ``AsyncLedger`` over an AsyncEngine, ``Ledger`` over an Engine.
+
+Both are thin shells over :class:`~notifyonce._ledger_core.LedgerCore`: they validate the
+arguments, check out a connection and hand a plain sync function to the core. The async
+shell runs that function through ``AsyncConnection.run_sync`` (SQLAlchemy's greenlet
+bridge onto the async driver), so the SQL and the transaction rules exist once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from typing import ClassVar, Generic, NoReturn, TypeVar, cast
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ._claim import Claim
+from ._keys import Cycle, Subject, make_key
+from ._ledger_core import (
+    DATABASE_ERRORS,
+    ClaimOptions,
+    LedgerCore,
+    LedgerStats,
+    SlotRecord,
+    SweepResult,
+    check_aware,
+    check_claim,
+    check_lease,
+    check_mark_results,
+    check_message_id,
+    check_positive_int,
+    check_text,
+    normalize_items,
+    normalize_subjects,
+)
+from ._outcome import DeliveryMode
+from ._table import DEFAULT_TABLE_NAME, SlotStatus
+
+__all__ = ["AsyncLedger", "Ledger"]
+
+T = TypeVar("T")
+Body = Callable[[Connection], T]
+
+
+EngineT = TypeVar("EngineT", AsyncEngine, sa.Engine)
+
+
+def raise_type(field: str, expected: str, value: object) -> NoReturn:
+    from ._errors import ValidationTypeError
+
+    raise ValidationTypeError(field, f"must be {expected}, got {type(value).__name__}")
+
+
+class _LedgerBase(Generic[EngineT]):
+    """What both ledgers share: construction, argument checks and the claim_many loop.
+
+    The ``_plan_*`` methods validate a call's arguments (before any SQL) and return the
+    function the core runs on a sync Connection.
+    """
+
+    _engine_kind: ClassVar[tuple[type, str]]
+
+    def __init__(
+        self,
+        engine: EngineT,
+        *,
+        table_name: str = DEFAULT_TABLE_NAME,
+        schema: str | None = None,
+        lease: dt.timedelta = dt.timedelta(minutes=5),
+        clock: Callable[[], dt.datetime] | None = None,
+        busy_timeout: dt.timedelta = dt.timedelta(seconds=30),
+        retries: int = 5,
+    ) -> None:
+        expected, hint = self._engine_kind
+        if not isinstance(cast(object, engine), expected):
+            raise_type("engine", hint, engine)
+        self._engine: EngineT = engine
+        self._core = LedgerCore(
+            engine.dialect.name,
+            table_name=table_name,
+            schema=schema,
+            lease=lease,
+            clock=clock,
+            busy_timeout=busy_timeout,
+            retries=retries,
+        )
+
+    def _plan_claim(
+        self, action: object, subject: object, cycle: object, options: ClaimOptions
+    ) -> Body[Claim | None]:
+        key = make_key(action, subject, cycle)
+        core = self._core
+
+        def body(conn: Connection) -> Claim | None:
+            won = core.claim_keys(conn, key.action, [key], options)
+            return won[0] if won else None
+
+        return body
+
+    def _plan_mark(self, claim: object, status: SlotStatus, detail: str | None) -> Body[bool]:
+        return partial(self._core.mark, claim=check_claim(claim), status=status, detail=detail)
+
+    def _plan_sweep(self, mode: object, max_attempts: object, limit: object) -> Body[SweepResult]:
+        if not isinstance(mode, DeliveryMode):
+            raise_type("mode", "a DeliveryMode", mode)
+        return partial(
+            self._core.sweep,
+            mode=mode,
+            max_attempts=check_positive_int("max_attempts", max_attempts),
+            limit=check_positive_int("limit", limit),
+        )
+
+    def _plan_purge(self, older_than: object, opaque_finished_before: object) -> Body[int]:
+        return partial(
+            self._core.purge,
+            older_than=check_lease(older_than, "older_than"),
+            opaque_finished_before=None
+            if opaque_finished_before is None
+            else check_aware("opaque_finished_before", opaque_finished_before),
+        )
+
+    @property
+    def _single(self) -> bool:
+        """A claim is one statement, except on MySQL (INSERT, then the read-back)."""
+        return self._core.dialect != "mysql"
+
+    @property
+    def table(self) -> sa.Table:
+        """The ledger's SQLAlchemy ``Table`` (for your own queries and Alembic autogenerate)."""
+        return self._core.table
+
+    def _claim_many_body(
+        self,
+        action: object,
+        items: Iterable[tuple[Subject, Cycle]],
+        options: ClaimOptions,
+        chunk_size: object,
+    ) -> Callable[[Connection], list[Claim]]:
+        """One function that claims every chunk, each in its own transaction."""
+        size = check_positive_int("chunk_size", chunk_size)
+        keys = normalize_items(action, items)
+        core = self._core
+
+        def body(conn: Connection) -> list[Claim]:
+            won: dict[tuple[str, str], Claim] = {}
+            try:
+                for start in range(0, len(keys), size):
+                    chunk = keys[start : start + size]
+                    claims = core.run(
+                        conn,
+                        partial(
+                            core.claim_keys, action=chunk[0].action, keys=chunk, options=options
+                        ),
+                        write=True,
+                        owned=True,
+                        single_statement=core.dialect != "mysql",
+                    )
+                    won.update(((c.key.subject, c.key.cycle), c) for c in claims)
+            except Exception:
+                # Earlier chunks are committed; free them rather than leave them to expire
+                # (in at-most-once mode an expired claim becomes UNKNOWN and is never sent).
+                _release_quietly(core, conn, list(won.values()))
+                raise
+            return [won[(k.subject, k.cycle)] for k in keys if (k.subject, k.cycle) in won]
+
+        return body
+
+
+def _release_quietly(core: LedgerCore, conn: Connection, claims: list[Claim]) -> None:
+    if not claims:
+        return
+    results = [(c, SlotStatus.RELEASED, "claim_many failed in a later chunk") for c in claims]
+    # Best effort: the original error is what the caller must see.
+    with contextlib.suppress(Exception):
+        core.run(conn, partial(core.mark_many, results=results), write=True, owned=True)
+
+
+class AsyncLedger(_LedgerBase[AsyncEngine]):
+    """The claim ledger on an ``AsyncEngine`` (asyncpg, psycopg 3, aiosqlite, asyncmy).
+
+    Every method that the ledger runs on its own connection commits before it returns:
+    a returned :class:`~notifyonce.Claim` is durable, so the message can be sent.
+
+    Args:
+        engine: Where the ledger table lives: PostgreSQL, MySQL/MariaDB or SQLite.
+        table_name: The table's name.
+        schema: The table's schema (it must exist), or None for the default.
+        lease: How long a claim holds its slot unless marked first.
+        clock: Returns the current aware time; tests inject one to simulate time.
+        busy_timeout: SQLite only: how long a write waits for another connection's lock.
+        retries: How many times a transaction is run when the database picked it as a
+            deadlock victim (it was rolled back, so running it again is safe).
+
+    Example:
+        >>> import asyncio
+        >>> from sqlalchemy.ext.asyncio import create_async_engine
+        >>> async def main() -> bool:
+        ...     ledger = AsyncLedger(create_async_engine("sqlite+aiosqlite://"))
+        ...     await ledger.create_schema()
+        ...     claim = await ledger.claim_slot("trial_6h", 42, "2026-12")
+        ...     again = await ledger.claim_slot("trial_6h", 42, "2026-12")
+        ...     return again is None and await ledger.mark_sent(claim)
+        >>> asyncio.run(main())
+        True
+    """
+
+    _engine_kind = (AsyncEngine, "an AsyncEngine (use Ledger for an Engine)")
+
+    async def _run(
+        self,
+        body: Body[T],
+        *,
+        write: bool = True,
+        connection: AsyncConnection | None = None,
+        single_statement: bool = False,
+    ) -> T:
+        if connection is not None:
+            return await connection.run_sync(self._core.run, body, write=write, owned=False)
+        conn = self._engine.connect()
+        try:
+            await conn.start()
+        except DATABASE_ERRORS as exc:
+            raise self._core.translate(exc) from exc
+        try:
+            return await conn.run_sync(
+                self._core.run, body, write=write, owned=True, single_statement=single_statement
+            )
+        finally:
+            await conn.close()
+
+    async def create_schema(self) -> None:
+        """Create the table and its indexes unless they exist (for quick starts and tests).
+
+        Production deployments use the shipped Alembic migration instead; see the
+        Alembic guide. Both create the same table.
+        """
+        await self._run(self._core.create_schema)
+
+    async def claim_slot(
+        self,
+        action: str,
+        subject: Subject,
+        cycle: Cycle,
+        *,
+        lease: dt.timedelta | None = None,
+        take_expired: bool = False,
+        max_attempts: int | None = None,
+        connection: AsyncConnection | None = None,
+    ) -> Claim | None:
+        """Claim one slot; the :class:`~notifyonce.Claim` if this call won it, else None.
+
+        A claim wins when the slot has no row yet, when it was released, or (with
+        ``take_expired=True``) when its holder's lease expired. One statement decides it,
+        so across processes and hosts exactly one caller wins.
+
+        Args:
+            action: What is sent, e.g. ``"trial_6h"``.
+            subject: Who it is for (an int or str id).
+            cycle: Which cycle: an aware datetime, a date, an int or a str.
+            lease: How long the claim holds the slot; defaults to the ledger's lease.
+            take_expired: Also take a slot whose holder's lease expired (at-least-once).
+            max_attempts: Take a slot over only while its attempts are below this.
+            connection: Run inside the caller's connection and transaction. **Nothing is
+                committed by the ledger then: commit before you send**, or a rollback
+                leaves a message sent without a claim.
+
+        Returns:
+            The claim, committed (when the ledger owns the transaction), or None when the
+            slot is held, sent, failed, unknown, or out of attempts.
+
+        Raises:
+            ValidationError: a bad argument; nothing was written.
+            LedgerUnavailableError: the database was unreachable or lost mid-call; no
+                claim is returned, and a later claim finds out whether the row exists.
+            LedgerError: any other database error.
+
+        Example:
+            >>> # claim = await ledger.claim_slot("trial_6h", user_id, period_end)
+            >>> # if claim: send, then await ledger.mark_sent(claim)
+        """
+        options = self._core.claim_options(lease, take_expired, max_attempts)
+        body = self._plan_claim(action, subject, cycle, options)
+        return await self._run(body, connection=connection, single_statement=self._single)
+
+    async def claim_many(
+        self,
+        action: str,
+        items: Iterable[tuple[Subject, Cycle]],
+        *,
+        lease: dt.timedelta | None = None,
+        take_expired: bool = False,
+        max_attempts: int | None = None,
+        chunk_size: int = 500,
+    ) -> list[Claim]:
+        """Claim many slots of one action; return the won ones, in input order.
+
+        Duplicates in ``items`` are collapsed. Each chunk of ``chunk_size`` keys is one
+        statement and one transaction, its keys sorted in index order so that concurrent
+        batches cannot deadlock each other. Every item is validated before any SQL runs.
+        If a chunk fails, the claims of the chunks already committed are released and the
+        error is raised.
+
+        Example:
+            >>> # claims = await ledger.claim_many("trial_6h", [(42, end), (43, end)])
+        """
+        options = self._core.claim_options(lease, take_expired, max_attempts)
+        body = self._claim_many_body(action, items, options, chunk_size)
+        # claim_many runs its own transactions (one per chunk) on one connection.
+        return await self._run(body, write=False)
+
+    async def mark_sent(self, claim: Claim, *, message_id: int | str | None = None) -> bool:
+        """Record the claim as sent; False if its lease was lost (nothing changed).
+
+        Example:
+            >>> # if not await ledger.mark_sent(claim, message_id=receipt.message_id): ...
+        """
+        body = self._plan_mark(claim, SlotStatus.SENT, check_message_id(message_id))
+        return await self._run(body, single_statement=True)
+
+    async def mark_failed(self, claim: Claim, error: str) -> bool:
+        """Record a permanent failure (never retried); False if the lease was lost."""
+        body = self._plan_mark(claim, SlotStatus.FAILED, check_text("error", error, optional=False))
+        return await self._run(body, single_statement=True)
+
+    async def mark_unknown(self, claim: Claim, error: str | None = None) -> bool:
+        """Record that the send may or may not have arrived; False if the lease was lost."""
+        body = self._plan_mark(claim, SlotStatus.UNKNOWN, check_text("error", error, optional=True))
+        return await self._run(body, single_statement=True)
+
+    async def release(self, claim: Claim, error: str | None = None) -> bool:
+        """Free the slot for the next claim (not delivered); False if the lease was lost."""
+        body = self._plan_mark(
+            claim, SlotStatus.RELEASED, check_text("error", error, optional=True)
+        )
+        return await self._run(body, single_statement=True)
+
+    async def mark_many(
+        self, results: Sequence[tuple[Claim, SlotStatus, str | None]]
+    ) -> list[bool]:
+        """Apply many marks in one transaction and two statements; one bool per entry.
+
+        Each entry is ``(claim, status, detail)`` with status SENT, FAILED, UNKNOWN or
+        RELEASED; ``detail`` is the provider's message id for SENT and the error text
+        otherwise. An entry is False when its lease was lost, or when the same claim
+        appears earlier in ``results``.
+        """
+        checked = check_mark_results(results)
+        return await self._run(partial(self._core.mark_many, results=checked))
+
+    async def get(self, action: str, subject: Subject, cycle: Cycle) -> SlotRecord | None:
+        """The stored record of a slot, or None if it was never claimed (or was purged)."""
+        key = make_key(action, subject, cycle)
+        return await self._run(partial(self._core.get, key=key), write=False)
+
+    async def sweep(
+        self, mode: DeliveryMode, *, max_attempts: int = 3, limit: int = 1000
+    ) -> SweepResult:
+        """Settle claims whose lease expired (a worker crashed or hung).
+
+        At-most-once: every expired claim becomes UNKNOWN (it may have been sent).
+        At-least-once: an expired claim with attempts below ``max_attempts`` is released
+        for another try, the rest become UNKNOWN. Either way the old fencing token can no
+        longer mark the slot. At most ``limit`` rows per call, oldest leases first.
+        """
+        return await self._run(self._plan_sweep(mode, max_attempts, limit))
+
+    async def purge(
+        self, *, older_than: dt.timedelta, opaque_finished_before: dt.datetime | None = None
+    ) -> int:
+        """Delete old slots that can no longer fire; return how many rows went.
+
+        A row goes when its cycle (as a point in time) is more than ``older_than`` in the
+        past and no live claim holds it. This assumes the cycle, e.g. the deadline, is the
+        last moment its windows can fire: once it has passed by more than the widest
+        window, deleting the row cannot let a reminder be sent twice. Rows with int or str
+        cycles have no time; they are kept unless ``opaque_finished_before`` is given, in
+        which case those last changed before it go too.
+        """
+        return await self._run(self._plan_purge(older_than, opaque_finished_before))
+
+    async def last_sent(
+        self, subjects: Iterable[Subject], *, since: dt.datetime
+    ) -> dict[str, dt.datetime]:
+        """The latest ``sent_at`` per subject (as text) at or after ``since``, any action."""
+        texts = normalize_subjects(subjects)
+        after = check_aware("since", since)
+        return await self._run(
+            partial(self._core.last_sent, subjects=texts, since=after), write=False
+        )
+
+    async def stats(self) -> LedgerStats:
+        """Counts per action and status, live claims and expired leases."""
+        return await self._run(self._core.stats, write=False)
+
+
+class Ledger(_LedgerBase[sa.Engine]):
+    """The claim ledger on a sync ``Engine``: :class:`AsyncLedger` for sync code.
+
+    Same arguments, methods and guarantees as :class:`AsyncLedger`; ``connection`` is a
+    sync ``Connection``.
+
+    Example:
+        >>> ledger = Ledger(sa.create_engine("sqlite://"))
+        >>> ledger.create_schema()
+        >>> claim = ledger.claim_slot("trial_6h", 42, "2026-12")
+        >>> ledger.claim_slot("trial_6h", 42, "2026-12") is None
+        True
+    """
+
+    _engine_kind = (sa.Engine, "an Engine (use AsyncLedger for an AsyncEngine)")
+
+    def _run(
+        self,
+        body: Body[T],
+        *,
+        write: bool = True,
+        connection: Connection | None = None,
+        single_statement: bool = False,
+    ) -> T:
+        if connection is not None:
+            return self._core.run(connection, body, write=write, owned=False)
+        try:
+            conn = self._engine.connect()
+        except DATABASE_ERRORS as exc:
+            raise self._core.translate(exc) from exc
+        with conn:
+            return self._core.run(
+                conn, body, write=write, owned=True, single_statement=single_statement
+            )
+
+    def create_schema(self) -> None:
+        """See :meth:`AsyncLedger.create_schema`."""
+        self._run(self._core.create_schema)
+
+    def claim_slot(
+        self,
+        action: str,
+        subject: Subject,
+        cycle: Cycle,
+        *,
+        lease: dt.timedelta | None = None,
+        take_expired: bool = False,
+        max_attempts: int | None = None,
+        connection: Connection | None = None,
+    ) -> Claim | None:
+        """See :meth:`AsyncLedger.claim_slot` (with ``connection``: commit before sending)."""
+        options = self._core.claim_options(lease, take_expired, max_attempts)
+        body = self._plan_claim(action, subject, cycle, options)
+        return self._run(body, connection=connection, single_statement=self._single)
+
+    def claim_many(
+        self,
+        action: str,
+        items: Iterable[tuple[Subject, Cycle]],
+        *,
+        lease: dt.timedelta | None = None,
+        take_expired: bool = False,
+        max_attempts: int | None = None,
+        chunk_size: int = 500,
+    ) -> list[Claim]:
+        """See :meth:`AsyncLedger.claim_many`."""
+        options = self._core.claim_options(lease, take_expired, max_attempts)
+        return self._run(self._claim_many_body(action, items, options, chunk_size), write=False)
+
+    def mark_sent(self, claim: Claim, *, message_id: int | str | None = None) -> bool:
+        """See :meth:`AsyncLedger.mark_sent`."""
+        return self._run(
+            self._plan_mark(claim, SlotStatus.SENT, check_message_id(message_id)),
+            single_statement=True,
+        )
+
+    def mark_failed(self, claim: Claim, error: str) -> bool:
+        """See :meth:`AsyncLedger.mark_failed`."""
+        error_text = check_text("error", error, optional=False)
+        return self._run(
+            self._plan_mark(claim, SlotStatus.FAILED, error_text), single_statement=True
+        )
+
+    def mark_unknown(self, claim: Claim, error: str | None = None) -> bool:
+        """See :meth:`AsyncLedger.mark_unknown`."""
+        error_text = check_text("error", error, optional=True)
+        return self._run(
+            self._plan_mark(claim, SlotStatus.UNKNOWN, error_text), single_statement=True
+        )
+
+    def release(self, claim: Claim, error: str | None = None) -> bool:
+        """See :meth:`AsyncLedger.release`."""
+        error_text = check_text("error", error, optional=True)
+        return self._run(
+            self._plan_mark(claim, SlotStatus.RELEASED, error_text), single_statement=True
+        )
+
+    def mark_many(self, results: Sequence[tuple[Claim, SlotStatus, str | None]]) -> list[bool]:
+        """See :meth:`AsyncLedger.mark_many`."""
+        return self._run(partial(self._core.mark_many, results=check_mark_results(results)))
+
+    def get(self, action: str, subject: Subject, cycle: Cycle) -> SlotRecord | None:
+        """See :meth:`AsyncLedger.get`."""
+        key = make_key(action, subject, cycle)
+        return self._run(partial(self._core.get, key=key), write=False)
+
+    def sweep(self, mode: DeliveryMode, *, max_attempts: int = 3, limit: int = 1000) -> SweepResult:
+        """See :meth:`AsyncLedger.sweep`."""
+        return self._run(self._plan_sweep(mode, max_attempts, limit))
+
+    def purge(
+        self, *, older_than: dt.timedelta, opaque_finished_before: dt.datetime | None = None
+    ) -> int:
+        """See :meth:`AsyncLedger.purge`."""
+        return self._run(self._plan_purge(older_than, opaque_finished_before))
+
+    def last_sent(
+        self, subjects: Iterable[Subject], *, since: dt.datetime
+    ) -> dict[str, dt.datetime]:
+        """See :meth:`AsyncLedger.last_sent`."""
+        texts = normalize_subjects(subjects)
+        body = partial(self._core.last_sent, subjects=texts, since=check_aware("since", since))
+        return self._run(body, write=False)
+
+    def stats(self) -> LedgerStats:
+        """See :meth:`AsyncLedger.stats`."""
+        return self._run(self._core.stats, write=False)

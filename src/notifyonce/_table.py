@@ -1,0 +1,172 @@
+"""The ledger table: its columns, indexes and the two column types that keep it portable.
+
+One definition serves ``create_schema()``; the shipped Alembic migration writes the same
+table out explicitly (a migration is a frozen snapshot) and a test compares the two.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql, postgresql
+from sqlalchemy.engine import Dialect
+
+__all__ = [
+    "DEFAULT_TABLE_NAME",
+    "MAX_ERROR_LENGTH",
+    "MAX_MESSAGE_ID_LENGTH",
+    "KeyText",
+    "SlotStatus",
+    "UtcDateTime",
+    "build_table",
+    "index_names",
+]
+
+DEFAULT_TABLE_NAME = "notifyonce_slots"
+MAX_ERROR_LENGTH = 500
+MAX_MESSAGE_ID_LENGTH = 128
+
+
+class SlotStatus(str, enum.Enum):
+    """Where a slot stands.
+
+    Attributes:
+        CLAIMED: Held by a worker until its ``lease_until``; only its fencing token can
+            mark or release it.
+        SENT: Delivered. Final.
+        FAILED: Refused for good (bot blocked, chat not found). Final.
+        UNKNOWN: May or may not have been delivered (an uncertain send, or a crash between
+            claim and confirmation in at-most-once mode). Never retried automatically.
+        RELEASED: Certainly not delivered; the next claim wins it again.
+    """
+
+    CLAIMED = "claimed"
+    SENT = "sent"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    RELEASED = "released"
+
+
+class UtcDateTime(sa.types.TypeDecorator[dt.datetime]):
+    """A timestamp stored in UTC and always read back as an aware UTC datetime.
+
+    PostgreSQL gets ``timestamptz``; MySQL/MariaDB (``DATETIME(6)``) and SQLite have no
+    time zone type, so they store naive UTC. Naive datetimes are refused on the way in:
+    their meaning would depend on the machine's zone.
+    """
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(postgresql.TIMESTAMP(timezone=True))
+        if dialect.name in ("mysql", "mariadb"):
+            # fsp=6: leases and updated_at need sub-second precision.
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        return dialect.type_descriptor(sa.DateTime())
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.utcoffset() is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(dt.timezone.utc)
+        return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
+
+    def process_result_value(
+        self, value: dt.datetime | None, dialect: Dialect
+    ) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=dt.timezone.utc)
+        return value.astimezone(dt.timezone.utc)
+
+
+class KeyText(sa.types.TypeDecorator[str]):
+    """A key part (action, subject, cycle) compared byte for byte on every database.
+
+    MySQL/MariaDB's default collations are case-insensitive and ignore trailing spaces,
+    so ``"Ann"``, ``"ann"`` and ``"ann "`` would share one slot there while they are three
+    slots on PostgreSQL and SQLite. ``VARBINARY`` of the UTF-8 bytes gives exact equality
+    on MySQL too; the other databases keep a plain ``VARCHAR``.
+    """
+
+    impl = sa.String
+    cache_ok = True
+
+    def __init__(self, length: int) -> None:
+        super().__init__(length)
+        self.length = length
+
+    def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
+        if dialect.name in ("mysql", "mariadb"):
+            # Room for four UTF-8 bytes per character.
+            return dialect.type_descriptor(mysql.VARBINARY(self.length * 4))
+        return dialect.type_descriptor(sa.String(self.length))
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> Any:
+        if value is not None and dialect.name in ("mysql", "mariadb"):
+            return value.encode("utf-8")
+        return value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return bytes(value).decode("utf-8")
+        return value  # type: ignore[no-any-return]
+
+
+def index_names(table_name: str) -> dict[str, str]:
+    """The names of the table's constraint and indexes (short enough for every database)."""
+    return {
+        "pk": f"{table_name}_pkey",
+        "key": f"{table_name}_key",
+        "lease": f"{table_name}_lease_idx",
+        "cycle_at": f"{table_name}_cycle_at_idx",
+        "subject_sent": f"{table_name}_subject_sent_idx",
+    }
+
+
+def build_table(
+    metadata: sa.MetaData, table_name: str = DEFAULT_TABLE_NAME, schema: str | None = None
+) -> sa.Table:
+    """Define the ledger table on ``metadata``."""
+    from ._keys import MAX_ACTION_LENGTH, MAX_CYCLE_LENGTH, MAX_SUBJECT_LENGTH
+
+    names = index_names(table_name)
+    return sa.Table(
+        table_name,
+        metadata,
+        # SQLite only auto-increments an INTEGER PRIMARY KEY (its rowid).
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
+        sa.Column("action", KeyText(MAX_ACTION_LENGTH), nullable=False),
+        sa.Column("subject", KeyText(MAX_SUBJECT_LENGTH), nullable=False),
+        sa.Column("cycle", KeyText(MAX_CYCLE_LENGTH), nullable=False),
+        sa.Column("cycle_at", UtcDateTime(), nullable=True),
+        sa.Column("status", sa.String(16), nullable=False),
+        sa.Column("attempt", sa.Integer(), nullable=False),
+        sa.Column("token", sa.BigInteger(), nullable=False),
+        sa.Column("lease_until", UtcDateTime(), nullable=False),
+        sa.Column("created_at", UtcDateTime(), nullable=False),
+        sa.Column("updated_at", UtcDateTime(), nullable=False),
+        sa.Column("sent_at", UtcDateTime(), nullable=True),
+        sa.Column("last_error", sa.String(MAX_ERROR_LENGTH), nullable=True),
+        sa.Column("message_id", sa.String(MAX_MESSAGE_ID_LENGTH), nullable=True),
+        sa.PrimaryKeyConstraint("id", name=names["pk"]),
+        # The claim's uniqueness. Cycle before subject: a window run claims many subjects
+        # whose cycles (deadlines) fall in a narrow range, so its keys land close together
+        # in the index (measured 0.97 of the empty-ledger bulk rate on a 10M-row ledger,
+        # against 0.54-0.69 with (action, subject, cycle)).
+        sa.UniqueConstraint("action", "cycle", "subject", name=names["key"]),
+        # sweep: finds CLAIMED rows whose lease expired without touching finished ones.
+        sa.Index(names["lease"], "status", "lease_until"),
+        # purge: deletes by how long ago the cycle could last fire.
+        sa.Index(names["cycle_at"], "cycle_at"),
+        # last_sent: the latest delivery per subject, across actions, for spacing.
+        sa.Index(names["subject_sent"], "subject", "sent_at"),
+        schema=schema,
+    )

@@ -1,0 +1,156 @@
+"""The ledger table's Alembic migrations, shipped inside the package.
+
+Two ways to use them:
+
+* Without Alembic in your project: one call creates or upgrades the table.
+
+  >>> # notifyonce.migrations.upgrade("postgresql+psycopg://app@db/app")
+  >>> # await notifyonce.migrations.upgrade_async(async_engine)
+
+* With Alembic: add ``notifyonce:migrations/versions`` to your ``version_locations`` and
+  upgrade the ``notifyonce@head`` branch, or call :func:`upgrade` with the connection
+  from your own ``env.py``. See the Alembic guide in the docs.
+
+Our history keeps its own version table (``<table_name>_alembic_version`` by default), so
+it lives beside your application's history without touching it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from notifyonce._table import DEFAULT_TABLE_NAME
+
+__all__ = ["SCRIPT_LOCATION", "settings_from_config", "upgrade", "upgrade_async"]
+
+SCRIPT_LOCATION = "notifyonce:migrations"
+
+_TABLE = "notifyonce_table_name"
+_SCHEMA = "notifyonce_schema"
+_VERSION_TABLE = "notifyonce_version_table"
+
+
+def default_version_table(table_name: str) -> str:
+    """The version table of a ledger table: one per ledger table, beside your own."""
+    return f"{table_name}_alembic_version"
+
+
+def settings_from_config(config: Config) -> tuple[str, str | None]:
+    """The ledger's ``(table_name, schema)`` for a migration run.
+
+    Read from the attributes :func:`upgrade` sets, else from the ``notifyonce_table_name``
+    and ``notifyonce_schema`` options of your ``alembic.ini`` section, else the defaults.
+    """
+    table = config.attributes.get(_TABLE) or config.get_main_option(_TABLE) or DEFAULT_TABLE_NAME
+    schema = config.attributes.get(_SCHEMA) or config.get_main_option(_SCHEMA) or None
+    return table, schema
+
+
+def _config(
+    connection: Connection, table_name: str, schema: str | None, version_table: str | None
+) -> Config:
+    config = Config()
+    config.set_main_option("script_location", SCRIPT_LOCATION)
+    config.attributes["connection"] = connection
+    config.attributes[_TABLE] = table_name
+    config.attributes[_SCHEMA] = schema
+    config.attributes[_VERSION_TABLE] = version_table or default_version_table(table_name)
+    return config
+
+
+def _upgrade_on(
+    connection: Connection,
+    table_name: str,
+    schema: str | None,
+    version_table: str | None,
+    revision: str,
+) -> None:
+    import alembic.context
+    import alembic.op
+
+    # Called from an application's own env.py (inside its Alembic run), our run would
+    # uninstall Alembic's module-level `context`/`op` proxies on exit; put theirs back.
+    outer = [getattr(module, "_proxy", None) for module in (alembic.context, alembic.op)]
+    try:
+        command.upgrade(_config(connection, table_name, schema, version_table), revision)
+    finally:
+        for proxy in outer:
+            if proxy is not None:
+                proxy._install_proxy()
+
+
+def upgrade(
+    target: Engine | Connection | str | URL,
+    *,
+    table_name: str = DEFAULT_TABLE_NAME,
+    schema: str | None = None,
+    version_table: str | None = None,
+    revision: str = "heads",
+) -> None:
+    """Create or upgrade the ledger table to ``revision`` (the latest by default).
+
+    Args:
+        target: An Engine, a Connection (its transaction is used and not committed), or a
+            database URL (an async driver URL works too).
+        table_name: The ledger table's name, as given to the ledger.
+        schema: Its schema, as given to the ledger (the schema must exist).
+        version_table: Where this history records its revision; defaults to
+            ``<table_name>_alembic_version``.
+        revision: The revision to upgrade to.
+
+    Example:
+        >>> # notifyonce.migrations.upgrade("sqlite:///bot.sqlite3")
+    """
+    if isinstance(target, Connection):
+        _upgrade_on(target, table_name, schema, version_table, revision)
+        return
+    if isinstance(target, (str, URL)):
+        url = make_url(target)
+        if url.get_dialect().is_async:
+            asyncio.run(_upgrade_async_url(url, table_name, schema, version_table, revision))
+            return
+        engine = sa.create_engine(url)
+        try:
+            upgrade(
+                engine,
+                table_name=table_name,
+                schema=schema,
+                version_table=version_table,
+                revision=revision,
+            )
+        finally:
+            engine.dispose()
+        return
+    with target.begin() as connection:
+        _upgrade_on(connection, table_name, schema, version_table, revision)
+
+
+async def _upgrade_async_url(url: URL, *args: Any) -> None:
+    engine = create_async_engine(url)
+    try:
+        await upgrade_async(engine, *args)
+    finally:
+        await engine.dispose()
+
+
+async def upgrade_async(
+    engine: AsyncEngine,
+    table_name: str = DEFAULT_TABLE_NAME,
+    schema: str | None = None,
+    version_table: str | None = None,
+    revision: str = "heads",
+) -> None:
+    """:func:`upgrade` for an ``AsyncEngine``.
+
+    Example:
+        >>> # await notifyonce.migrations.upgrade_async(engine, table_name="notifyonce_slots")
+    """
+    async with engine.begin() as connection:
+        await connection.run_sync(_upgrade_on, table_name, schema, version_table, revision)

@@ -1,0 +1,201 @@
+"""Concurrency and failure: many workers on the same slots, and a connection lost mid-claim."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import datetime as dt
+import random
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from notifyonce import Claim, LedgerUnavailableError
+
+from ._ledger_env import UTC, Env, env_fixture  # noqa: F401 - the `env` fixture
+from ._ledger_env import Awaitable as Wrapped
+
+T = TypeVar("T")
+DEADLINE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
+WORKERS = 16
+
+
+Work = Callable[[Wrapped, int, Callable[[], Awaitable[None]]], Awaitable[T]]
+
+
+async def run_workers(env: Env, count: int, work: Work[T]) -> list[T]:
+    """Run ``work`` in ``count`` workers, each with its own ledger object, released together
+    by a barrier: coroutines on one loop for the async ledger, threads for the sync one."""
+    if env.flavour == "async":
+        # asyncio.Barrier is 3.11+; the package supports 3.10.
+        arrived = 0
+        all_in = asyncio.Event()
+
+        async def start_together() -> None:
+            nonlocal arrived
+            arrived += 1
+            if arrived == count:
+                all_in.set()
+            await all_in.wait()
+
+        return list(
+            await asyncio.gather(*(work(env.make(), i, start_together) for i in range(count)))
+        )
+    thread_barrier = threading.Barrier(count)
+
+    async def start_together_thread() -> None:
+        thread_barrier.wait()
+
+    def in_thread(index: int) -> T:
+        return asyncio.run(work(env.make(), index, start_together_thread))  # type: ignore[arg-type]
+
+    with ThreadPoolExecutor(count) as pool:
+        return list(await asyncio.to_thread(lambda: list(pool.map(in_thread, range(count)))))
+
+
+async def test_racing_claims_have_exactly_one_winner_per_key(env: Env) -> None:
+    """16 workers claiming the same 12 keys in different orders: one winner per key, also
+    when they race again to take over the expired claims."""
+    subjects = list(range(12))
+
+    async def claim_all(take_expired: bool) -> collections.Counter[str]:
+        async def work(
+            ledger: Wrapped, index: int, start: Callable[[], Awaitable[None]]
+        ) -> list[Claim]:
+            order = subjects[:]
+            random.Random(index).shuffle(order)
+            await start()
+            won = []
+            for subject in order:
+                claim = await ledger.claim_slot(
+                    "race", subject, DEADLINE, take_expired=take_expired
+                )
+                if claim is not None:
+                    won.append(claim)
+            return won
+
+        results = await run_workers(env, WORKERS, work)
+        return collections.Counter(c.key.subject for won in results for c in won)
+
+    assert {str(s): 1 for s in subjects} == dict(await claim_all(take_expired=False))
+    env.clock.advance(dt.timedelta(minutes=6))
+    assert {str(s): 1 for s in subjects} == dict(await claim_all(take_expired=True))
+    ledger = env.make()
+    attempts = {(await ledger.get("race", s, DEADLINE)).attempt for s in subjects}
+    assert {2} == attempts
+
+
+async def test_overlapping_claim_many_batches_split_the_keys_exactly(env: Env) -> None:
+    """8 workers claim_many the same 300 keys in shuffled and reversed orders: every key is
+    won exactly once, and no deadlock reaches the caller."""
+    items = [(subject, DEADLINE + dt.timedelta(hours=subject % 7)) for subject in range(300)]
+
+    async def work(
+        ledger: Wrapped, index: int, start: Callable[[], Awaitable[None]]
+    ) -> list[Claim]:
+        batch = items[::-1] if index % 2 else items[:]
+        if index >= 4:
+            random.Random(index).shuffle(batch)
+        await start()
+        return list(await ledger.claim_many("bulk", batch, chunk_size=64))
+
+    results = await run_workers(env, 8, work)
+    counts = collections.Counter(c.key.subject for won in results for c in won)
+    assert 300 == len(counts)
+    assert {1} == set(counts.values())
+    assert 300 == env.count()
+
+
+def _backend_pid(driver_connection: Any) -> int:
+    """The server process id of a psycopg (sync or async) or asyncpg connection."""
+    if hasattr(driver_connection, "get_server_pid"):
+        return int(driver_connection.get_server_pid())
+    return int(driver_connection.info.backend_pid)
+
+
+def _kill_backend_at_insert(env: Env) -> Callable[[], None]:
+    """Terminate the ledger's PostgreSQL backend just before its claim INSERT is sent."""
+    sync_engine = env.engine.sync_engine if isinstance(env.engine, AsyncEngine) else env.engine
+    killer = sa.create_engine(env.backend.sync_url, poolclass=sa.pool.NullPool)
+
+    def kill(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith("INSERT"):
+            pid = _backend_pid(conn.connection.driver_connection)
+            with killer.begin() as k:
+                k.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+
+    sa.event.listen(sync_engine, "before_cursor_execute", kill)
+
+    def remove() -> None:
+        sa.event.remove(sync_engine, "before_cursor_execute", kill)
+        killer.dispose()
+
+    return remove
+
+
+async def test_connection_lost_during_claim_raises_and_returns_no_claim(env: Env) -> None:
+    """A backend killed under a claim raises LedgerUnavailableError and returns no claim;
+    nothing was written, so the next claim wins the slot."""
+    if env.dialect != "postgresql":
+        pytest.skip("pg_terminate_backend is PostgreSQL's; see the commit-failure test")
+    ledger = env.make()
+    remove = _kill_backend_at_insert(env)
+    try:
+        with pytest.raises(LedgerUnavailableError):
+            await ledger.claim_slot("a", 1, DEADLINE)
+        with pytest.raises(LedgerUnavailableError):
+            await ledger.claim_many("a", [(2, DEADLINE), (3, DEADLINE)])
+    finally:
+        remove()
+    assert 0 == env.count()
+    assert 1 == (await ledger.claim_slot("a", 1, DEADLINE)).attempt
+
+
+async def test_commit_failure_raises_and_returns_no_claim(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When COMMIT fails (connection lost at commit), the claim is not returned and the
+    row is not there. (PostgreSQL claims autocommit, so they have no separate COMMIT.)"""
+    if env.dialect == "postgresql":
+        pytest.skip("claims autocommit on PostgreSQL; see the backend-kill test")
+    real_commit = sa.engine.Connection.commit
+
+    def lost_at_commit(self: sa.engine.Connection) -> None:
+        self.rollback()
+        raise sa.exc.OperationalError(
+            "COMMIT", {}, ConnectionResetError("lost"), connection_invalidated=True
+        )
+
+    ledger = env.make()
+    monkeypatch.setattr(sa.engine.Connection, "commit", lost_at_commit)
+    with pytest.raises(LedgerUnavailableError):
+        await ledger.claim_slot("a", 1, DEADLINE)
+    with pytest.raises(LedgerUnavailableError):
+        await ledger.claim_many("a", [(2, DEADLINE), (3, DEADLINE)])
+    monkeypatch.setattr(sa.engine.Connection, "commit", real_commit)
+    assert 0 == env.count()
+    assert 1 == (await ledger.claim_slot("a", 1, DEADLINE)).attempt
+
+
+async def test_unreachable_database_raises_unavailable(tmp_path: Path) -> None:
+    """A database that does not answer raises LedgerUnavailableError, chaining the cause."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from notifyonce import AsyncLedger, Ledger
+
+    url = "postgresql+psycopg://nobody@127.0.0.1:9/none?connect_timeout=2"
+    with pytest.raises(LedgerUnavailableError) as caught:
+        Ledger(sa.create_engine(url)).claim_slot("a", 1, DEADLINE)
+    assert caught.value.__cause__ is not None
+    engine = create_async_engine(url.replace("psycopg", "asyncpg").split("?")[0])
+    try:
+        with pytest.raises(LedgerUnavailableError):
+            await AsyncLedger(engine).claim_slot("a", 1, DEADLINE)
+    finally:
+        await engine.dispose()

@@ -1,0 +1,181 @@
+"""The shipped Alembic migration builds the same table as create_schema()."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from notifyonce import Ledger, migrations
+
+from ._databases import Backend
+
+
+def _shape(inspector: Any, table: str) -> dict[str, Any]:
+    """Columns, types, nullability, keys and indexes, with the table name taken out."""
+
+    def strip(name: str | None) -> str | None:
+        return None if name is None else name.replace(table, "T")
+
+    columns = [
+        (c["name"], repr(c["type"]), c["nullable"], bool(c.get("autoincrement")))
+        for c in inspector.get_columns(table)
+    ]
+    pk = inspector.get_pk_constraint(table)
+    uniques = sorted(
+        (strip(u["name"]), tuple(u["column_names"]))
+        for u in inspector.get_unique_constraints(table)
+    )
+    indexes = sorted(
+        (strip(i["name"]), tuple(i["column_names"]), bool(i["unique"]))
+        for i in inspector.get_indexes(table)
+    )
+    return {
+        "columns": columns,
+        "pk": tuple(pk["constrained_columns"]),
+        "uniques": uniques,
+        "indexes": indexes,
+    }
+
+
+@pytest.fixture
+def tables(sync_backend: Backend) -> Iterator[tuple[Backend, str, str]]:
+    """Two fresh table names on each database; both and their version tables dropped after."""
+    created, migrated = sync_backend.unique_table(), sync_backend.unique_table()
+    yield sync_backend, created, migrated
+    engine = sa.create_engine(sync_backend.sync_url, poolclass=sa.pool.NullPool)
+    with engine.begin() as conn:
+        for name in (created, migrated, migrations.default_version_table(migrated)):
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
+    engine.dispose()
+
+
+def test_migration_builds_the_same_table_as_create_schema(
+    tables: tuple[Backend, str, str],
+) -> None:
+    """Columns, types, nullability, primary key, unique constraint and indexes all match."""
+    backend, created, migrated = tables
+    engine = sa.create_engine(backend.sync_url)
+    try:
+        Ledger(engine, table_name=created).create_schema()
+        migrations.upgrade(engine, table_name=migrated)
+        migrations.upgrade(engine, table_name=migrated)  # a second run is a no-op
+        inspector = sa.inspect(engine)
+        assert _shape(inspector, created) == _shape(inspector, migrated)
+        assert migrations.default_version_table(migrated) in inspector.get_table_names()
+        ledger = Ledger(engine, table_name=migrated)
+        claim = ledger.claim_slot("a", 1, dt.date(2026, 12, 1))
+        assert None is ledger.claim_slot("a", 1, dt.date(2026, 12, 1))
+        assert claim is not None
+        assert ledger.mark_sent(claim)
+    finally:
+        engine.dispose()
+
+
+def test_migration_runs_inside_the_callers_connection(tables: tuple[Backend, str, str]) -> None:
+    """upgrade(connection) uses the caller's transaction, as an app's env.py would call it."""
+    backend, _, migrated = tables
+    engine = sa.create_engine(backend.sync_url)
+    try:
+        with engine.begin() as conn:
+            migrations.upgrade(conn, table_name=migrated)
+        assert migrated in sa.inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_schema_option_places_table_and_version_table_in_the_schema() -> None:
+    """With schema=, the ledger, create_schema and the migration all use that schema."""
+    from ._databases import make_backend
+
+    backend = make_backend("postgres-psycopg", None)  # type: ignore[arg-type]
+    schema = backend.unique_table().replace("nfo_t_", "nfo_s_")
+    engine = sa.create_engine(backend.sync_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"CREATE SCHEMA {schema}"))
+        migrations.upgrade(engine, table_name="slots_m", schema=schema)
+        ledger = Ledger(engine, table_name="slots_c", schema=schema)
+        ledger.create_schema()
+        assert ledger.claim_slot("a", 1, "c") is not None
+        migrated = Ledger(engine, table_name="slots_m", schema=schema)
+        assert migrated.claim_slot("a", 1, "c") is not None
+        names = set(sa.inspect(engine).get_table_names(schema=schema))
+        assert {"slots_c", "slots_m", "slots_m_alembic_version"} == names
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        engine.dispose()
+
+
+_APP_ENV = """
+from alembic import context
+import sqlalchemy as sa
+import notifyonce.migrations
+
+config = context.config
+engine = sa.create_engine(config.get_main_option("sqlalchemy.url"))
+with engine.connect() as connection:
+    context.configure(connection=connection, target_metadata=None)
+    with context.begin_transaction():
+        context.run_migrations()
+        if config.get_main_option("call_notifyonce") == "yes":
+            notifyonce.migrations.upgrade(connection, table_name="app_slots")
+engine.dispose()
+"""
+
+_APP_REVISION = """
+revision = "app_0001"
+down_revision = None
+branch_labels = None
+depends_on = None
+
+from alembic import op
+import sqlalchemy as sa
+
+
+def upgrade():
+    op.create_table("app_users", sa.Column("id", sa.Integer, primary_key=True))
+"""
+
+
+def _app_config(tmp_path: Any, option_b: bool) -> Any:
+    from alembic.config import Config
+
+    versions = tmp_path / "versions"
+    versions.mkdir()
+    (tmp_path / "env.py").write_text(_APP_ENV)
+    (versions / "app_0001.py").write_text(_APP_REVISION)
+    config = Config()
+    config.set_main_option("script_location", str(tmp_path))
+    config.set_main_option("sqlalchemy.url", f"sqlite:///{tmp_path / 'app.sqlite3'}")
+    if option_b:
+        config.set_main_option("path_separator", "space")
+        config.set_main_option("version_locations", f"{versions} notifyonce:migrations/versions")
+        config.set_main_option("notifyonce_table_name", "app_slots")
+    else:
+        config.set_main_option("call_notifyonce", "yes")
+    return config
+
+
+@pytest.mark.sqlite
+@pytest.mark.parametrize("option_b", [False, True], ids=["env-py-call", "version-locations"])
+def test_an_apps_alembic_history_can_include_ours(tmp_path: Any, option_b: bool) -> None:
+    """Both documented ways of running our migration from an app's Alembic setup work."""
+    from alembic import command
+
+    config = _app_config(tmp_path, option_b)
+    command.upgrade(config, "heads")
+    command.upgrade(config, "heads")  # idempotent
+    engine = sa.create_engine(config.get_main_option("sqlalchemy.url"))
+    try:
+        names = set(sa.inspect(engine).get_table_names())
+        ours = "alembic_version" if option_b else "app_slots_alembic_version"
+        assert {"app_users", "app_slots", "alembic_version", ours} <= names
+        assert Ledger(engine, table_name="app_slots").claim_slot("a", 1, "c") is not None
+    finally:
+        engine.dispose()
