@@ -87,7 +87,9 @@ async def test_sent_once_then_duplicate(ledger: AsyncLedger, sender: FakeSender)
     assert SlotStatus.SENT == await status_of(ledger, 42)
 
 
-async def test_restart_does_not_resend(ledger: AsyncLedger, sender: FakeSender, clock: Clock) -> None:
+async def test_restart_does_not_resend(
+    ledger: AsyncLedger, sender: FakeSender, clock: Clock
+) -> None:
     """A restarted process (fresh ledger and notifier objects) never re-sends a slot."""
     assert Outcome.SENT == await Notifier(ledger, sender).send_once("trial_6h", 1, CYCLE, msg())
     for _ in range(3):
@@ -160,7 +162,9 @@ async def test_uncertain_at_least_once_retries_until_max_attempts(
     assert 3 == len(sender.sent)  # duplicates bounded by max_attempts
 
 
-async def test_uncertain_then_delivered_at_least_once(ledger: AsyncLedger, sender: FakeSender) -> None:
+async def test_uncertain_then_delivered_at_least_once(
+    ledger: AsyncLedger, sender: FakeSender
+) -> None:
     """At least once: an uncertain send that was not delivered is delivered on the retry."""
     notifier = Notifier(ledger, sender, mode=ALO, max_attempts=3)
     sender.fail_next(UncertainSendError("connection reset"), delivered=False)
@@ -183,7 +187,7 @@ class BrokenSender:
 async def test_foreign_exception_is_uncertain_and_text_not_logged(
     ledger: AsyncLedger, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A non-SendError from a sender counts as uncertain; its message (with the text) is not logged."""
+    """A non-SendError from a sender is uncertain; its message (quoting the text) is not logged."""
     broken = BrokenSender()
     notifier = Notifier(ledger, broken)
     with caplog.at_level(logging.DEBUG, logger="notifyonce"):
@@ -207,7 +211,9 @@ class TakeoverSender:
 
     async def send(self, recipient: str, message: Message) -> Receipt:
         self.clock.advance(minutes=10)
-        self.taken = await self.rival.claim_slot("trial_6h", int(recipient), CYCLE, take_expired=True)
+        self.taken = await self.rival.claim_slot(
+            "trial_6h", int(recipient), CYCLE, take_expired=True
+        )
         return Receipt(recipient, message_id=1)
 
 
@@ -222,8 +228,14 @@ async def test_lease_lost_overwrites_nothing(
     record = await ledger.get("trial_6h", 11, CYCLE)
     assert sender.taken is not None
     assert record is not None
-    assert (SlotStatus.CLAIMED, sender.taken.token, 2) == (record.status, record.token, record.attempt)
-    assert any(r.levelno == logging.ERROR and "lease_lost" in r.getMessage() for r in caplog.records)
+    assert (SlotStatus.CLAIMED, sender.taken.token, 2) == (
+        record.status,
+        record.token,
+        record.attempt,
+    )
+    assert any(
+        r.levelno == logging.ERROR and "lease_lost" in r.getMessage() for r in caplog.records
+    )
 
 
 async def test_send_many_reports_every_outcome_in_input_order(
@@ -286,7 +298,9 @@ def test_bad_options_are_rejected() -> None:
         Notifier(None, FakeSender(), mode="at_most_once")  # type: ignore[arg-type]
 
 
-async def test_dry_run_claims_sends_and_records_nothing(ledger: AsyncLedger, sender: FakeSender) -> None:
+async def test_dry_run_claims_sends_and_records_nothing(
+    ledger: AsyncLedger, sender: FakeSender
+) -> None:
     """A dry run reports what would happen and writes nothing."""
     await Notifier(ledger, sender).send_once("trial_6h", 1, CYCLE, msg())
     dry = Notifier(ledger, sender, dry_run=True)
@@ -298,21 +312,26 @@ async def test_dry_run_claims_sends_and_records_nothing(ledger: AsyncLedger, sen
     assert 1 == len(sender.sent)
 
 
-async def test_min_spacing_across_actions(ledger: AsyncLedger, sender: FakeSender, clock: Clock) -> None:
+async def test_min_spacing_across_actions(
+    ledger: AsyncLedger, sender: FakeSender, clock: Clock
+) -> None:
     """A subject sent anything within min_spacing is skipped, under any action."""
     notifier = Notifier(ledger, sender, min_spacing=dt.timedelta(hours=1))
     assert Outcome.SENT == await notifier.send_once("invoice_due", 1, CYCLE, msg())
     assert Outcome.SKIPPED == await notifier.send_once("trial_6h", 1, CYCLE, msg())
     assert await ledger.get("trial_6h", 1, CYCLE) is None  # nothing claimed
     report = await notifier.send_many(
-        "trial_3h", [Notification(2, CYCLE, msg()), Notification(2, CYCLE + dt.timedelta(days=1), msg())]
+        "trial_3h",
+        [Notification(2, CYCLE, msg()), Notification(2, CYCLE + dt.timedelta(days=1), msg())],
     )
     assert [Outcome.SENT, Outcome.SKIPPED] == [r.outcome for r in report.results]
     clock.advance(hours=1, seconds=1)
     assert Outcome.SENT == await notifier.send_once("trial_6h", 1, CYCLE, msg())
 
 
-async def test_sweep_after_crash_at_most_once(ledger: AsyncLedger, sender: FakeSender, clock: Clock) -> None:
+async def test_sweep_after_crash_at_most_once(
+    ledger: AsyncLedger, sender: FakeSender, clock: Clock
+) -> None:
     """At most once: a claim left by a crashed worker becomes UNKNOWN and is not sent."""
     crashed = await fresh(ledger, clock).claim_slot("trial_6h", 1, CYCLE)
     assert crashed is not None
@@ -326,7 +345,9 @@ async def test_sweep_after_crash_at_most_once(ledger: AsyncLedger, sender: FakeS
     assert [] == sender.records
 
 
-async def test_sweep_after_crash_at_least_once(ledger: AsyncLedger, sender: FakeSender, clock: Clock) -> None:
+async def test_sweep_after_crash_at_least_once(
+    ledger: AsyncLedger, sender: FakeSender, clock: Clock
+) -> None:
     """At least once: a claim left by a crashed worker is claimed again and sent."""
     await fresh(ledger, clock).claim_slot("trial_6h", 1, CYCLE)
     clock.advance(minutes=6)
@@ -336,9 +357,7 @@ async def test_sweep_after_crash_at_least_once(ledger: AsyncLedger, sender: Fake
     assert 1 == len(sender.sent)
 
 
-async def test_racing_notifiers_send_each_slot_once(
-    ledger: AsyncLedger, clock: Clock
-) -> None:
+async def test_racing_notifiers_send_each_slot_once(ledger: AsyncLedger, clock: Clock) -> None:
     """Several notifiers over the same notifications at once: each slot is sent once."""
     sender = FakeSender(latency=0.001)
     items = [Notification(s, CYCLE, msg()) for s in range(40)]
@@ -358,11 +377,16 @@ async def test_results_logged_and_reported_without_text(
     with caplog.at_level(logging.DEBUG, logger="notifyonce"):
         await notifier.send_once("trial_6h", 77, CYCLE, msg())
     assert [(Outcome.SENT, 1)] == [(r.outcome, r.attempt) for r in seen]
-    sent_records = [r for r in caplog.records if getattr(r, "notifyonce", {}).get("outcome") == "sent"]
+    sent_records = [
+        r for r in caplog.records if getattr(r, "notifyonce", {}).get("outcome") == "sent"
+    ]
     assert 1 == len(sent_records)
     fields = sent_records[0].notifyonce  # type: ignore[attr-defined]
     assert ("trial_6h", "77", "2026-12-01T18:00:00Z", 1) == (
-        fields["action"], fields["subject"], fields["cycle"], fields["attempt"]
+        fields["action"],
+        fields["subject"],
+        fields["cycle"],
+        fields["attempt"],
     )
     assert SECRET_TEXT not in caplog.text
     assert SECRET_TEXT not in repr(seen)

@@ -113,7 +113,8 @@ async def test_tick_sends_each_open_window_under_its_action(
     sender = FakeSender()
     report = await Notifier(ledger, sender).tick(SEED, selector(users), now=now)
     assert {"trial_6h": [1], "trial_3h": [2], "trial_1h": [3]} == {
-        action: [r.notification.subject for r in rep.results] for action, rep in report.reports.items()
+        action: [r.notification.subject for r in rep.results]
+        for action, rep in report.reports.items()
     }
     assert 3 == report.counts[Outcome.SENT]
     assert [] == report.missed

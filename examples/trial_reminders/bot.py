@@ -5,7 +5,7 @@ A job runs every 5 minutes, picks the users whose trial ends in 6.5-5.0 h, 3.5-2
 starts a new trial gets the chain again).
 
     python examples/trial_reminders/bot.py --simulate        # hours of simulated time, in seconds
-    python examples/trial_reminders/bot.py                   # run the job every 5 min (console sender)
+    python examples/trial_reminders/bot.py                   # the job every 5 min, console sender
     python examples/trial_reminders/bot.py --token 123:ABC   # send through Telegram for real
     python examples/trial_reminders/bot.py --database-url postgresql+asyncpg://user@host/db
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import os
 import random
@@ -47,9 +48,15 @@ HERE = Path(__file__).resolve().parent
 # The seed's windows: wider than the job period, with gaps between them.
 TRIAL = Schedule(
     [
-        Window("trial_6h", opens_before=dt.timedelta(hours=6.5), closes_before=dt.timedelta(hours=5)),
-        Window("trial_3h", opens_before=dt.timedelta(hours=3.5), closes_before=dt.timedelta(hours=2.2)),
-        Window("trial_1h", opens_before=dt.timedelta(hours=1.2), closes_before=dt.timedelta(hours=0.4)),
+        Window(
+            "trial_6h", opens_before=dt.timedelta(hours=6.5), closes_before=dt.timedelta(hours=5)
+        ),
+        Window(
+            "trial_3h", opens_before=dt.timedelta(hours=3.5), closes_before=dt.timedelta(hours=2.2)
+        ),
+        Window(
+            "trial_1h", opens_before=dt.timedelta(hours=1.2), closes_before=dt.timedelta(hours=0.4)
+        ),
     ],
     period=dt.timedelta(minutes=5),
 )
@@ -121,7 +128,9 @@ async def create_users(engine: AsyncEngine, count: int, start: dt.datetime, seed
                     "id": i,
                     "chat_id": 100_000 + i,
                     "trial_ends_at": (
-                        start + dt.timedelta(hours=6.6) + dt.timedelta(minutes=rng.randrange(0, 120))
+                        start
+                        + dt.timedelta(hours=6.6)
+                        + dt.timedelta(minutes=rng.randrange(0, 120))
                     ).replace(tzinfo=None),
                 }
                 for i in range(1, count + 1)
@@ -177,7 +186,9 @@ async def simulate(database_url: str, *, users_count: int, workers: int, seed: i
     print()
     print(f"  reminders due            {expected}")
     print(f"  notifyonce sent          {sent}   duplicates: {duplicates}")
-    print(f"  in-memory set would send {sum(naive_counts.values())}   duplicates: {naive_duplicates}")
+    print(
+        f"  in-memory set would send {sum(naive_counts.values())}   duplicates: {naive_duplicates}"
+    )
     print()
     print("every reminder went out once." if sent == expected and not duplicates else "MISMATCH")
     return duplicates + abs(expected - sent)
@@ -210,12 +221,20 @@ def main() -> int:
         "--at-least-once", action="store_true", help="retry uncertain sends (default: at most once)"
     )
     args = parser.parse_args()
-    default_db = f"sqlite+aiosqlite:///{HERE / ('simulation.sqlite3' if args.simulate else 'bot.sqlite3')}"
+    default_db = (
+        f"sqlite+aiosqlite:///{HERE / ('simulation.sqlite3' if args.simulate else 'bot.sqlite3')}"
+    )
     url = args.database_url or default_db
     if args.simulate:
         if url == default_db:
             (HERE / "simulation.sqlite3").unlink(missing_ok=True)
-        return 1 if asyncio.run(simulate(url, users_count=args.users, workers=args.workers, seed=args.seed)) else 0
+        return (
+            1
+            if asyncio.run(
+                simulate(url, users_count=args.users, workers=args.workers, seed=args.seed)
+            )
+            else 0
+        )
     mode = DeliveryMode.AT_LEAST_ONCE if args.at_least_once else DeliveryMode.AT_MOST_ONCE
 
     async def run() -> None:
@@ -227,10 +246,8 @@ def main() -> int:
         else:
             await run_forever(url, ConsoleSender(lambda: dt.datetime.now(UTC)), mode)
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run())
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

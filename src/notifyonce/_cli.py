@@ -22,10 +22,12 @@ from typing import TYPE_CHECKING, NoReturn
 
 from ._errors import LedgerError, ScheduleError, ValidationError
 from ._outcome import DeliveryMode
+from ._table import SlotStatus
 from ._version import __version__
 
 if TYPE_CHECKING:
     from ._ledger import Ledger
+    from ._ledger_core import LedgerStats
 
 __all__ = ["main", "parse_duration"]
 
@@ -90,10 +92,12 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     check = commands.add_parser(
-        "check", help="validate a Schedule and draw its timeline", description=(
+        "check",
+        help="validate a Schedule and draw its timeline",
+        description=(
             "Import MODULE:ATTRIBUTE (a Schedule, or a zero-argument callable returning "
             "one), validate it and draw its timeline."
-        )
+        ),
     )
     check.add_argument("target", metavar="MODULE:ATTRIBUTE")
     check.add_argument("--width", type=int, default=72, help="timeline width in characters")
@@ -102,17 +106,19 @@ def _parser() -> argparse.ArgumentParser:
     stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     sweep = commands.add_parser(
-        "sweep", parents=[db], help="settle claims whose lease expired",
+        "sweep",
+        parents=[db],
+        help="settle claims whose lease expired",
         description="at-most-once: expired claims become unknown; at-least-once: they "
         "are released for another attempt while attempts remain.",
     )
-    sweep.add_argument(
-        "--mode", choices=["at-most-once", "at-least-once"], default="at-most-once"
-    )
+    sweep.add_argument("--mode", choices=["at-most-once", "at-least-once"], default="at-most-once")
     sweep.add_argument("--max-attempts", type=int, default=3)
 
     purge = commands.add_parser(
-        "purge", parents=[db], help="delete slots whose cycle ended long ago",
+        "purge",
+        parents=[db],
+        help="delete slots whose cycle ended long ago",
         description="Delete slots whose cycle (as a point in time) is older than "
         "--older-than. A slot whose cycle can still fire is never deleted.",
     )
@@ -199,10 +205,47 @@ def _check(args: argparse.Namespace) -> int:
 def _stats(args: argparse.Namespace) -> int:
     stats = _ledger(args).stats()
     if args.json:
-        print(json.dumps(stats.as_dict(), indent=2, default=str))
+        print(json.dumps(_stats_dict(stats), indent=2))
     else:
-        print(stats.render())
+        print(_render_stats(stats))
     return EXIT_OK
+
+
+def _stats_dict(stats: LedgerStats) -> dict[str, object]:
+    actions: dict[str, dict[str, int]] = {}
+    for (action, status), count in sorted(stats.counts.items()):
+        actions.setdefault(action, {})[status.value] = count
+    oldest = stats.oldest_live_claim
+    return {
+        "actions": actions,
+        "live_claims": stats.live_claims,
+        "oldest_live_claim": oldest.isoformat() if oldest is not None else None,
+        "expired_leases": stats.expired_leases,
+        "unknown": stats.unknown,
+    }
+
+
+def _render_stats(stats: LedgerStats) -> str:
+    statuses = list(SlotStatus)
+    rows = _stats_dict(stats)["actions"]
+    assert isinstance(rows, dict)
+    width = max([len("action"), *(len(a) for a in rows)])
+    lines = [f"{'action':<{width}}  " + "  ".join(f"{s.value:>8}" for s in statuses)]
+    for action, counts in rows.items():
+        cells = "  ".join(f"{counts.get(s.value, 0):>8}" for s in statuses)
+        lines.append(f"{action:<{width}}  {cells}")
+    if not rows:
+        lines.append("(the ledger is empty)")
+    oldest = stats.oldest_live_claim
+    lines += [
+        "",
+        f"live claims:     {stats.live_claims}"
+        + (f" (oldest taken {oldest:%Y-%m-%d %H:%M:%S} UTC)" if oldest is not None else ""),
+        f"expired leases:  {stats.expired_leases}"
+        + ("  (run `notifyonce sweep`)" if stats.expired_leases else ""),
+        f"unknown outcomes: {stats.unknown}",
+    ]
+    return "\n".join(lines)
 
 
 def _sweep(args: argparse.Namespace) -> int:

@@ -133,6 +133,25 @@ class _LedgerBase(Generic[EngineT]):
         """The ledger's SQLAlchemy ``Table`` (for your own queries and Alembic autogenerate)."""
         return self._core.table
 
+    @property
+    def engine(self) -> EngineT:
+        """The engine the ledger runs on."""
+        return self._engine
+
+    @property
+    def table_name(self) -> str:
+        """The ledger table's name."""
+        return self._core.table.name
+
+    @property
+    def schema(self) -> str | None:
+        """The ledger table's schema, or None for the default one."""
+        return self._core.table.schema
+
+    def now(self) -> dt.datetime:
+        """The ledger clock's current time (aware, UTC); the Notifier uses the same clock."""
+        return self._core.now()
+
     def _claim_many_body(
         self,
         action: object,

@@ -19,15 +19,13 @@ lease lost before the mark     LEASE_LOST (logged at ERROR, nothing overwritten)
 from __future__ import annotations
 
 import asyncio
-import inspect
 import datetime as dt
+import inspect
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Union
-
-from typing_extensions import TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ._errors import (
     LedgerError,
@@ -38,9 +36,9 @@ from ._errors import (
     ValidationTypeError,
 )
 from ._keys import Cycle, SlotKey, Subject, make_key, normalize_action
-from ._table import SlotStatus
 from ._message import Message, Receipt, Sender
 from ._outcome import DeliveryMode, Outcome
+from ._table import SlotStatus
 
 if TYPE_CHECKING:
     from ._claim import Claim
@@ -156,9 +154,9 @@ class Report:
         return f"Report({label}{shown or 'empty'})"
 
 
-_Notifications: TypeAlias = Union[Iterable[Notification], AsyncIterable[Notification]]
+_Notifications: TypeAlias = Iterable[Notification] | AsyncIterable[Notification]
 Selector: TypeAlias = Callable[
-    ["Window", "DeadlineRange"], Union[_Notifications, Awaitable[_Notifications]]
+    ["Window", "DeadlineRange"], _Notifications | Awaitable[_Notifications]
 ]
 """``select(window, deadlines)``: the notifications for the subjects whose deadline is in
 ``deadlines`` (a list, an iterable or an async iterable; or an awaitable of one)."""
@@ -191,7 +189,8 @@ class TickReport:
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{o.value}={n}" for o, n in self.counts.items() if n)
-        return f"TickReport({self.now.isoformat()}, {shown or 'nothing sent'}, missed={len(self.missed)})"
+        missed = len(self.missed)
+        return f"TickReport({self.now.isoformat()}, {shown or 'nothing sent'}, missed={missed})"
 
 
 def _describe(exc: BaseException) -> str:
@@ -215,40 +214,40 @@ class _Decision:
 class Notifier:
     """Sends notifications once per slot: claim, send, record.
 
-    Args:
-        ledger: Where slots are claimed and outcomes recorded.
-        sender: What delivers the messages (``TelegramSender``, ``FakeSender``, ...).
-        mode: What to do when a send may or may not have been delivered; see
-            :class:`DeliveryMode`.
-        max_attempts: In at-least-once mode, how many times one slot may be tried in all
-            (the bound on duplicates). Ignored in at-most-once mode.
-        concurrency: How many sends :meth:`send_many` keeps in flight. The sender's own
-            rate limit still applies.
-        batch_size: How many notifications :meth:`send_many` claims and records per
-            statement; the memory a run needs is proportional to it.
-        min_spacing: If set, a subject that was sent anything (under any action) within
-            this interval is skipped with ``Outcome.SKIPPED``.
-        sweep_every: How often the Notifier sweeps expired leases before a run (None: never;
-            then call ``ledger.sweep`` yourself).
-        dry_run: Claim nothing, send nothing, record nothing; report what would happen.
-        keep_results: Keep every :class:`Result` in reports (turn off for huge runs).
-        on_result: Called with every :class:`Result`, e.g. to feed metrics.
+        Args:
+            ledger: Where slots are claimed and outcomes recorded.
+            sender: What delivers the messages (``TelegramSender``, ``FakeSender``, ...).
+            mode: What to do when a send may or may not have been delivered; see
+                :class:`DeliveryMode`.
+            max_attempts: In at-least-once mode, how many times one slot may be tried in all
+                (the bound on duplicates). Ignored in at-most-once mode.
+            concurrency: How many sends :meth:`send_many` keeps in flight. The sender's own
+                rate limit still applies.
+            batch_size: How many notifications :meth:`send_many` claims and records per
+                statement; the memory a run needs is proportional to it.
+            min_spacing: If set, a subject that was sent anything (under any action) within
+                this interval is skipped with ``Outcome.SKIPPED``.
+            sweep_every: How often the Notifier sweeps expired leases before a run (None: never;
+                then call ``ledger.sweep`` yourself).
+            dry_run: Claim nothing, send nothing, record nothing; report what would happen.
+            keep_results: Keep every :class:`Result` in reports (turn off for huge runs).
+            on_result: Called with every :class:`Result`, e.g. to feed metrics.
 
-    Example:
-        >>> import asyncio
-import inspect
-        >>> from sqlalchemy.ext.asyncio import create_async_engine
-        >>> from notifyonce import AsyncLedger, Message, Notifier
-        >>> from notifyonce.testing import FakeSender
-        >>> async def main() -> str:
-        ...     ledger = AsyncLedger(create_async_engine("sqlite+aiosqlite://"))
-        ...     await ledger.create_schema()
-        ...     notifier = Notifier(ledger, FakeSender())
-        ...     first = await notifier.send_once("trial_6h", 42, "2026-12", Message("hi"))
-        ...     again = await notifier.send_once("trial_6h", 42, "2026-12", Message("hi"))
-        ...     return f"{first.value} then {again.value}"
-        >>> asyncio.run(main())
-        'sent then duplicate'
+        Example:
+            >>> import asyncio
+    import inspect
+            >>> from sqlalchemy.ext.asyncio import create_async_engine
+            >>> from notifyonce import AsyncLedger, Message, Notifier
+            >>> from notifyonce.testing import FakeSender
+            >>> async def main() -> str:
+            ...     ledger = AsyncLedger(create_async_engine("sqlite+aiosqlite://"))
+            ...     await ledger.create_schema()
+            ...     notifier = Notifier(ledger, FakeSender())
+            ...     first = await notifier.send_once("trial_6h", 42, "2026-12", Message("hi"))
+            ...     again = await notifier.send_once("trial_6h", 42, "2026-12", Message("hi"))
+            ...     return f"{first.value} then {again.value}"
+            >>> asyncio.run(main())
+            'sent then duplicate'
     """
 
     def __init__(
@@ -462,7 +461,7 @@ import inspect
             take_expired=self.mode is DeliveryMode.AT_LEAST_ONCE,
             max_attempts=self._claim_limit,
         )
-        won = {claim.key: claim for claim in claims}
+        won = {_slot(claim.key): claim for claim in claims}
         to_send: list[tuple[int, Claim]] = []
         for i in todo:
             key, _ = keyed[i]
@@ -474,7 +473,7 @@ import inspect
 
         decisions = await self._send_all(keyed, to_send)
         recorded = await self._record(to_send, decisions)
-        for (i, claim), decision, landed in zip(to_send, decisions, recorded):
+        for (i, claim), decision, landed in zip(to_send, decisions, recorded, strict=True):
             results[i] = self._result(action, keyed[i], claim, decision, landed)
         return [results[i] for i in range(len(keyed))]
 
@@ -514,9 +513,7 @@ import inspect
         for i in todo:
             key, notification = keyed[i]
             if key.subject in taken:
-                results[i] = Result(
-                    action, notification, key, Outcome.SKIPPED, reason="spacing"
-                )
+                results[i] = Result(action, notification, key, Outcome.SKIPPED, reason="spacing")
             else:
                 # Two notifications for one subject in one batch would also break spacing.
                 taken.add(key.subject)
@@ -572,7 +569,9 @@ import inspect
         """Record every decision; True landed, False lease lost, None the ledger failed."""
         if not to_send:
             return []
-        marks = [(claim, d.status, _detail(d)) for (_, claim), d in zip(to_send, decisions)]
+        marks = [
+            (claim, d.status, _detail(d)) for (_, claim), d in zip(to_send, decisions, strict=True)
+        ]
         try:
             return list(await self.ledger.mark_many(marks))
         except LedgerError as exc:
@@ -599,9 +598,7 @@ import inspect
             outcome = Outcome.LEASE_LOST
         elif landed is None:
             outcome, error = Outcome.UNKNOWN, "the ledger failed while recording the outcome"
-        return Result(
-            action, notification, key, outcome, claim.attempt, decision.receipt, error
-        )
+        return Result(action, notification, key, outcome, claim.attempt, decision.receipt, error)
 
     # -- plumbing -------------------------------------------------------------------
 
@@ -615,8 +612,7 @@ import inspect
             return await self.sweep() if due else None
 
     def _now(self) -> dt.datetime:
-        clock = getattr(self.ledger, "clock", None)
-        return clock() if callable(clock) else dt.datetime.now(dt.timezone.utc)
+        return self.ledger.now()
 
     def _emit(self, result: Result) -> None:
         level = _LOG_LEVELS[result.outcome]
@@ -717,4 +713,3 @@ async def _batches(source: _Notifications, size: int) -> AsyncIterator[list[Noti
                 batch = []
     if batch:
         yield batch
-
