@@ -111,7 +111,7 @@ async def slot_attempts(backend: Backend, table: str) -> dict[str, int]:
     with engine.connect() as conn:
         rows = conn.execute(sa.text(f"SELECT subject, attempt FROM {table}")).all()
     engine.dispose()
-    return {subject: attempt for subject, attempt in rows}
+    return {str(subject): int(attempt) for subject, attempt in rows}
 
 
 async def kill_and_respawn(
