@@ -4,10 +4,10 @@ Run:  NOTIFYONCE_TEST_POSTGRES_URL=postgresql://root@127.0.0.1:5432/test \\
       .venv/bin/python bench/bench_notifier.py [--notifications 5000] [--naive 1000]
 
 1. No rate limit: ``send_many`` of N notifications through TelegramSender (asyncpg
-   ledger, batch claims and marks, 16 sends in flight: the Notifier's default) against a plain loop that, one
-   notification at a time, claims with raw asyncpg ``INSERT ... ON CONFLICT DO NOTHING
-   RETURNING``, sends with one httpx client and marks with an ``UPDATE``. Reports both
-   rates and the ratio (goal >= 5x).
+   ledger, batch claims and marks, 16 sends in flight: the Notifier's default) against
+   a plain loop that, one notification at a time, claims with raw asyncpg
+   ``INSERT ... ON CONFLICT DO NOTHING RETURNING``, sends with one httpx client and
+   marks with an ``UPDATE``. Reports both rates and the ratio (goal >= 5x).
 2. The default limiter: 300 notifications to 300 private chats; the server's busiest 1 s
    window and the mean rate against Telegram's 30 msg/s (goal: mean >= 95% of the cap,
    peak never above it).
