@@ -371,36 +371,53 @@ class LedgerCore:
         if options.max_attempts is not None:
             params["max_attempts"] = options.max_attempts
         unnest = self.dialect == "postgresql" and len(ordered) > 1
+        batch: dict[str, Any] | list[dict[str, Any]]
         if unnest:
             params["subjects"] = [k.subject for k in ordered]
             params["cycles"] = [k.cycle for k in ordered]
             params["cycle_ats"] = [k.cycle_at for k in ordered]
             params["tokens"] = tokens
-        else:
+            batch = params
+        elif self.dialect == "mysql":
+            # One multi-row VALUES statement. (PyMySQL's executemany cannot batch an
+            # ON DUPLICATE KEY UPDATE clause that has parameters of its own.)
             for i, (key, token) in enumerate(zip(ordered, tokens, strict=True)):
                 params[f"subject_{i}"] = key.subject
                 params[f"cycle_{i}"] = key.cycle
                 params[f"cycle_at_{i}"] = key.cycle_at
                 params[f"token_{i}"] = token
-        shape = (
-            0 if unnest else len(ordered),
-            options.take_expired,
-            options.max_attempts is not None,
-        )
-        stmt = self._claim_statement(*shape)
+            batch = params
+        else:
+            # SQLite: one cached single-row statement with many parameter sets; SQLAlchemy
+            # ("insertmanyvalues") sends them as multi-row VALUES statements with
+            # RETURNING, in this order, without compiling a new statement per batch.
+            batch = [
+                {
+                    **params,
+                    "subject_0": key.subject,
+                    "cycle_0": key.cycle,
+                    "cycle_at_0": key.cycle_at,
+                    "token_0": token,
+                }
+                for key, token in zip(ordered, tokens, strict=True)
+            ]
+            if len(batch) == 1:
+                batch = batch[0]
+        rows = 0 if unnest else len(ordered) if self.dialect == "mysql" else 1
+        stmt = self._claim_statement(rows, options.take_expired, options.max_attempts is not None)
         if self.dialect == "mysql":
-            conn.execute(stmt, params)
+            conn.execute(stmt, batch)
             read_back = {
                 "action": action,
                 "pairs": [(k.cycle, k.subject) for k in ordered],
                 "tokens": tokens,
             }
-            rows = conn.execute(self._read_back_statement(), read_back).all()
+            won = conn.execute(self._read_back_statement(), read_back).all()
         else:
-            rows = conn.execute(stmt, params).all()
+            won = conn.execute(stmt, batch).all()
         return [
             Claim(by_token[row.token], row.id, row.token, row.attempt, row.lease_until)
-            for row in rows
+            for row in won
             if row.token in by_token
         ]
 
