@@ -199,3 +199,33 @@ async def test_unreachable_database_raises_unavailable(tmp_path: Path) -> None:
             await AsyncLedger(engine).claim_slot("a", 1, DEADLINE)
     finally:
         await engine.dispose()
+
+
+async def test_failed_chunk_releases_the_chunks_already_won(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When a later chunk of claim_many fails, the earlier chunks' claims are released, so
+    the next run can win them instead of waiting for their leases to expire."""
+    from notifyonce import LedgerError, SlotStatus
+    from notifyonce._ledger_core import LedgerCore
+
+    real = LedgerCore.claim_keys
+    calls = 0
+
+    def second_chunk_fails(self: LedgerCore, *args: Any, **kwargs: Any) -> list[Claim]:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise sa.exc.OperationalError("INSERT", {}, RuntimeError("server went away"))
+        return real(self, *args, **kwargs)
+
+    ledger = env.make()
+    monkeypatch.setattr(LedgerCore, "claim_keys", second_chunk_fails)
+    with pytest.raises(LedgerError):
+        await ledger.claim_many("a", [(i, DEADLINE) for i in range(4)], chunk_size=2)
+    monkeypatch.setattr(LedgerCore, "claim_keys", real)
+    statuses = [(await ledger.get("a", i, DEADLINE)) for i in range(4)]
+    assert [SlotStatus.RELEASED, SlotStatus.RELEASED, None, None] == [
+        r.status if r else None for r in statuses
+    ]
+    assert 2 == len(await ledger.claim_many("a", [(0, DEADLINE), (1, DEADLINE)]))
