@@ -21,13 +21,8 @@ from sqlalchemy.util import greenlet_spawn
 
 from ._claim import Claim
 from ._keys import Cycle, Subject, make_key
-from ._ledger_core import (
-    DATABASE_ERRORS,
+from ._ledger_checks import (
     ClaimOptions,
-    LedgerCore,
-    LedgerStats,
-    SlotRecord,
-    SweepResult,
     check_aware,
     check_claim,
     check_lease,
@@ -38,6 +33,8 @@ from ._ledger_core import (
     normalize_items,
     normalize_subjects,
 )
+from ._ledger_core import DATABASE_ERRORS, LedgerCore
+from ._ledger_records import LedgerStats, SlotRecord, SweepResult
 from ._outcome import DeliveryMode
 from ._table import DEFAULT_TABLE_NAME, SlotStatus
 
