@@ -46,6 +46,8 @@ async def main(path: Path) -> None:
         renewed = period_end + dt.timedelta(days=30)
         fresh = await restarted.claim_slot("trial_6h", users[0], renewed)
         print(f"   user {users[0]} renewed (new cycle): won again = {fresh is not None}")
+        if fresh is not None:
+            await restarted.mark_sent(fresh)
 
         print("3. Race: 8 workers claim the same 5 slots at once")
         slots = [(user, period_end) for user in range(200, 205)]

@@ -420,3 +420,25 @@ async def test_database_errors_are_wrapped(env: Env) -> None:
     with pytest.raises(LedgerError) as caught:
         await env.make().claim_slot("a", 1, DEADLINE)
     assert caught.value.__cause__ is not None
+
+
+def test_ledger_construction_checks_its_arguments() -> None:
+    """A wrong engine kind, an empty table name or a bad lease fail at construction."""
+    import sqlalchemy as sa
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from notifyonce import AsyncLedger, Ledger
+
+    sync_engine = sa.create_engine("sqlite://")
+    async_engine = create_async_engine("sqlite+aiosqlite://")
+    cases = [
+        ("engine", lambda: AsyncLedger(sync_engine)),
+        ("engine", lambda: Ledger(async_engine)),
+        ("table_name", lambda: Ledger(sync_engine, table_name="")),
+        ("lease", lambda: Ledger(sync_engine, lease=dt.timedelta(0))),
+        ("retries", lambda: Ledger(sync_engine, retries=0)),
+    ]
+    for field, build in cases:
+        with pytest.raises(ValidationError) as caught:
+            build()
+        assert field == caught.value.field

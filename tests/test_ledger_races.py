@@ -199,3 +199,75 @@ async def test_unreachable_database_raises_unavailable(tmp_path: Path) -> None:
             await AsyncLedger(engine).claim_slot("a", 1, DEADLINE)
     finally:
         await engine.dispose()
+
+
+async def test_failed_chunk_releases_the_chunks_already_won(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When a later chunk of claim_many fails, the earlier chunks' claims are released, so
+    the next run can win them instead of waiting for their leases to expire."""
+    from notifyonce import LedgerError, SlotStatus
+    from notifyonce._ledger_core import LedgerCore
+
+    real = LedgerCore.claim_keys
+    calls = 0
+
+    def second_chunk_fails(self: LedgerCore, *args: Any, **kwargs: Any) -> list[Claim]:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise sa.exc.OperationalError("INSERT", {}, RuntimeError("server went away"))
+        return real(self, *args, **kwargs)
+
+    ledger = env.make()
+    monkeypatch.setattr(LedgerCore, "claim_keys", second_chunk_fails)
+    with pytest.raises(LedgerError):
+        await ledger.claim_many("a", [(i, DEADLINE) for i in range(4)], chunk_size=2)
+    monkeypatch.setattr(LedgerCore, "claim_keys", real)
+    statuses = [(await ledger.get("a", i, DEADLINE)) for i in range(4)]
+    assert [SlotStatus.RELEASED, SlotStatus.RELEASED, None, None] == [
+        r.status if r else None for r in statuses
+    ]
+    assert 2 == len(await ledger.claim_many("a", [(0, DEADLINE), (1, DEADLINE)]))
+
+
+class _FakeDeadlockError(Exception):
+    """What MySQL (errno 1213) and PostgreSQL (SQLSTATE 40P01) drivers raise on a deadlock."""
+
+    sqlstate = "40P01"
+
+    def __init__(self) -> None:
+        super().__init__(1213, "Deadlock found when trying to get lock")
+
+
+async def test_deadlock_victim_transaction_is_run_again(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim whose transaction was chosen as deadlock victim is retried (the server rolled
+    it back) on PostgreSQL and MySQL; SQLite has no deadlocks to retry and raises."""
+    from notifyonce import LedgerError
+    from notifyonce._ledger_core import LedgerCore
+
+    real = LedgerCore.claim_keys
+    failures = 2
+
+    def deadlocked(self: LedgerCore, *args: Any, **kwargs: Any) -> list[Claim]:
+        nonlocal failures
+        if failures:
+            failures -= 1
+            raise sa.exc.OperationalError("INSERT", {}, _FakeDeadlockError())
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(LedgerCore, "claim_keys", deadlocked)
+    ledger = env.make()
+    if env.dialect == "sqlite":
+        with pytest.raises(LedgerError):
+            await ledger.claim_slot("a", 1, DEADLINE)
+        return
+    claim = await ledger.claim_slot("a", 1, DEADLINE)
+    assert (0, 1) == (failures, claim.attempt)
+    failures = 5  # more than the ledger's 5 runs allow
+    with pytest.raises(LedgerError) as caught:
+        await ledger.claim_slot("a", 2, DEADLINE)
+    assert isinstance(caught.value.__cause__, sa.exc.OperationalError)
+    assert 1 == env.count()

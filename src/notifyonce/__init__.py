@@ -21,7 +21,7 @@ from ._errors import (
 )
 from ._keys import Cycle, SlotKey, Subject, make_key
 from ._ledger import AsyncLedger, Ledger
-from ._ledger_core import LedgerStats, SlotRecord, SweepResult
+from ._ledger_records import LedgerStats, SlotRecord, SweepResult
 from ._message import Message, Receipt, Sender
 from ._notifier import Notification, Notifier, Report, Result, TickReport
 from ._outcome import DeliveryMode, Outcome

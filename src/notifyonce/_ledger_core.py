@@ -12,8 +12,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import secrets
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -21,17 +20,17 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from ._claim import Claim
-from ._errors import LedgerError, LedgerUnavailableError, ValidationError, ValidationTypeError
-from ._keys import SlotKey, make_key, normalize_action, normalize_subject
+from ._errors import LedgerError, LedgerUnavailableError, ValidationError
+from ._keys import SlotKey
+from ._ledger_checks import ClaimOptions, check_bool, check_lease, check_positive_int
+from ._ledger_records import LedgerStats, SlotRecord, SweepResult
 from ._outcome import DeliveryMode
 from ._table import (
-    MAX_ERROR_LENGTH,
-    MAX_MESSAGE_ID_LENGTH,
     SlotStatus,
     build_table,
 )
 
-__all__ = ["LedgerCore", "LedgerStats", "SlotRecord", "SweepResult"]
+__all__ = ["DATABASE_ERRORS", "LedgerCore"]
 
 T = TypeVar("T")
 Clock = Callable[[], dt.datetime]
@@ -42,9 +41,6 @@ _CLAIMED = SlotStatus.CLAIMED.value
 _MYSQL_RETRY_CODES = frozenset({1213, 1205})
 # PostgreSQL: deadlock detected, serialization failure (a caller running SERIALIZABLE).
 _PG_RETRY_STATES = frozenset({"40P01", "40001"})
-_MARK_STATUSES = frozenset(
-    {SlotStatus.SENT, SlotStatus.FAILED, SlotStatus.UNKNOWN, SlotStatus.RELEASED}
-)
 _SWEEP_NOTE = "lease expired before a result was recorded"
 # What the database can raise at run time; anything else from SQLAlchemy is a bug here.
 # OSError and asyncio's TimeoutError: some async drivers (asyncpg) let a refused or timed
@@ -58,141 +54,14 @@ DATABASE_ERRORS = (
 )
 
 
-@dataclass(frozen=True)
-class SlotRecord:
-    """Everything the ledger stores about one slot.
-
-    Attributes:
-        key: The slot's key.
-        id: The row id.
-        status: Where the slot stands.
-        attempt: How many times it was claimed (1 after the first claim).
-        token: The fencing token of the latest claim.
-        lease_until: When the latest claim's lease ends (UTC).
-        created_at: When the slot was first claimed (UTC).
-        updated_at: When the row last changed (UTC).
-        sent_at: When it was marked sent (UTC), else None.
-        last_error: The last error recorded (at most 500 characters), else None.
-        message_id: The provider's message id given to ``mark_sent``, else None.
-    """
-
-    key: SlotKey
-    id: int
-    status: SlotStatus
-    attempt: int
-    token: int
-    lease_until: dt.datetime
-    created_at: dt.datetime
-    updated_at: dt.datetime
-    sent_at: dt.datetime | None
-    last_error: str | None
-    message_id: str | None
-
-
-@dataclass(frozen=True)
-class SweepResult:
-    """What a ``sweep`` changed.
-
-    Attributes:
-        unknown: Slots whose expired claim was recorded as UNKNOWN.
-        released: Slots whose expired claim was released for another attempt.
-    """
-
-    unknown: list[SlotKey]
-    released: list[SlotKey]
-
-
-@dataclass(frozen=True)
-class LedgerStats:
-    """A summary of the ledger for dashboards and the command line.
-
-    Attributes:
-        counts: Rows per ``(action, status)``.
-        live_claims: CLAIMED rows whose lease has not expired.
-        oldest_live_claim: When the oldest live claim was taken (UTC), or None.
-        expired_leases: CLAIMED rows whose lease expired (what ``sweep`` would handle).
-        unknown: UNKNOWN rows: sends whose outcome nobody knows.
-    """
-
-    counts: Mapping[tuple[str, SlotStatus], int]
-    live_claims: int
-    oldest_live_claim: dt.datetime | None
-    expired_leases: int
-    unknown: int
-
-
 def _utc_now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
-
-
-def check_lease(value: object, field: str = "lease") -> dt.timedelta:
-    """Return ``value`` if it is a positive timedelta."""
-    if not isinstance(value, dt.timedelta):
-        raise ValidationTypeError(field, f"must be a timedelta, got {type(value).__name__}")
-    if value <= dt.timedelta(0):
-        raise ValidationError(field, "must be positive")
-    return value
-
-
-def check_positive_int(field: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationTypeError(field, f"must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValidationError(field, f"must be at least 1, got {value}")
-    return value
-
-
-def check_bool(field: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ValidationTypeError(field, f"must be a bool, got {type(value).__name__}")
-    return value
-
-
-def check_aware(field: str, value: object) -> dt.datetime:
-    if not isinstance(value, dt.datetime):
-        raise ValidationTypeError(field, f"must be a datetime, got {type(value).__name__}")
-    if value.utcoffset() is None:
-        raise ValidationError(field, "naive datetime; pass an aware one")
-    return value.astimezone(dt.timezone.utc)
-
-
-def check_claim(value: object) -> Claim:
-    if not isinstance(value, Claim):
-        raise ValidationTypeError("claim", f"must be a Claim, got {type(value).__name__}")
-    return value
-
-
-def check_text(field: str, value: object, *, optional: bool) -> str | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str):
-        raise ValidationTypeError(field, f"must be a str, got {type(value).__name__}")
-    return value[:MAX_ERROR_LENGTH]
-
-
-def check_message_id(value: object) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValidationTypeError(
-            "message_id", f"must be an int, a str or None, got {type(value).__name__}"
-        )
-    return str(value)[:MAX_MESSAGE_ID_LENGTH]
 
 
 def _sort_key(key: SlotKey) -> tuple[str, str]:
     # Index order inside one action. Any fixed order works against deadlocks as long as
     # every batch uses the same one.
     return (key.cycle, key.subject)
-
-
-@dataclass(frozen=True)
-class ClaimOptions:
-    """The validated options of one claim call."""
-
-    lease: dt.timedelta
-    take_expired: bool
-    max_attempts: int | None
 
 
 class LedgerCore:
@@ -371,36 +240,53 @@ class LedgerCore:
         if options.max_attempts is not None:
             params["max_attempts"] = options.max_attempts
         unnest = self.dialect == "postgresql" and len(ordered) > 1
+        batch: dict[str, Any] | list[dict[str, Any]]
         if unnest:
             params["subjects"] = [k.subject for k in ordered]
             params["cycles"] = [k.cycle for k in ordered]
             params["cycle_ats"] = [k.cycle_at for k in ordered]
             params["tokens"] = tokens
-        else:
+            batch = params
+        elif self.dialect == "mysql":
+            # One multi-row VALUES statement. (PyMySQL's executemany cannot batch an
+            # ON DUPLICATE KEY UPDATE clause that has parameters of its own.)
             for i, (key, token) in enumerate(zip(ordered, tokens, strict=True)):
                 params[f"subject_{i}"] = key.subject
                 params[f"cycle_{i}"] = key.cycle
                 params[f"cycle_at_{i}"] = key.cycle_at
                 params[f"token_{i}"] = token
-        shape = (
-            0 if unnest else len(ordered),
-            options.take_expired,
-            options.max_attempts is not None,
-        )
-        stmt = self._claim_statement(*shape)
+            batch = params
+        else:
+            # SQLite: one cached single-row statement with many parameter sets; SQLAlchemy
+            # ("insertmanyvalues") sends them as multi-row VALUES statements with
+            # RETURNING, in this order, without compiling a new statement per batch.
+            batch = [
+                {
+                    **params,
+                    "subject_0": key.subject,
+                    "cycle_0": key.cycle,
+                    "cycle_at_0": key.cycle_at,
+                    "token_0": token,
+                }
+                for key, token in zip(ordered, tokens, strict=True)
+            ]
+            if len(batch) == 1:
+                batch = batch[0]
+        rows = 0 if unnest else len(ordered) if self.dialect == "mysql" else 1
+        stmt = self._claim_statement(rows, options.take_expired, options.max_attempts is not None)
         if self.dialect == "mysql":
-            conn.execute(stmt, params)
+            conn.execute(stmt, batch)
             read_back = {
                 "action": action,
                 "pairs": [(k.cycle, k.subject) for k in ordered],
                 "tokens": tokens,
             }
-            rows = conn.execute(self._read_back_statement(), read_back).all()
+            won = conn.execute(self._read_back_statement(), read_back).all()
         else:
-            rows = conn.execute(stmt, params).all()
+            won = conn.execute(stmt, batch).all()
         return [
             Claim(by_token[row.token], row.id, row.token, row.attempt, row.lease_until)
-            for row in rows
+            for row in won
             if row.token in by_token
         ]
 
@@ -743,44 +629,3 @@ def _fresh_tokens(count: int) -> list[int]:
     while len(tokens) < count:
         tokens.add(secrets.randbits(63))
     return list(tokens)
-
-
-def normalize_items(action: object, items: object) -> list[SlotKey]:
-    """Validate every item before any SQL; collapse duplicates, keep first-seen order."""
-    action_text = normalize_action(action)
-    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-        raise ValidationTypeError("items", "must be an iterable of (subject, cycle) pairs")
-    keys: dict[tuple[str, str], SlotKey] = {}
-    for index, item in enumerate(items):
-        if not isinstance(item, tuple) or len(item) != 2:
-            raise ValidationTypeError(
-                "items", f"item {index} must be a (subject, cycle) tuple, got {type(item).__name__}"
-            )
-        key = make_key(action_text, item[0], item[1])
-        keys.setdefault((key.subject, key.cycle), key)
-    return list(keys.values())
-
-
-def normalize_subjects(subjects: object) -> list[str]:
-    """The distinct subject texts, validated."""
-    if isinstance(subjects, (str, bytes)) or not isinstance(subjects, Iterable):
-        raise ValidationTypeError("subjects", "must be an iterable of subjects")
-    return list(dict.fromkeys(normalize_subject(s) for s in subjects))
-
-
-def check_mark_results(
-    results: Sequence[tuple[Claim, SlotStatus, str | None]],
-) -> list[tuple[Claim, SlotStatus, str | None]]:
-    """Validate ``mark_many`` input: claims, final statuses, str details."""
-    checked = []
-    for claim, status, detail in results:
-        if not isinstance(status, SlotStatus) or status not in _MARK_STATUSES:
-            raise ValidationError(
-                "status", f"must be SENT, FAILED, UNKNOWN or RELEASED: {status!r}"
-            )
-        if status is SlotStatus.SENT:
-            text = check_message_id(detail)
-        else:
-            text = check_text("error", detail, optional=True)
-        checked.append((check_claim(claim), status, text))
-    return checked

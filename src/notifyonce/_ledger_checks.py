@@ -1,0 +1,136 @@
+"""Argument checks of the ledger's methods: all run before any SQL, so bad input writes
+nothing and raises a ValidationError naming the argument."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ._claim import Claim
+from ._errors import ValidationError, ValidationTypeError
+from ._keys import SlotKey, make_key, normalize_action, normalize_subject
+from ._table import MAX_ERROR_LENGTH, MAX_MESSAGE_ID_LENGTH, SlotStatus
+
+__all__ = [
+    "ClaimOptions",
+    "check_aware",
+    "check_bool",
+    "check_claim",
+    "check_lease",
+    "check_mark_results",
+    "check_message_id",
+    "check_positive_int",
+    "check_text",
+    "normalize_items",
+    "normalize_subjects",
+]
+
+_MARK_STATUSES = frozenset(
+    {SlotStatus.SENT, SlotStatus.FAILED, SlotStatus.UNKNOWN, SlotStatus.RELEASED}
+)
+
+
+def check_lease(value: object, field: str = "lease") -> dt.timedelta:
+    """Return ``value`` if it is a positive timedelta."""
+    if not isinstance(value, dt.timedelta):
+        raise ValidationTypeError(field, f"must be a timedelta, got {type(value).__name__}")
+    if value <= dt.timedelta(0):
+        raise ValidationError(field, "must be positive")
+    return value
+
+
+def check_positive_int(field: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationTypeError(field, f"must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValidationError(field, f"must be at least 1, got {value}")
+    return value
+
+
+def check_bool(field: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValidationTypeError(field, f"must be a bool, got {type(value).__name__}")
+    return value
+
+
+def check_aware(field: str, value: object) -> dt.datetime:
+    if not isinstance(value, dt.datetime):
+        raise ValidationTypeError(field, f"must be a datetime, got {type(value).__name__}")
+    if value.utcoffset() is None:
+        raise ValidationError(field, "naive datetime; pass an aware one")
+    return value.astimezone(dt.timezone.utc)
+
+
+def check_claim(value: object) -> Claim:
+    if not isinstance(value, Claim):
+        raise ValidationTypeError("claim", f"must be a Claim, got {type(value).__name__}")
+    return value
+
+
+def check_text(field: str, value: object, *, optional: bool) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise ValidationTypeError(field, f"must be a str, got {type(value).__name__}")
+    return value[:MAX_ERROR_LENGTH]
+
+
+def check_message_id(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValidationTypeError(
+            "message_id", f"must be an int, a str or None, got {type(value).__name__}"
+        )
+    return str(value)[:MAX_MESSAGE_ID_LENGTH]
+
+
+@dataclass(frozen=True)
+class ClaimOptions:
+    """The validated options of one claim call."""
+
+    lease: dt.timedelta
+    take_expired: bool
+    max_attempts: int | None
+
+
+def normalize_items(action: object, items: object) -> list[SlotKey]:
+    """Validate every item before any SQL; collapse duplicates, keep first-seen order."""
+    action_text = normalize_action(action)
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise ValidationTypeError("items", "must be an iterable of (subject, cycle) pairs")
+    keys: dict[tuple[str, str], SlotKey] = {}
+    for index, item in enumerate(items):
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise ValidationTypeError(
+                "items", f"item {index} must be a (subject, cycle) tuple, got {type(item).__name__}"
+            )
+        key = make_key(action_text, item[0], item[1])
+        keys.setdefault((key.subject, key.cycle), key)
+    return list(keys.values())
+
+
+def normalize_subjects(subjects: object) -> list[str]:
+    """The distinct subject texts, validated."""
+    if isinstance(subjects, (str, bytes)) or not isinstance(subjects, Iterable):
+        raise ValidationTypeError("subjects", "must be an iterable of subjects")
+    return list(dict.fromkeys(normalize_subject(s) for s in subjects))
+
+
+def check_mark_results(
+    results: Sequence[tuple[Claim, SlotStatus, str | None]],
+) -> list[tuple[Claim, SlotStatus, str | None]]:
+    """Validate ``mark_many`` input: claims, final statuses, str details."""
+    checked = []
+    for claim, status, detail in results:
+        if not isinstance(status, SlotStatus) or status not in _MARK_STATUSES:
+            raise ValidationError(
+                "status", f"must be SENT, FAILED, UNKNOWN or RELEASED: {status!r}"
+            )
+        if status is SlotStatus.SENT:
+            text = check_message_id(detail)
+        else:
+            text = check_text("error", detail, optional=True)
+        checked.append((check_claim(claim), status, text))
+    return checked
