@@ -27,7 +27,7 @@ from ._version import __version__
 
 if TYPE_CHECKING:
     from ._ledger import Ledger
-    from ._ledger_core import LedgerStats
+    from ._ledger_records import LedgerStats
 
 __all__ = ["main", "parse_duration"]
 

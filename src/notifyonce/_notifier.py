@@ -43,7 +43,7 @@ from ._table import SlotStatus
 if TYPE_CHECKING:
     from ._claim import Claim
     from ._ledger import AsyncLedger
-    from ._ledger_core import SweepResult
+    from ._ledger_records import SweepResult
     from ._schedule import Schedule
     from ._window import DeadlineRange, Window
 
@@ -235,7 +235,6 @@ class Notifier:
 
         Example:
             >>> import asyncio
-    import inspect
             >>> from sqlalchemy.ext.asyncio import create_async_engine
             >>> from notifyonce import AsyncLedger, Message, Notifier
             >>> from notifyonce.testing import FakeSender
