@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python examples/claim_demo.py
+	$(BIN)/python examples/trial_reminders/bot.py --simulate
 
 test: $(STAMP)
 	eval "$$(scripts/services.sh)" && $(BIN)/python -m pytest $(PYTEST_ARGS)

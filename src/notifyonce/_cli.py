@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
+from ._durations import format_duration
 from ._errors import LedgerError, ScheduleError, ValidationError
 from ._outcome import DeliveryMode
 from ._table import SlotStatus
@@ -261,7 +262,8 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _purge(args: argparse.Namespace) -> int:
     deleted = _ledger(args).purge(older_than=args.older_than)
-    print(f"deleted {deleted} slots whose cycle ended more than {args.older_than} ago")
+    age = format_duration(args.older_than)
+    print(f"deleted {deleted} slots whose cycle ended more than {age} ago")
     return EXIT_OK
 
 
@@ -298,6 +300,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         _fail(EXIT_USAGE, str(exc))
     except LedgerError as exc:
-        cause = exc.__cause__
-        detail = f" ({type(cause).__name__})" if cause is not None else ""
-        _fail(EXIT_DATABASE, f"{exc}{detail}")
+        _fail(EXIT_DATABASE, str(exc))

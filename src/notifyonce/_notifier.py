@@ -214,39 +214,39 @@ class _Decision:
 class Notifier:
     """Sends notifications once per slot: claim, send, record.
 
-        Args:
-            ledger: Where slots are claimed and outcomes recorded.
-            sender: What delivers the messages (``TelegramSender``, ``FakeSender``, ...).
-            mode: What to do when a send may or may not have been delivered; see
-                :class:`DeliveryMode`.
-            max_attempts: In at-least-once mode, how many times one slot may be tried in all
-                (the bound on duplicates). Ignored in at-most-once mode.
-            concurrency: How many sends :meth:`send_many` keeps in flight. The sender's own
-                rate limit still applies.
-            batch_size: How many notifications :meth:`send_many` claims and records per
-                statement; the memory a run needs is proportional to it.
-            min_spacing: If set, a subject that was sent anything (under any action) within
-                this interval is skipped with ``Outcome.SKIPPED``.
-            sweep_every: How often the Notifier sweeps expired leases before a run (None: never;
-                then call ``ledger.sweep`` yourself).
-            dry_run: Claim nothing, send nothing, record nothing; report what would happen.
-            keep_results: Keep every :class:`Result` in reports (turn off for huge runs).
-            on_result: Called with every :class:`Result`, e.g. to feed metrics.
+    Args:
+        ledger: Where slots are claimed and outcomes recorded.
+        sender: What delivers the messages (``TelegramSender``, ``FakeSender``, ...).
+        mode: What to do when a send may or may not have been delivered; see
+            :class:`DeliveryMode`.
+        max_attempts: In at-least-once mode, how many times one slot may be tried in all
+            (the bound on duplicates). Ignored in at-most-once mode.
+        concurrency: How many sends :meth:`send_many` keeps in flight. The sender's own
+            rate limit still applies.
+        batch_size: How many notifications :meth:`send_many` claims and records per
+            statement; the memory a run needs is proportional to it.
+        min_spacing: If set, a subject that was sent anything (under any action) within
+            this interval is skipped with ``Outcome.SKIPPED``.
+        sweep_every: How often the Notifier sweeps expired leases before a run (None: never;
+            then call ``ledger.sweep`` yourself).
+        dry_run: Claim nothing, send nothing, record nothing; report what would happen.
+        keep_results: Keep every :class:`Result` in reports (turn off for huge runs).
+        on_result: Called with every :class:`Result`, e.g. to feed metrics.
 
-        Example:
-            >>> import asyncio
-            >>> from sqlalchemy.ext.asyncio import create_async_engine
-            >>> from notifyonce import AsyncLedger, Message, Notifier
-            >>> from notifyonce.testing import FakeSender
-            >>> async def main() -> str:
-            ...     ledger = AsyncLedger(create_async_engine("sqlite+aiosqlite://"))
-            ...     await ledger.create_schema()
-            ...     notifier = Notifier(ledger, FakeSender())
-            ...     first = await notifier.send_once("trial_6h", 42, "2026-12", Message("hi"))
-            ...     again = await notifier.send_once("trial_6h", 42, "2026-12", Message("hi"))
-            ...     return f"{first.value} then {again.value}"
-            >>> asyncio.run(main())
-            'sent then duplicate'
+    Example:
+        >>> import asyncio
+        >>> from sqlalchemy.ext.asyncio import create_async_engine
+        >>> from notifyonce import AsyncLedger, Message, Notifier
+        >>> from notifyonce.testing import FakeSender
+        >>> async def main() -> str:
+        ...     ledger = AsyncLedger(create_async_engine("sqlite+aiosqlite://"))
+        ...     await ledger.create_schema()
+        ...     notifier = Notifier(ledger, FakeSender())
+        ...     first = await notifier.send_once("trial_6h", 42, "2026-12", Message("hi"))
+        ...     again = await notifier.send_once("trial_6h", 42, "2026-12", Message("hi"))
+        ...     return f"{first.value} then {again.value}"
+        >>> asyncio.run(main())
+        'sent then duplicate'
     """
 
     def __init__(

@@ -1,0 +1,163 @@
+"""The notifyonce command line: exit codes, output, and what it does to the ledger."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from notifyonce import DeliveryMode, Ledger, SlotStatus
+from notifyonce._cli import main, parse_duration
+
+UTC = dt.timezone.utc
+
+SCHEDULES = """
+from datetime import timedelta as td
+from notifyonce import Schedule, Window
+TRIAL = Schedule(
+    [Window("trial_6h", opens_before=td(hours=6.5), closes_before=td(hours=5)),
+     Window("trial_1h", opens_before=td(hours=1.2), closes_before=td(hours=0.4))],
+    period=td(minutes=5),
+)
+def tight():
+    return Schedule([Window("t6", opens_before=td(hours=6), closes_before=td(hours=6))],
+                    period=td(minutes=5))
+NOT_A_SCHEDULE = 42
+"""
+
+
+@pytest.fixture
+def schedules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    (tmp_path / "cli_schedules.py").write_text(SCHEDULES)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "cli_schedules"
+
+
+@pytest.fixture
+def db_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'cli.sqlite3'}"
+    monkeypatch.setenv("NOTIFYONCE_DATABASE_URL", url)
+    return url
+
+
+def test_check_valid_schedule_draws_it(schedules: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """check prints the timeline of a valid schedule and exits 0."""
+    assert 0 == main(["check", f"{schedules}:TRIAL"])
+    out = capsys.readouterr().out
+    assert "trial_6h" in out
+    assert out.rstrip().endswith(f"{schedules}:TRIAL: valid")
+
+
+def test_check_invalid_schedule_lists_problems(
+    schedules: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """check exits 1 and prints every problem of an invalid schedule (built by a function)."""
+    assert 1 == main(["check", f"{schedules}:tight"])
+    assert "window 't6'" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["no_such_module:X", "cli_schedules:missing", "nocolon", "cli_schedules:NOT_A_SCHEDULE"],
+)
+def test_check_bad_target_is_a_usage_error(
+    schedules: str, target: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unimportable module, a missing attribute or a non-Schedule exits 2."""
+    with pytest.raises(SystemExit) as info:
+        main(["check", target])
+    assert 2 == info.value.code
+    assert "notifyonce: error:" in capsys.readouterr().err
+
+
+def test_migrate_then_stats_sweep_and_purge(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """migrate creates the table; stats, sweep and purge see and change the ledger."""
+    assert 0 == main(["migrate"])
+    engine = sa.create_engine(db_url.replace("+aiosqlite", ""))
+    now = dt.datetime.now(UTC)
+    an_hour_ago = now - dt.timedelta(hours=1)  # so the claims' leases have run out
+    ledger = Ledger(engine, lease=dt.timedelta(seconds=1), clock=lambda: an_hour_ago)
+    old_cycle = now - dt.timedelta(days=40)
+    done = ledger.claim_slot("trial_6h", 1, old_cycle)
+    assert done is not None
+    ledger.mark_sent(done)
+    assert ledger.claim_slot("trial_6h", 2, now + dt.timedelta(hours=1)) is not None
+    engine.dispose()
+    capsys.readouterr()
+
+    assert 0 == main(["stats", "--json"])
+    stats = capsys.readouterr().out
+    assert '"sent": 1' in stats
+    assert '"claimed": 1' in stats
+
+    assert 0 == main(["sweep", "--mode", "at-most-once"])  # the claim's lease ran out
+    assert "1 now unknown" in capsys.readouterr().out
+    assert 0 == main(["purge", "--older-than", "30d"])
+    assert "deleted 1 slots" in capsys.readouterr().out
+
+    check = Ledger(sa.create_engine(db_url.replace("+aiosqlite", "")))
+    assert check.get("trial_6h", 1, old_cycle) is None
+    record = check.get("trial_6h", 2, now + dt.timedelta(hours=1))
+    assert record is not None
+    assert SlotStatus.UNKNOWN == record.status
+    check.engine.dispose()
+
+
+def test_unreachable_database_exits_3_without_password(capsys: pytest.CaptureFixture[str]) -> None:
+    """An unreachable database exits 3 and the message never shows the password."""
+    with pytest.raises(SystemExit) as info:
+        main(["stats", "--database-url", "postgresql://app:hunter2@127.0.0.1:1/app"])
+    assert 3 == info.value.code
+    assert "hunter2" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("url", ["", "not a url"])
+def test_bad_or_missing_url_exits_2(
+    url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A missing or malformed database URL is a usage error."""
+    monkeypatch.delenv("NOTIFYONCE_DATABASE_URL", raising=False)
+    with pytest.raises(SystemExit) as info:
+        main(["stats", "--database-url", url])
+    assert 2 == info.value.code
+    assert "database URL" in capsys.readouterr().err
+
+
+def test_sweep_modes_map_to_delivery_modes() -> None:
+    """The CLI's mode names are the DeliveryMode values with dashes."""
+    assert {"at-most-once", "at-least-once"} == {m.value.replace("_", "-") for m in DeliveryMode}
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90s", 90), ("15m", 900), ("1h30m", 5400), ("30d", 2592000), ("2w", 1209600)],
+)
+def test_parse_duration(text: str, seconds: int) -> None:
+    """Durations in the units people write."""
+    assert dt.timedelta(seconds=seconds) == parse_duration(text)
+
+
+@pytest.mark.parametrize("text", ["", "30", "d", "1x", "0s", "-5m", "1h 30"])
+def test_parse_duration_rejects_nonsense(text: str) -> None:
+    """Anything else is a ValidationError naming the duration."""
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(text)
+
+
+def test_python_m_notifyonce_runs() -> None:
+    """`python -m notifyonce --version` works (the console script calls the same main)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "notifyonce", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert 0 == done.returncode
+    assert done.stdout.startswith("notifyonce ")
