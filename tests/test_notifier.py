@@ -24,6 +24,7 @@ from notifyonce import (
     TransientSendError,
     UncertainSendError,
     ValidationError,
+    make_key,
 )
 from notifyonce.testing import FakeSender
 
@@ -394,3 +395,17 @@ async def test_results_logged_and_reported_without_text(
 
 def notifications(subjects: Iterator[int]) -> list[Notification]:
     return [Notification(s, CYCLE, msg()) for s in subjects]
+
+
+async def test_every_attempt_carries_the_slot_idempotency_key(ledger: AsyncLedger) -> None:
+    """Each send carries the slot's idempotency key, the same on every attempt of the slot."""
+    sender = FakeSender()
+    notifier = Notifier(ledger, sender, mode=ALO, max_attempts=3)
+    sender.fail_next(UncertainSendError("read timeout"), recipient="1")
+    await notifier.send_once("trial_6h", 1, CYCLE, msg())
+    await notifier.send_once("trial_6h", 1, CYCLE, msg())
+    await notifier.send_once("trial_6h", 2, CYCLE, msg())
+    keys = [r.message.idempotency_key for r in sender.records]
+    expected = [make_key("trial_6h", s, CYCLE).idempotency_key for s in (1, 1, 2)]
+    assert expected == keys
+    assert keys[0] != keys[2]

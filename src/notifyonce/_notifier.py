@@ -547,8 +547,13 @@ class Notifier:
         return list(await asyncio.gather(*(one(i, c) for i, c in to_send)))
 
     async def _send_one(self, notification: Notification, claim: Claim) -> _Decision:
+        message = notification.message
+        if message.idempotency_key is None:
+            # The same key on every attempt of this slot: a receiver that deduplicates by
+            # it turns at-least-once into exactly-once.
+            message = dataclasses.replace(message, idempotency_key=claim.key.idempotency_key)
         try:
-            receipt = await self.sender.send(notification.target, notification.message)
+            receipt = await self.sender.send(notification.target, message)
         except PermanentSendError as exc:
             return _Decision(SlotStatus.FAILED, Outcome.FAILED, error=_describe(exc))
         except TransientSendError as exc:
