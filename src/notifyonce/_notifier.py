@@ -24,7 +24,7 @@ import inspect
 import logging
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ._errors import (
@@ -551,7 +551,7 @@ class Notifier:
         if message.idempotency_key is None:
             # The same key on every attempt of this slot: a receiver that deduplicates by
             # it turns at-least-once into exactly-once.
-            message = dataclasses.replace(message, idempotency_key=claim.key.idempotency_key)
+            message = replace(message, idempotency_key=claim.key.idempotency_key)
         try:
             receipt = await self.sender.send(notification.target, message)
         except PermanentSendError as exc:
