@@ -409,3 +409,21 @@ async def test_every_attempt_carries_the_slot_idempotency_key(ledger: AsyncLedge
     expected = [make_key("trial_6h", s, CYCLE).idempotency_key for s in (1, 1, 2)]
     assert expected == keys
     assert keys[0] != keys[2]
+
+
+async def test_sweep_touches_only_its_own_actions(
+    ledger: AsyncLedger, sender: FakeSender, clock: Clock
+) -> None:
+    """An at-least-once job never re-sends the expired claims of an at-most-once job."""
+    other = await fresh(ledger, clock).claim_slot("relay", 1, CYCLE)  # another job's claim
+    mine = await fresh(ledger, clock).claim_slot("trial_6h", 1, CYCLE)
+    assert other is not None
+    assert mine is not None
+    clock.advance(minutes=6)
+    report = await Notifier(ledger, sender, mode=ALO).send_many(
+        "trial_6h", [Notification(1, CYCLE, msg())]
+    )
+    assert report.swept is not None
+    assert [] == report.swept.unknown
+    assert ["trial_6h/1/2026-12-01T18:00:00Z"] == [str(k) for k in report.swept.released]
+    assert SlotStatus.CLAIMED == await status_of(ledger, 1, action="relay")

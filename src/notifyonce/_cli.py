@@ -115,6 +115,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument("--mode", choices=["at-most-once", "at-least-once"], default="at-most-once")
     sweep.add_argument("--max-attempts", type=int, default=3)
+    sweep.add_argument(
+        "--action",
+        action="append",
+        dest="actions",
+        metavar="ACTION",
+        help="sweep only this action (repeatable); jobs with other delivery modes may "
+        "share the table",
+    )
 
     purge = commands.add_parser(
         "purge",
@@ -251,7 +259,7 @@ def _render_stats(stats: LedgerStats) -> str:
 
 def _sweep(args: argparse.Namespace) -> int:
     mode = DeliveryMode(args.mode.replace("-", "_"))
-    result = _ledger(args).sweep(mode, max_attempts=args.max_attempts)
+    result = _ledger(args).sweep(mode, max_attempts=args.max_attempts, actions=args.actions)
     print(f"expired leases: {len(result.unknown)} now unknown, {len(result.released)} released")
     for key in result.unknown:
         print(f"  unknown   {key}")

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from ._claim import Claim
-from ._keys import Cycle, Subject, make_key
+from ._keys import Cycle, Subject, make_key, normalize_action
 from ._ledger_checks import (
     ClaimOptions,
     check_aware,
@@ -102,14 +102,22 @@ class _LedgerBase(Generic[EngineT]):
     def _plan_mark(self, claim: object, status: SlotStatus, detail: str | None) -> Body[bool]:
         return partial(self._core.mark, claim=check_claim(claim), status=status, detail=detail)
 
-    def _plan_sweep(self, mode: object, max_attempts: object, limit: object) -> Body[SweepResult]:
+    def _plan_sweep(
+        self, mode: object, max_attempts: object, limit: object, actions: object
+    ) -> Body[SweepResult]:
         if not isinstance(mode, DeliveryMode):
             raise_type("mode", "a DeliveryMode", mode)
+        checked: list[str] | None = None
+        if actions is not None:
+            if isinstance(actions, str) or not isinstance(actions, Iterable):
+                raise_type("actions", "an iterable of action names or None", actions)
+            checked = [normalize_action(a) for a in actions]
         return partial(
             self._core.sweep,
             mode=mode,
             max_attempts=check_positive_int("max_attempts", max_attempts),
             limit=check_positive_int("limit", limit),
+            actions=checked,
         )
 
     def _plan_purge(self, older_than: object, opaque_finished_before: object) -> Body[int]:
@@ -380,7 +388,12 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         return await self._run(partial(self._core.get, key=key), write=False)
 
     async def sweep(
-        self, mode: DeliveryMode, *, max_attempts: int = 3, limit: int = 1000
+        self,
+        mode: DeliveryMode,
+        *,
+        max_attempts: int = 3,
+        limit: int = 1000,
+        actions: Iterable[str] | None = None,
     ) -> SweepResult:
         """Settle claims whose lease expired (a worker crashed or hung).
 
@@ -388,8 +401,12 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         At-least-once: an expired claim with attempts below ``max_attempts`` is released
         for another try, the rest become UNKNOWN. Either way the old fencing token can no
         longer mark the slot. At most ``limit`` rows per call, oldest leases first.
+
+        Pass ``actions`` to settle only those actions' slots: when several jobs with
+        different delivery modes share one ledger table, each must sweep only its own
+        (an at-least-once sweep of an at-most-once job's slots would send them again).
         """
-        return await self._run(self._plan_sweep(mode, max_attempts, limit))
+        return await self._run(self._plan_sweep(mode, max_attempts, limit, actions))
 
     async def purge(
         self, *, older_than: dt.timedelta, opaque_finished_before: dt.datetime | None = None
@@ -519,9 +536,16 @@ class Ledger(_LedgerBase[sa.Engine]):
         key = make_key(action, subject, cycle)
         return self._run(partial(self._core.get, key=key), write=False)
 
-    def sweep(self, mode: DeliveryMode, *, max_attempts: int = 3, limit: int = 1000) -> SweepResult:
+    def sweep(
+        self,
+        mode: DeliveryMode,
+        *,
+        max_attempts: int = 3,
+        limit: int = 1000,
+        actions: Iterable[str] | None = None,
+    ) -> SweepResult:
         """See :meth:`AsyncLedger.sweep`."""
-        return self._run(self._plan_sweep(mode, max_attempts, limit))
+        return self._run(self._plan_sweep(mode, max_attempts, limit, actions))
 
     def purge(
         self, *, older_than: dt.timedelta, opaque_finished_before: dt.datetime | None = None

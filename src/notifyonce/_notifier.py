@@ -293,7 +293,7 @@ class Notifier:
         self.dry_run = dry_run
         self.keep_results = keep_results
         self.on_result = on_result
-        self._last_sweep: float | None = None
+        self._last_sweep: dict[str, float] = {}  # per action: sweeps are scoped to actions
         self._last_ticks: dict[Schedule, dt.datetime] = {}
         self._sweep_lock = asyncio.Lock()
 
@@ -360,7 +360,7 @@ class Notifier:
         report = Report(dry_run=self.dry_run)
         if isinstance(notifications, Sequence):
             _validate_all(action, notifications)
-        report.swept = await self._maybe_sweep()
+        report.swept = await self._maybe_sweep(action)
         async for batch in _batches(notifications, self.batch_size):
             keyed = [(_checked(action, n), n) for n in batch]
             for result in await self._run_batch(action, keyed):
@@ -420,14 +420,17 @@ class Notifier:
         self._last_ticks[schedule] = at
         return report
 
-    async def sweep(self) -> SweepResult:
-        """Deal with expired leases now, as the delivery mode says, and log what changed.
+    async def sweep(self, actions: Iterable[str]) -> SweepResult:
+        """Deal with the expired leases of ``actions`` now, as the delivery mode says.
 
         At-most-once: each expired claim becomes ``unknown`` (the worker may have sent
         before it died). At-least-once: it is released for another attempt while attempts
-        remain. The Notifier calls this itself every ``sweep_every``.
+        remain. Only the given actions are swept, so jobs with other delivery modes can
+        share the ledger table. The Notifier calls this itself, for the action it is about
+        to send, every ``sweep_every``.
         """
-        result = await self.ledger.sweep(self.mode, max_attempts=self.max_attempts)
+        names = [normalize_action(a) for a in actions]
+        result = await self.ledger.sweep(self.mode, max_attempts=self.max_attempts, actions=names)
         for key in result.unknown:
             logger.warning(
                 "lease expired, outcome unknown: %s", key, extra=_log_extra(key, Outcome.UNKNOWN)
@@ -438,7 +441,9 @@ class Notifier:
                 key,
                 extra=_log_extra(key, Outcome.RETRY),
             )
-        self._last_sweep = time.monotonic()
+        swept_at = time.monotonic()
+        for name in names:
+            self._last_sweep[name] = swept_at
         return result
 
     # -- one batch ------------------------------------------------------------------
@@ -606,14 +611,13 @@ class Notifier:
 
     # -- plumbing -------------------------------------------------------------------
 
-    async def _maybe_sweep(self) -> SweepResult | None:
+    async def _maybe_sweep(self, action: str) -> SweepResult | None:
         if self.sweep_every is None or self.dry_run:
             return None
         async with self._sweep_lock:
-            due = self._last_sweep is None or (
-                time.monotonic() - self._last_sweep >= self.sweep_every.total_seconds()
-            )
-            return await self.sweep() if due else None
+            last = self._last_sweep.get(action)
+            due = last is None or time.monotonic() - last >= self.sweep_every.total_seconds()
+            return await self.sweep([action]) if due else None
 
     def _now(self) -> dt.datetime:
         return self.ledger.now()
