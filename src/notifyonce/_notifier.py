@@ -536,7 +536,7 @@ class Notifier:
         return (
             self.mode is DeliveryMode.AT_LEAST_ONCE
             and record.status is SlotStatus.CLAIMED
-            and record.lease_until <= self._now()
+            and record.lease_until < self._now()
             and record.attempt < self.max_attempts
         )
 
