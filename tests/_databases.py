@@ -142,3 +142,13 @@ def make_backend(name: str, tmp_path: Path) -> Backend:
         _check_reachable(sync_url, "MariaDB/MySQL", MYSQL_ENV, "mysql://root@127.0.0.1:3306/test")
         return backend
     raise ValueError(f"unknown backend {name!r}")
+
+
+def drop_table(backend: Backend, table: str) -> None:
+    """Drop a test's table (and nothing else) on ``backend``."""
+    engine = sa.create_engine(backend.sync_url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
+    finally:
+        engine.dispose()

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from notifyonce import AsyncLedger, Ledger
 
-from ._databases import Backend, make_backend
+from ._databases import Backend, drop_table, make_backend
 
 UTC = dt.timezone.utc
 START = dt.datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -130,16 +130,6 @@ def make_engine(flavour: str, backend: Backend) -> AsyncEngine | sa.Engine:
 async def dispose(engine: AsyncEngine | sa.Engine) -> None:
     """Close every pooled connection."""
     await maybe_await(engine.dispose())
-
-
-def drop_table(backend: Backend, table: str) -> None:
-    """Drop the test's table."""
-    engine = sa.create_engine(backend.sync_url, poolclass=sa.pool.NullPool)
-    try:
-        with engine.begin() as conn:
-            conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
-    finally:
-        engine.dispose()
 
 
 async def open_env(param: tuple[str, str], tmp_path: Path) -> Env:

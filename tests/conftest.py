@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ._databases import Backend, make_backend
+from ._databases import Backend, drop_table, make_backend
 
 _MARKS = {
     "sqlite": pytest.mark.sqlite,
@@ -38,21 +38,12 @@ def sync_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     return make_backend(request.param, tmp_path)
 
 
-def _drop(backend: Backend, table: str) -> None:
-    engine = sa.create_engine(backend.sync_url, poolclass=sa.pool.NullPool)
-    try:
-        with engine.begin() as conn:
-            conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
-    finally:
-        engine.dispose()
-
-
 @pytest.fixture
 def async_table(async_backend: Backend) -> Iterator[str]:
     """A table name no other test (or concurrent test run) uses; dropped afterwards."""
     name = async_backend.unique_table()
     yield name
-    _drop(async_backend, name)
+    drop_table(async_backend, name)
 
 
 @pytest.fixture
@@ -60,7 +51,7 @@ def sync_table(sync_backend: Backend) -> Iterator[str]:
     """A table name no other test (or concurrent test run) uses; dropped afterwards."""
     name = sync_backend.unique_table()
     yield name
-    _drop(sync_backend, name)
+    drop_table(sync_backend, name)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from notifyonce.testing import BotAPIServer, Reply
 
-from ._databases import Backend, make_backend
+from ._databases import Backend, drop_table, make_backend
 
 WORKER = Path(__file__).with_name("_crash_worker.py")
 SUBJECTS = 40
@@ -44,10 +44,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
 def table(backend: Backend) -> object:
     name = backend.unique_table()
     yield name
-    engine = sa.create_engine(backend.sync_url, poolclass=sa.pool.NullPool)
-    with engine.begin() as conn:
-        conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
-    engine.dispose()
+    drop_table(backend, name)
 
 
 async def spawn(config: dict[str, object]) -> asyncio.subprocess.Process:
