@@ -268,11 +268,11 @@ class TelegramSender(HTTPSenderBase):
 
             error = outcome
             wait = plan.next_wait(error, certain_transport=certain_transport)
-            if isinstance(error, TransientSendError) and error.retry_after is not None:
-                if self._limiter is not None:
-                    self._limiter.flood_wait(target, error.retry_after)
-                    if wait is not None:
-                        wait = 0.0  # the limiter waits before the next attempt
+            flood = error.retry_after if isinstance(error, TransientSendError) else None
+            if flood is not None and self._limiter is not None:
+                self._limiter.flood_wait(target, flood)
+                if wait is not None:
+                    wait = 0.0  # the limiter waits before the next attempt
             if wait is None:
                 chain_cause(error, cause, lambda text: redact(text, self._secret.token))
                 raise error
