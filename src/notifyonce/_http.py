@@ -440,6 +440,37 @@ class HTTPSenderBase:
             pool=min(self.pool_timeout, remaining),
         )
 
+    async def _post(
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        remaining: float,
+        scrub: Callable[[str], str],
+    ) -> tuple[httpx.Response | SendError, BaseException | None, bool]:
+        """POST once. Returns (the read response or the classified transport failure,
+        the exception to chain, whether the failure certainly left nothing sent)."""
+        progress = Progress()
+        try:
+            response = await client.post(
+                url,
+                content=body,
+                headers=headers,
+                timeout=self._timeout(remaining),
+                extensions={"trace": progress},
+            )
+        except httpx.HTTPStatusError as exc:  # raised by a caller's response hook
+            try:
+                await exc.response.aread()
+            except Exception as read_exc:
+                return classify_transport_error(read_exc, scrub=scrub), read_exc, False
+            return exc.response, None, False
+        except Exception as exc:
+            error = classify_transport_error(exc, request_started=progress.evidence, scrub=scrub)
+            return error, exc, isinstance(error, TransientSendError)
+        return response, None, False
+
     def _budget(self, budget: float | None) -> float:
         return self.budget if budget is None else check_seconds("budget", budget)
 

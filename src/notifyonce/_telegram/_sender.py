@@ -27,14 +27,13 @@ from notifyonce._http import (
     POOL_TIMEOUT,
     WRITE_TIMEOUT,
     HTTPSenderBase,
-    Progress,
     RedactedTransportError,
     add_log_scrubber,
     chain_cause,
 )
 from notifyonce._message import Message, Receipt
 
-from ._classify import Delivered, Migrated, classify_exception, classify_response, redact
+from ._classify import Delivered, Migrated, classify_response, redact
 from ._ratelimit import AsyncRateLimiter, RateLimit
 
 __all__ = [
@@ -290,28 +289,17 @@ class TelegramSender(HTTPSenderBase):
         self, client: httpx.AsyncClient, payload: dict[str, Any], remaining: float
     ) -> tuple[Delivered | Migrated | SendError, BaseException | None, bool]:
         """One HTTP request; returns (outcome, exception to chain, certain transport failure)."""
-        progress = Progress()
         body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
-        try:
-            response = await client.post(
-                self._secret.url,
-                content=body,
-                headers={"content-type": "application/json"},
-                timeout=self._timeout(remaining),
-                extensions={"trace": progress},
-            )
-        except httpx.HTTPStatusError as exc:  # raised by a caller's response hook
-            try:
-                await exc.response.aread()
-            except Exception as read_exc:
-                error = classify_exception(read_exc, token=self._secret.token)
-                return error, read_exc, False
-            return self._classify(exc.response), None, False
-        except Exception as exc:
-            error = classify_exception(
-                exc, request_started=progress.evidence, token=self._secret.token
-            )
-            return error, exc, isinstance(error, TransientSendError)
+        response, cause, certain = await self._post(
+            client,
+            self._secret.url,
+            body,
+            {"content-type": "application/json"},
+            remaining,
+            lambda text: redact(text, self._secret.token),
+        )
+        if isinstance(response, SendError):
+            return response, cause, certain
         return self._classify(response), None, False
 
     def _classify(self, response: httpx.Response) -> Delivered | Migrated | SendError:
