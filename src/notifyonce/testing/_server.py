@@ -16,8 +16,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
+from urllib.parse import parse_qsl
 
-__all__ = ["BotAPIServer", "Delivery", "Reply", "Request"]
+from typing_extensions import Self
+
+__all__ = ["BotAPIServer", "Delivery", "LocalServer", "Reply", "Request", "read_head"]
 
 _REASONS = {
     200: "OK",
@@ -25,6 +28,11 @@ _REASONS = {
     401: "Unauthorized",
     403: "Forbidden",
     404: "Not Found",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    409: "Conflict",
+    422: "Unprocessable Content",
+    425: "Too Early",
     429: "Too Many Requests",
     500: "Internal Server Error",
     502: "Bad Gateway",
@@ -38,6 +46,15 @@ def _api_error(status: int, description: str, **parameters: Any) -> bytes:
     if parameters:
         body["parameters"] = parameters
     return json.dumps(body).encode()
+
+
+def _chat(chat_id: str) -> dict[str, Any]:
+    """A Chat object as the Bot API returns it (aiogram and python-telegram-bot need ``type``)."""
+    if chat_id.startswith("@"):
+        return {"id": -1000000000001, "type": "channel", "username": chat_id[1:]}
+    number = int(chat_id) if chat_id.lstrip("-").isdigit() else 0
+    kind = "private" if number > 0 else "supergroup" if chat_id.startswith("-100") else "group"
+    return {"id": number, "type": kind}
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,13 +166,210 @@ class Delivery:
     message_id: int
 
 
+async def read_head(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str]] | None:
+    """The request line's verb and path and the lower-cased headers; None at a clean EOF."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        return None  # the client closed an idle keep-alive connection
+    lines = head.decode("latin-1").split("\r\n")
+    verb, path, _version = lines[0].split(" ", 2)
+    headers = {}
+    for line in lines[1:]:
+        if ":" in line:
+            name, value = line.split(":", 1)
+            headers[name.strip().lower()] = value.strip()
+    return verb, path, headers
+
+
+def _parse_params(content_type: str, body: bytes) -> dict[str, Any]:
+    """sendMessage parameters from JSON (TelegramSender), a form (aiogram, python-telegram-bot)
+    or multipart; a form value that is JSON (reply_markup) is decoded."""
+    if not body:
+        return {}
+    if content_type.startswith("application/json"):
+        data = json.loads(body)
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+        return data
+    if content_type.startswith("multipart/form-data"):
+        from email.parser import BytesParser
+        from email.policy import HTTP
+
+        message = BytesParser(policy=HTTP).parsebytes(
+            f"Content-Type: {content_type}\r\n\r\n".encode() + body
+        )
+        pairs = [
+            (part.get_param("name", header="content-disposition") or "", part.get_content())
+            for part in message.iter_parts()
+        ]
+    else:
+        pairs = parse_qsl(body.decode(), keep_blank_values=True)
+    params: dict[str, Any] = {}
+    for name, value in pairs:
+        text = value.decode() if isinstance(value, bytes) else str(value)
+        if text[:1] in "[{":
+            try:
+                params[str(name)] = json.loads(text)
+                continue
+            except ValueError:
+                pass
+        params[str(name)] = text
+    return params
+
+
 @dataclass(eq=False)
 class _Connection:
     writer: asyncio.StreamWriter
     id: int
 
 
-class BotAPIServer:
+class LocalServer:
+    """An HTTP/1.1 server on 127.0.0.1 in a background thread; subclasses answer requests.
+
+    Keeps connections alive and counts them; a subclass implements :meth:`_serve_one`.
+    """
+
+    def __init__(self) -> None:
+        self.port = 0
+        self._lock = threading.Lock()
+        self._connection_ids = itertools.count(1)
+        self._connections: set[_Connection] = set()
+        self.connections_opened = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.Server | None = None
+        self._ready = threading.Event()
+
+    @property
+    def url(self) -> str:
+        """The server's base URL."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def close_connections(self) -> None:
+        """Close every open connection, as a server closing idle keep-alive connections does."""
+        loop = self._loop
+        if loop is None:
+            return
+        done = threading.Event()
+
+        def close_all() -> None:
+            for connection in list(self._connections):
+                connection.writer.close()
+            done.set()
+
+        loop.call_soon_threadsafe(close_all)
+        done.wait(10)
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Start serving in a background thread; returns once the port is bound."""
+        if self._thread is not None:
+            return self
+        self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError(f"{type(self).__name__} did not start")
+        return self
+
+    def stop(self) -> None:
+        """Close every connection and stop the thread. Idempotent."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        self._loop = self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        return self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.stop)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._server = loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            self._server.close()
+            for connection in list(self._connections):
+                connection.writer.close()
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            loop.close()
+
+    # -- HTTP ---------------------------------------------------------------------------
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = _Connection(writer, next(self._connection_ids))
+        with self._lock:
+            self.connections_opened += 1
+        self._connections.add(connection)
+        try:
+            while await self._serve_one(reader, writer, connection.id):
+                pass
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        except asyncio.CancelledError:
+            # Only stop() cancels handlers; finishing normally keeps asyncio's stream
+            # callback from logging the cancellation as an error.
+            pass
+        finally:
+            self._connections.discard(connection)
+            writer.close()
+
+    async def _serve_one(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection: int
+    ) -> bool:
+        """Serve one request; False when the connection should close."""
+        raise NotImplementedError
+
+    async def _answer(
+        self,
+        writer: asyncio.StreamWriter,
+        status: int,
+        body: bytes,
+        keep_alive: bool,
+        content_type: str = "application/json",
+        headers: Iterable[tuple[str, str]] = (),
+    ) -> bool:
+        extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
+        head = (
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n{extra}"
+            f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
+        )
+        writer.write(head.encode("latin-1") + body)
+        await writer.drain()
+        return keep_alive
+
+
+class BotAPIServer(LocalServer):
     """A Bot-API-shaped server on 127.0.0.1 that records deliveries; scriptable per chat.
 
     It answers ``POST /bot<token>/sendMessage`` (and ``getMe``), keeps connections alive,
@@ -174,22 +388,14 @@ class BotAPIServer:
     """
 
     def __init__(self, *, token: str | None = None, latency: float = 0.0) -> None:
+        super().__init__()
         self.token = token
         self.latency = latency
-        self.port = 0
-        self._lock = threading.Lock()
         self._deliveries: list[Delivery] = []
         self._requests: list[Request] = []
         self._scripts: dict[str, deque[Reply]] = {}
         self._next: deque[Reply] = deque()
-        self._connection_ids = itertools.count(1)
         self._message_ids = itertools.count(1)
-        self._connections: set[_Connection] = set()
-        self.connections_opened = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._server: asyncio.Server | None = None
-        self._ready = threading.Event()
 
     @property
     def url(self) -> str:
@@ -231,21 +437,6 @@ class BotAPIServer:
             best = max(best, end - start + 1)
         return best
 
-    def close_connections(self) -> None:
-        """Close every open connection, as a server closing idle keep-alive connections does."""
-        loop = self._loop
-        if loop is None:
-            return
-        done = threading.Event()
-
-        def close_all() -> None:
-            for connection in list(self._connections):
-                connection.writer.close()
-            done.set()
-
-        loop.call_soon_threadsafe(close_all)
-        done.wait(10)
-
     def reset(self) -> None:
         """Forget deliveries, requests and scripts (connections stay open)."""
         with self._lock:
@@ -253,68 +444,6 @@ class BotAPIServer:
             self._requests.clear()
             self._scripts.clear()
             self._next.clear()
-
-    # -- lifecycle ----------------------------------------------------------------------
-
-    def start(self) -> BotAPIServer:
-        """Start serving in a background thread; returns once the port is bound."""
-        if self._thread is not None:
-            return self
-        self._thread = threading.Thread(target=self._run, name="BotAPIServer", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("BotAPIServer did not start")
-        return self
-
-    def stop(self) -> None:
-        """Close every connection and stop the thread. Idempotent."""
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        self._loop = self._thread = None
-
-    def __enter__(self) -> BotAPIServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> BotAPIServer:
-        return self.start()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self.stop)
-
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        self._server = loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
-        self.port = self._server.sockets[0].getsockname()[1]
-        self._ready.set()
-        try:
-            loop.run_forever()
-        finally:
-            self._server.close()
-            for connection in list(self._connections):
-                connection.writer.close()
-            tasks = asyncio.all_tasks(loop)
-            for task in tasks:
-                task.cancel()
-            if tasks:
-                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-            loop.close()
 
     # -- HTTP ---------------------------------------------------------------------------
 
@@ -327,39 +456,14 @@ class BotAPIServer:
                 return self._next.popleft()
         return Reply.ok()
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connection = _Connection(writer, next(self._connection_ids))
-        with self._lock:
-            self.connections_opened += 1
-        self._connections.add(connection)
-        try:
-            while await self._serve_one(reader, writer, connection.id):
-                pass
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
-            pass
-        except asyncio.CancelledError:
-            # Only stop() cancels handlers; finishing normally keeps asyncio's stream
-            # callback from logging the cancellation as an error.
-            pass
-        finally:
-            self._connections.discard(connection)
-            writer.close()
-
     async def _serve_one(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection: int
     ) -> bool:
         """Serve one request; False when the connection should close."""
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError:
-            return False  # the client closed an idle keep-alive connection
-        lines = head.decode("latin-1").split("\r\n")
-        verb, path, _version = lines[0].split(" ", 2)
-        headers = {}
-        for line in lines[1:]:
-            if ":" in line:
-                name, value = line.split(":", 1)
-                headers[name.strip().lower()] = value.strip()
+        request = await read_head(reader)
+        if request is None:
+            return False
+        verb, path, headers = request
         length = int(headers.get("content-length", "0"))
         method = path.rsplit("/", 1)[-1]
         token = path.split("/")[1][3:] if path.startswith("/bot") else None
@@ -386,7 +490,7 @@ class BotAPIServer:
             return await self._answer(writer, 200, json.dumps(me).encode(), keep_alive)
 
         try:
-            params = json.loads(body) if body else {}
+            params = _parse_params(headers.get("content-type", ""), body)
             chat_id = str(params["chat_id"])
             text = str(params["text"])
         except (ValueError, KeyError, TypeError):
@@ -411,7 +515,7 @@ class BotAPIServer:
                 "message_id": message_id,
                 "date": int(time.time()),
                 "text": text,
-                "chat": {"id": int(chat_id) if chat_id.lstrip("-").isdigit() else chat_id},
+                "chat": _chat(chat_id),
             }
             body_out = json.dumps({"ok": True, "result": result}).encode()
         return await self._answer(writer, reply.status, body_out, keep_alive, reply.content_type)
@@ -419,20 +523,3 @@ class BotAPIServer:
     def _record(self, request: Request) -> None:
         with self._lock:
             self._requests.append(request)
-
-    async def _answer(
-        self,
-        writer: asyncio.StreamWriter,
-        status: int,
-        body: bytes,
-        keep_alive: bool,
-        content_type: str = "application/json",
-    ) -> bool:
-        head = (
-            f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}\r\n"
-            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-            f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
-        )
-        writer.write(head.encode("latin-1") + body)
-        await writer.drain()
-        return keep_alive
