@@ -16,8 +16,8 @@ from notifyonce.testing import WebhookReceiver, WebhookReply
 if not all(hasattr(notifyonce, name) for name in ("AsyncLedger", "Notifier", "Notification")):
     pytest.skip("needs the Notifier (AsyncLedger, Notifier, Notification)", allow_module_level=True)
 
-from notifyonce import AsyncLedger, DeliveryMode, Notification, Notifier, Outcome  # noqa: E402
-from notifyonce.webhook import WebhookSender  # noqa: E402
+from notifyonce import AsyncLedger, DeliveryMode, Notification, Notifier, Outcome
+from notifyonce.webhook import WebhookSender
 
 PERIOD_END = datetime(2026, 12, 1, tzinfo=timezone.utc)
 

@@ -28,6 +28,7 @@ from notifyonce._errors import (
     ValidationError,
     ValidationTypeError,
 )
+from notifyonce._redact import RedactedTransportError, chain_cause, short
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -65,15 +66,6 @@ DEFAULT_BUDGET = 30.0
 DEFAULT_LIMITS = httpx.Limits(
     max_connections=32, max_keepalive_connections=32, keepalive_expiry=60.0
 )
-
-_MAX_DESCRIPTION = 200
-
-
-def short(text: str, scrub: Callable[[str], str]) -> str:
-    """``text`` on one line, scrubbed of secrets and cut to 200 characters."""
-    text = scrub(" ".join(text.split()))
-    return text if len(text) <= _MAX_DESCRIPTION else text[: _MAX_DESCRIPTION - 3] + "..."
-
 
 # --------------------------------------------------------------------------------------
 # Transport failures
@@ -198,10 +190,6 @@ def parse_retry_after(value: str | None, *, now: Callable[[], float] = time.time
 # Secrets
 
 
-class RedactedTransportError(Exception):
-    """Stands in as ``__cause__`` for an exception whose text contained a secret."""
-
-
 class Secrets:
     """The secret strings of one sender; its repr never shows them.
 
@@ -258,24 +246,6 @@ def add_log_scrubber(scrub: Callable[[str], str]) -> None:
 
 
 add_log_scrubber(lambda text: text)  # installs the filter for the Secrets registry
-
-
-def chain_cause(error: SendError, cause: BaseException | None, scrub: Callable[[str], str]) -> None:
-    """Chain ``cause`` unless its text (or its own causes') shows a secret: then a copy."""
-    if cause is None:
-        return
-    leaked = False
-    seen: set[int] = set()
-    link: BaseException | None = cause
-    while link is not None and id(link) not in seen:
-        seen.add(id(link))
-        text = f"{link!s} {link!r}"
-        leaked = leaked or scrub(text) != text
-        link = link.__cause__ or link.__context__
-    if leaked:
-        cause = RedactedTransportError(f"{type(cause).__name__}: {scrub(str(cause))}")
-    error.__cause__ = cause
-    error.__suppress_context__ = True
 
 
 # --------------------------------------------------------------------------------------

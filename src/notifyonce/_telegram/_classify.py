@@ -13,13 +13,13 @@ have been delivered?*
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from notifyonce._errors import PermanentSendError, SendError, TransientSendError, UncertainSendError
-from notifyonce._http import EXCEPTION_CLASSES, classify_transport_error, short
+from notifyonce._http import EXCEPTION_CLASSES, classify_transport_error
+from notifyonce._redact import redact, short
 
 __all__ = [
     "EXCEPTION_CLASSES",
@@ -29,18 +29,6 @@ __all__ = [
     "classify_response",
     "redact",
 ]
-
-# The token sits in the path: /bot<token>/<method>. Redacting the whole segment needs no
-# registry of live tokens and also covers tokens of other senders in the same process.
-_TOKEN_IN_PATH = re.compile(r"/bot[^/\s\"'<>]+")
-
-
-def redact(text: str, token: str | None = None) -> str:
-    """Return ``text`` with every ``/bot<token>`` path segment (and ``token``) hidden."""
-    text = _TOKEN_IN_PATH.sub("/bot<redacted>", text)
-    if token:
-        text = text.replace(token, "<redacted>")
-    return text
 
 
 @dataclass(frozen=True, slots=True)

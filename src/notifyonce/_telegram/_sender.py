@@ -33,6 +33,8 @@ from notifyonce._http import (
 )
 from notifyonce._message import Message, Receipt
 
+from ._chat import chat_id as _chat_id
+from ._chat import validate_recipient as _validate_recipient
 from ._classify import Delivered, Migrated, classify_response, redact
 from ._ratelimit import AsyncRateLimiter, RateLimit
 
@@ -48,8 +50,6 @@ __all__ = [
 
 logger = logging.getLogger("notifyonce.telegram")
 
-_CHAT_ID = re.compile(r"-?[1-9][0-9]{0,19}")
-_USERNAME = re.compile(r"@[A-Za-z][A-Za-z0-9_]{2,63}")
 _TOKEN = re.compile(r"[^\s/?#]+")
 
 
@@ -67,23 +67,6 @@ class _Secret:
 
 
 add_log_scrubber(redact)  # httpx logs every request URL, /bot<token>/ included
-
-
-def _validate_recipient(recipient: object) -> str:
-    if not isinstance(recipient, str):
-        raise ValidationTypeError(
-            "recipient",
-            f"must be a str (a chat id or @channelname), got {type(recipient).__name__}",
-        )
-    if not (_CHAT_ID.fullmatch(recipient) or _USERNAME.fullmatch(recipient)):
-        raise ValidationError(
-            "recipient", "must be a chat id such as '12345' or '-100123', or an @channelname"
-        )
-    return recipient
-
-
-def _chat_id(recipient: str) -> int | str:
-    return recipient if recipient.startswith("@") else int(recipient)
 
 
 def _payload(message: Message) -> dict[str, Any]:
