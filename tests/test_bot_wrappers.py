@@ -253,5 +253,5 @@ def test_missing_library_names_the_extra() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     lines = out.stdout.splitlines()
     assert 3 == len(lines)
-    for extra, line in zip(("aiogram", "ptb", "apprise"), lines):
+    for extra, line in zip(("aiogram", "ptb", "apprise"), lines, strict=True):
         assert f'pip install "notifyonce[{extra}]"' in line
