@@ -6,6 +6,7 @@ sent, so restarts, parallel workers and flaky networks cannot send it twice.
 
 from __future__ import annotations
 
+from ._channels import Channel, ChannelReceipt, FallbackSender, FanoutSender
 from ._claim import Claim
 from ._errors import (
     LedgerError,
@@ -28,10 +29,14 @@ from ._version import __version__
 from ._window import DeadlineRange, Window
 
 __all__ = [
+    "Channel",
+    "ChannelReceipt",
     "Claim",
     "Cycle",
     "DeadlineRange",
     "DeliveryMode",
+    "FallbackSender",
+    "FanoutSender",
     "LedgerError",
     "LedgerUnavailableError",
     "Message",
