@@ -29,30 +29,12 @@ from notifyonce._http import EXCEPTION_CLASSES
 from notifyonce._webhook import Accepted, classify_webhook_response
 from notifyonce.webhook import WebhookSender, sign, verify_signature
 
-from ._fakes import FakeClock
+from ._fakes import FakeClock, Script
 
 URL = "https://user:pa55word@hooks.example.com/T0/B1/path-secret?token=query-secret"
 SECRET = "hmac-shared-secret"
 AUTH = "Bearer auth-header-secret"
 NOW = 1_700_000_000.0
-
-
-class Script:
-    """A MockTransport handler answering from a list; records every request."""
-
-    def __init__(self, steps: Iterable[Any]) -> None:
-        self.steps = list(steps)
-        self.requests: list[httpx.Request] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        step = self.steps.pop(0) if len(self.steps) > 1 else self.steps[0]
-        if isinstance(step, BaseException):
-            raise step
-        if callable(step):
-            return step(request)
-        assert isinstance(step, httpx.Response)
-        return httpx.Response(step.status_code, headers=step.headers, content=step.content)
 
 
 def make_sender(

@@ -35,6 +35,7 @@ from notifyonce._errors import (
 )
 from notifyonce._message import Message
 from notifyonce._redact import short
+from notifyonce._telegram._chat import message_fields
 from notifyonce._telegram._wrapped import Moved, WrappedBotSender
 
 __all__ = ["AiogramSender", "classify_aiogram_error"]
@@ -100,6 +101,10 @@ def classify_aiogram_error(
     return None
 
 
+def _preview(is_disabled: bool) -> LinkPreviewOptions:
+    return LinkPreviewOptions(is_disabled=is_disabled)
+
+
 class AiogramSender(WrappedBotSender):
     """Sends with an aiogram 3 ``Bot`` you already have (its session, its defaults).
 
@@ -138,14 +143,7 @@ class AiogramSender(WrappedBotSender):
 
     async def _deliver(self, chat: int | str, message: Message) -> int | None:
         fields: dict[str, Any] = {"chat_id": chat, "text": message.text}
-        if message.parse_mode is not None:
-            fields["parse_mode"] = message.parse_mode
-        if message.silent:
-            fields["disable_notification"] = True
-        if message.link_preview is not None:
-            fields["link_preview_options"] = LinkPreviewOptions(
-                is_disabled=not message.link_preview
-            )
+        fields.update(message_fields(message, _preview))
         if message.reply_markup is not None:
             fields["reply_markup"] = message.reply_markup
         fields.update(message.options)

@@ -441,6 +441,21 @@ class HTTPSenderBase:
             return error, exc, isinstance(error, TransientSendError)
         return response, None, False
 
+    async def _pause(
+        self, logger: logging.Logger, what: str, plan: RetryPlan, error: SendError, wait: float
+    ) -> None:
+        """Log a retry (class and code only: never a description) and wait before it."""
+        logger.debug(
+            "%s attempt %d failed (%s%s), retrying in %.2f s",
+            what,
+            plan.retries,
+            type(error).__name__,
+            "" if error.code is None else f" {error.code}",
+            wait,
+        )
+        if wait > 0:
+            await self._sleep(wait)
+
     def _budget(self, budget: float | None) -> float:
         return self.budget if budget is None else check_seconds("budget", budget)
 

@@ -6,7 +6,6 @@ import datetime as dt
 import re
 import warnings
 from collections.abc import Callable
-from typing import Any
 
 import httpx
 from telegram import Bot, LinkPreviewOptions
@@ -34,6 +33,7 @@ from notifyonce._errors import (
 from notifyonce._http import transport_error_class
 from notifyonce._message import Message
 from notifyonce._redact import short
+from notifyonce._telegram._chat import message_fields
 from notifyonce._telegram._wrapped import Moved, WrappedBotSender
 
 __all__ = ["PTBSender", "classify_ptb_error"]
@@ -124,6 +124,10 @@ def classify_ptb_error(
     return UncertainSendError(description)
 
 
+def _preview(is_disabled: bool) -> LinkPreviewOptions:
+    return LinkPreviewOptions(is_disabled=is_disabled)
+
+
 class PTBSender(WrappedBotSender):
     """Sends with a python-telegram-bot (v21+) ``Bot`` you already have.
 
@@ -163,15 +167,7 @@ class PTBSender(WrappedBotSender):
         return "PTBSender(bot=<telegram.Bot>, token=<redacted>)"
 
     async def _deliver(self, chat: int | str, message: Message) -> int | None:
-        kwargs: dict[str, Any] = {}
-        if message.parse_mode is not None:
-            kwargs["parse_mode"] = message.parse_mode
-        if message.silent:
-            kwargs["disable_notification"] = True
-        if message.link_preview is not None:
-            kwargs["link_preview_options"] = LinkPreviewOptions(
-                is_disabled=not message.link_preview
-            )
+        kwargs = message_fields(message, _preview)
         if message.reply_markup is not None:
             # A plain mapping goes to the Bot API as is, like any other parameter.
             kwargs.setdefault("api_kwargs", {})["reply_markup"] = dict(message.reply_markup)

@@ -401,12 +401,4 @@ class WebhookSender(HTTPSenderBase):
             if wait is None:
                 chain_cause(error, cause, self._secrets.scrub)
                 raise error
-            logger.debug(
-                "webhook attempt %d failed (%s%s), retrying in %.2f s",
-                plan.retries,
-                type(error).__name__,
-                "" if error.code is None else f" {error.code}",
-                wait,
-            )
-            if wait > 0:
-                await self._sleep(wait)
+            await self._pause(logger, "webhook", plan, error, wait)

@@ -34,6 +34,7 @@ from notifyonce._http import (
 from notifyonce._message import Message, Receipt
 
 from ._chat import chat_id as _chat_id
+from ._chat import message_fields
 from ._chat import validate_recipient as _validate_recipient
 from ._classify import Delivered, Migrated, classify_response, redact
 from ._ratelimit import AsyncRateLimiter, RateLimit
@@ -71,12 +72,7 @@ add_log_scrubber(redact)  # httpx logs every request URL, /bot<token>/ included
 
 def _payload(message: Message) -> dict[str, Any]:
     payload: dict[str, Any] = {"text": message.text}
-    if message.parse_mode is not None:
-        payload["parse_mode"] = message.parse_mode
-    if message.silent:
-        payload["disable_notification"] = True
-    if message.link_preview is not None:
-        payload["link_preview_options"] = {"is_disabled": not message.link_preview}
+    payload.update(message_fields(message, lambda disabled: {"is_disabled": disabled}))
     if message.reply_markup is not None:
         payload["reply_markup"] = message.reply_markup
     payload.update(message.options)
@@ -258,15 +254,7 @@ class TelegramSender(HTTPSenderBase):
             if wait is None:
                 chain_cause(error, cause, lambda text: redact(text, self._secret.token))
                 raise error
-            logger.debug(
-                "sendMessage attempt %d failed (%s%s), retrying in %.2f s",
-                plan.retries,
-                type(error).__name__,
-                "" if error.code is None else f" {error.code}",
-                wait,
-            )
-            if wait > 0:
-                await self._sleep(wait)
+            await self._pause(logger, "sendMessage", plan, error, wait)
 
     async def _attempt(
         self, client: httpx.AsyncClient, payload: dict[str, Any], remaining: float

@@ -11,7 +11,6 @@ import asyncio
 import itertools
 import json
 import time
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +23,7 @@ from notifyonce._signing import (
     verify_signature,
 )
 
-from ._server import LocalServer, read_head
+from ._server import LocalServer, Scripts, read_head
 
 __all__ = ["WebhookDelivery", "WebhookReceiver", "WebhookReply", "WebhookRequest"]
 
@@ -159,8 +158,7 @@ class WebhookReceiver(LocalServer):
         self._processed: list[WebhookDelivery] = []
         self._requests: list[WebhookRequest] = []
         self._first_id: dict[str, int] = {}
-        self._next: deque[WebhookReply] = deque()
-        self._by_key: dict[str, deque[WebhookReply]] = {}
+        self._scripts: Scripts[WebhookReply] = Scripts()
 
     def __repr__(self) -> str:
         return f"WebhookReceiver(url={self.url!r})"
@@ -174,10 +172,7 @@ class WebhookReceiver(LocalServer):
         receiver processes and answers 200 again.
         """
         with self._lock:
-            if key is None:
-                self._next.extend(replies)
-            else:
-                self._by_key.setdefault(key, deque()).extend(replies)
+            self._scripts.add(key, replies)
 
     @property
     def processed(self) -> list[WebhookDelivery]:
@@ -204,19 +199,13 @@ class WebhookReceiver(LocalServer):
             self._processed.clear()
             self._requests.clear()
             self._first_id.clear()
-            self._next.clear()
-            self._by_key.clear()
+            self._scripts.clear()
 
     # -- HTTP ---------------------------------------------------------------------------
 
     def _next_reply(self, key: str | None) -> WebhookReply:
         with self._lock:
-            own = self._by_key.get(key) if key is not None else None
-            if own:
-                return own.popleft()
-            if self._next:
-                return self._next.popleft()
-        return WebhookReply.ok()
+            return self._scripts.pop(key, WebhookReply.ok())
 
     def _signed(self, headers: dict[str, str], body: bytes) -> bool:
         if self.secret is None:

@@ -15,10 +15,12 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, TypeVar
 from urllib.parse import parse_qsl
 
 from typing_extensions import Self
+
+R = TypeVar("R")
 
 __all__ = ["BotAPIServer", "Delivery", "LocalServer", "Reply", "Request", "read_head"]
 
@@ -218,6 +220,34 @@ def _parse_params(content_type: str, body: bytes) -> dict[str, Any]:
     return params
 
 
+class Scripts(Generic[R]):
+    """Scripted replies: a queue per key (a chat, an idempotency key) and a shared queue.
+
+    A key's own queue is used before the shared one; when both are empty the caller's
+    default applies. Not locked: the servers hold their own lock around every call.
+    """
+
+    def __init__(self) -> None:
+        self.shared: deque[R] = deque()
+        self.by_key: dict[str, deque[R]] = {}
+
+    def add(self, key: str | None, replies: Iterable[R]) -> None:
+        if key is None:
+            self.shared.extend(replies)
+        else:
+            self.by_key.setdefault(key, deque()).extend(replies)
+
+    def pop(self, key: str | None, default: R) -> R:
+        own = self.by_key.get(key) if key is not None else None
+        if own:
+            return own.popleft()
+        return self.shared.popleft() if self.shared else default
+
+    def clear(self) -> None:
+        self.shared.clear()
+        self.by_key.clear()
+
+
 @dataclass(eq=False)
 class _Connection:
     writer: asyncio.StreamWriter
@@ -393,8 +423,7 @@ class BotAPIServer(LocalServer):
         self.latency = latency
         self._deliveries: list[Delivery] = []
         self._requests: list[Request] = []
-        self._scripts: dict[str, deque[Reply]] = {}
-        self._next: deque[Reply] = deque()
+        self._scripts: Scripts[Reply] = Scripts()
         self._message_ids = itertools.count(1)
 
     @property
@@ -410,10 +439,7 @@ class BotAPIServer(LocalServer):
         When a queue is used up the server delivers and answers ok again.
         """
         with self._lock:
-            if chat_id is None:
-                self._next.extend(replies)
-            else:
-                self._scripts.setdefault(str(chat_id), deque()).extend(replies)
+            self._scripts.add(None if chat_id is None else str(chat_id), replies)
 
     @property
     def deliveries(self) -> list[Delivery]:
@@ -443,18 +469,12 @@ class BotAPIServer(LocalServer):
             self._deliveries.clear()
             self._requests.clear()
             self._scripts.clear()
-            self._next.clear()
 
     # -- HTTP ---------------------------------------------------------------------------
 
     def _next_reply(self, chat_id: str | None) -> Reply:
         with self._lock:
-            own = self._scripts.get(chat_id) if chat_id is not None else None
-            if own:
-                return own.popleft()
-            if self._next:
-                return self._next.popleft()
-        return Reply.ok()
+            return self._scripts.pop(chat_id, Reply.ok())
 
     async def _serve_one(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection: int
@@ -471,8 +491,9 @@ class BotAPIServer(LocalServer):
         # Peek at the script before the body for the drop-before-body case: it is keyed on
         # the chat, which is in the body, so only the shared queue can ask for it.
         with self._lock:
-            early = bool(self._next) and self._next[0].drop == "before_body"
-            reply_early = self._next.popleft() if early else None
+            shared = self._scripts.shared
+            early = bool(shared) and shared[0].drop == "before_body"
+            reply_early = shared.popleft() if early else None
         if reply_early is not None:
             self._record(Request(method, None, time.monotonic(), connection, reply_early))
             return False
