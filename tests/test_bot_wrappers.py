@@ -156,7 +156,7 @@ async def test_refused_connection_is_transient(wrap: Wrapped) -> None:
 
 async def test_read_timeout_is_uncertain(wrap: Wrapped, bot_api_server: BotAPIServer) -> None:
     """An answer slower than the request timeout, after delivery, is uncertain."""
-    bot_api_server.script("42", [Reply.ok(delay=2.5)])
+    bot_api_server.script("42", [Reply.ok(delay=1.5)])
     option = "request_timeout" if wrap.library == "aiogram" else "read_timeout"
     result = await attempt(wrap(bot_api_server.url, **{option: 1}))
     assert isinstance(result, UncertainSendError)

@@ -150,3 +150,12 @@ async def test_retry_after_from_the_wire_is_honoured() -> None:
         receipt = await sender.send("1", Message("x", idempotency_key="k"))
         assert isinstance(receipt, Receipt)
         assert ["refused", "processed"] == [r.outcome for r in receiver.requests]
+
+
+async def test_connection_closed_while_idle_is_replaced() -> None:
+    """A keep-alive connection the receiver closed between sends is replaced, not an error."""
+    async with WebhookReceiver() as receiver, sender_for(receiver, max_retries=0) as sender:
+        await sender.send("1", Message("x", idempotency_key="k1"))
+        receiver.close_connections()
+        await sender.send("1", Message("x", idempotency_key="k2"))
+        assert {"k1": 1, "k2": 1} == receiver.counts()

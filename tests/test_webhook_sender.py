@@ -334,6 +334,7 @@ async def test_response_hook_status_error_is_reclassified() -> None:
         ({"connect_timeout": float("inf")}, "connect_timeout"),
         ({"max_retries": -1}, "max_retries"),
         ({"headers": {"X-A": 1}}, "headers"),
+        ({"headers": {"X-A": "é"}}, "headers"),
         ({"body_builder": "json"}, "body_builder"),
         ({"signature_header": ""}, "signature_header"),
     ],
@@ -359,8 +360,10 @@ async def test_invalid_send_arguments_are_rejected_before_sending() -> None:
         await sender.send("42", Message("x", options={"when": object()}))
     with pytest.raises(ValidationError) as bad_key:
         await sender.send("42", Message("x", idempotency_key="a\nb"))
-    assert ["recipient", "message", "message", "idempotency_key"] == [
-        e.value.field for e in (blank, not_message, unserialisable, bad_key)
+    with pytest.raises(ValidationError) as non_ascii_key:
+        await sender.send("42", Message("x", idempotency_key="ключ"))
+    assert ["recipient", "message", "message", "idempotency_key", "idempotency_key"] == [
+        e.value.field for e in (blank, not_message, unserialisable, bad_key, non_ascii_key)
     ]
     assert [] == script.requests
 
@@ -437,3 +440,21 @@ async def test_secrets_never_in_logs_or_exception_text(caplog: pytest.LogCapture
     for shown in [*texts, logged]:
         for secret in ("pa55word", "path-secret", "query-secret", SECRET, AUTH, text):
             assert secret not in shown
+
+
+def test_verify_signature_needs_no_httpx() -> None:
+    """A receiver imports verify_signature without httpx; WebhookSender then names the extra."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['httpx'] = None\n"
+        "from notifyonce.webhook import verify_signature, sign\n"
+        "print(verify_signature(b'x', sign(b'x', 's', 5), '5', 's', now=lambda: 5))\n"
+        "try:\n    from notifyonce.webhook import WebhookSender\nexcept ImportError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    verified, error = out.stdout.splitlines()
+    assert "True" == verified
+    assert 'pip install "notifyonce[webhook]"' in error

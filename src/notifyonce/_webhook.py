@@ -82,6 +82,10 @@ def default_body(recipient: str, message: Message) -> dict[str, Any]:
     }
 
 
+def _header_safe(text: str) -> bool:
+    return text.isascii() and text.isprintable()
+
+
 def _message_id(body: bytes) -> int | str | None:
     try:
         data = json.loads(body)
@@ -260,6 +264,9 @@ class WebhookSender(HTTPSenderBase):
         for name, value in extra.items():
             if not isinstance(name, str) or not isinstance(value, str):
                 raise ValidationTypeError("headers", "names and values must be str")
+            if not _header_safe(name) or not _header_safe(value):
+                # httpx would fail to encode it on every send, after nothing was sent.
+                raise ValidationError("headers", "names and values must be printable ASCII")
         if body_builder is not None and not callable(body_builder):
             raise ValidationTypeError("body_builder", "must be callable or None")
         self._configure(
@@ -368,8 +375,10 @@ class WebhookSender(HTTPSenderBase):
         if not isinstance(message, Message):
             raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
         key = message.idempotency_key
-        if key is not None and (not isinstance(key, str) or not key.isprintable() or not key):
-            raise ValidationError("idempotency_key", "must be a non-empty printable str or None")
+        if key is not None and (not isinstance(key, str) or not key or not _header_safe(key)):
+            raise ValidationError(
+                "idempotency_key", "must be a non-empty printable ASCII str (a header) or None"
+            )
         budget = self._budget(budget)
         client = self._get_client()
         body = self._encode(recipient, message)
