@@ -215,10 +215,10 @@ class FanoutSender:
         )
         results: dict[str, Receipt | SendError] = {}
         for channel, outcome in zip(self.channels, outcomes, strict=True):
-            if isinstance(outcome, asyncio.CancelledError):
-                raise outcome
+            if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+                raise outcome  # cancellation, KeyboardInterrupt: not a channel's failure
             results[channel.name] = (
-                _as_send_error(outcome) if isinstance(outcome, BaseException) else outcome
+                _as_send_error(outcome) if isinstance(outcome, Exception) else outcome
             )
         error = combine_fanout(results)
         if error is not None:

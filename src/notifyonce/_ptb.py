@@ -140,8 +140,8 @@ class PTBSender(WrappedBotSender):
     force; ``Message.options`` go to the Bot API as ``api_kwargs``.
 
     Args:
-        bot: A ``telegram.Bot`` (or ``ExtBot``). It is initialised on the first send if
-            needed, and never shut down here.
+        bot: A ``telegram.Bot`` (or ``ExtBot``). Initialise and shut it down as your
+            application does (``Application`` does both); the sender never shuts it down.
         read_timeout: Seconds to wait for Telegram's answer instead of the bot's default.
 
     Example:
