@@ -22,10 +22,16 @@ from notifyonce.webhook import WebhookSender
 PERIOD_END = datetime(2026, 12, 1, tzinfo=timezone.utc)
 
 
-async def test_lost_answers_are_retried_and_processed_once(async_engine: object) -> None:
+async def test_lost_answers_are_retried_and_processed_once(
+    async_engine: object, async_table: str
+) -> None:
     """Answers lost after processing are retried by the Notifier with the same key, and the
     receiver processes every slot exactly once."""
-    ledger = AsyncLedger(async_engine, lease=timedelta(seconds=1))  # type: ignore[arg-type]
+    ledger = AsyncLedger(
+        async_engine,  # type: ignore[arg-type]
+        table_name=async_table,
+        lease=timedelta(seconds=1),
+    )
     await ledger.create_schema()
     async with WebhookReceiver(secret="s") as receiver:
         receiver.script([WebhookReply.drop_after_processing()] * 3)
@@ -43,10 +49,12 @@ async def test_lost_answers_are_retried_and_processed_once(async_engine: object)
                 for n in notifications
             ]
         counts = receiver.counts()
+        retried = [r.outcome for r in receiver.requests].count("duplicate")
         keys_per_recipient = {
             r.json["recipient"]: r.key for r in receiver.processed if r.json is not None
         }
     assert {Outcome.DUPLICATE} == set(outcomes)
+    assert 3 == retried  # the three lost answers were resent with their slot's key
     assert 6 == len(counts)
     assert {1} == set(counts.values())
     assert None not in counts
