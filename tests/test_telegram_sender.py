@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import traceback
 from collections.abc import Iterable
@@ -25,32 +24,10 @@ from notifyonce import (
 from notifyonce._telegram._classify import EXCEPTION_CLASSES
 from notifyonce.telegram import RateLimit, TelegramSender
 
-from ._fakes import FakeClock
+from ._fakes import FakeClock, Script
 
 TOKEN = "123456:SECRET-token_value"
 OK_BODY = {"ok": True, "result": {"message_id": 77, "chat": {"id": 42}, "text": "hi"}}
-
-
-class Script:
-    """A MockTransport handler answering from a list; records every request."""
-
-    def __init__(self, steps: Iterable[Any]) -> None:
-        self.steps = list(steps)
-        self.requests: list[httpx.Request] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        step = self.steps.pop(0) if len(self.steps) > 1 else self.steps[0]
-        if isinstance(step, BaseException):
-            raise step
-        if callable(step):
-            return step(request)
-        assert isinstance(step, httpx.Response)
-        return httpx.Response(step.status_code, headers=step.headers, content=step.content)
-
-    @property
-    def bodies(self) -> list[dict[str, Any]]:
-        return [json.loads(r.content) for r in self.requests]
 
 
 def api_error(status: int, description: str, **parameters: Any) -> httpx.Response:

@@ -171,4 +171,8 @@ def test_public_names() -> None:
         "Reply",
         "Request",
         "SendRecord",
+        "WebhookDelivery",
+        "WebhookReceiver",
+        "WebhookReply",
+        "WebhookRequest",
     ] == notifyonce.testing.__all__

@@ -6,6 +6,7 @@ sent, so restarts, parallel workers and flaky networks cannot send it twice.
 
 from __future__ import annotations
 
+from ._channels import Channel, ChannelReceipt, FallbackSender, FanoutSender
 from ._claim import Claim
 from ._errors import (
     LedgerError,
@@ -33,10 +34,14 @@ from ._window import DeadlineRange, Window
 
 __all__ = [
     "AsyncLedger",
+    "Channel",
+    "ChannelReceipt",
     "Claim",
     "Cycle",
     "DeadlineRange",
     "DeliveryMode",
+    "FallbackSender",
+    "FanoutSender",
     "Ledger",
     "LedgerError",
     "LedgerStats",

@@ -13,35 +13,22 @@ have been delivered?*
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from notifyonce._errors import PermanentSendError, SendError, TransientSendError, UncertainSendError
+from notifyonce._http import EXCEPTION_CLASSES, classify_transport_error
+from notifyonce._redact import redact, short
 
 __all__ = [
+    "EXCEPTION_CLASSES",
     "Delivered",
     "Migrated",
     "classify_exception",
     "classify_response",
     "redact",
 ]
-
-# The token sits in the path: /bot<token>/<method>. Redacting the whole segment needs no
-# registry of live tokens and also covers tokens of other senders in the same process.
-_TOKEN_IN_PATH = re.compile(r"/bot[^/\s\"'<>]+")
-_MAX_DESCRIPTION = 200
-
-
-def redact(text: str, token: str | None = None) -> str:
-    """Return ``text`` with every ``/bot<token>`` path segment (and ``token``) hidden."""
-    text = _TOKEN_IN_PATH.sub("/bot<redacted>", text)
-    if token:
-        text = text.replace(token, "<redacted>")
-    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +52,7 @@ class Migrated:
 
 
 def _short(text: str, token: str | None) -> str:
-    text = redact(" ".join(text.split()), token)
-    return text if len(text) <= _MAX_DESCRIPTION else text[: _MAX_DESCRIPTION - 3] + "..."
+    return short(text, lambda t: redact(t, token))
 
 
 def _parse_json(body: bytes) -> Mapping[str, Any] | None:
@@ -182,48 +168,6 @@ def _classify_non_api(status: int, headers: Mapping[str, str]) -> SendError:
 # --------------------------------------------------------------------------------------
 # Exceptions
 
-# Every httpx exception class, mapped explicitly (tests walk httpx's hierarchy and fail on
-# a class missing here). Lookup walks the MRO, so a future subclass gets its parent's rule.
-_CERTAIN = TransientSendError  # raised before any byte of the request could leave
-_MAYBE = UncertainSendError  # raised after the request may have been written
-_NEVER = PermanentSendError  # the request cannot be sent as built: retrying cannot help
-
-EXCEPTION_CLASSES: dict[type[BaseException], type[SendError]] = {
-    # Before the request: waiting for a pooled connection or opening a new one.
-    httpx.PoolTimeout: _CERTAIN,
-    httpx.ConnectTimeout: _CERTAIN,
-    httpx.ConnectError: _CERTAIN,
-    httpx.ProxyError: _CERTAIN,  # the proxy refused the tunnel; nothing reached Telegram
-    # Configuration and programming errors, found before anything is sent.
-    httpx.UnsupportedProtocol: _NEVER,
-    httpx.InvalidURL: _NEVER,
-    httpx.LocalProtocolError: _NEVER,  # h11 refuses to emit an invalid request
-    # During or after writing: httpcore even swallows write errors and reads on, so a
-    # peer that closed or reset the connection shows up here after the request left.
-    httpx.WriteTimeout: _MAYBE,
-    httpx.WriteError: _MAYBE,
-    httpx.ReadTimeout: _MAYBE,
-    httpx.ReadError: _MAYBE,
-    httpx.RemoteProtocolError: _MAYBE,  # "Server disconnected without sending a response."
-    httpx.CloseError: _MAYBE,
-    httpx.DecodingError: _MAYBE,  # an answer arrived but could not be decoded
-    httpx.TooManyRedirects: _MAYBE,
-    httpx.HTTPStatusError: _MAYBE,  # only from a caller's hook; the sender reclassifies it
-    httpx.CookieConflict: _MAYBE,
-    httpx.StreamConsumed: _MAYBE,
-    httpx.StreamClosed: _MAYBE,
-    httpx.ResponseNotRead: _MAYBE,
-    httpx.RequestNotRead: _MAYBE,
-    # Abstract bases, for exceptions raised directly as the base class.
-    httpx.ProtocolError: _MAYBE,
-    httpx.NetworkError: _MAYBE,
-    httpx.TimeoutException: _MAYBE,
-    httpx.TransportError: _MAYBE,
-    httpx.RequestError: _MAYBE,
-    httpx.HTTPError: _MAYBE,
-    httpx.StreamError: _MAYBE,
-}
-
 
 def classify_exception(
     exc: BaseException,
@@ -231,26 +175,17 @@ def classify_exception(
     request_started: bool | None = None,
     token: str | None = None,
 ) -> SendError:
-    """Classify an exception raised while sending one request.
+    """Classify an exception raised while sending one request (see :mod:`notifyonce._http`).
 
     Args:
         exc: What httpx (or a caller's transport) raised.
-        request_started: Whether httpcore reported starting to write the request (from
-            its ``trace`` extension). False proves nothing left this process, so any
-            transport failure is transient; True or None (a transport that does not
-            trace, such as ``MockTransport``) falls back to the exception class.
+        request_started: Whether httpcore reported starting to write the request; False
+            makes any transport failure transient.
         token: Redacted from the description.
 
     Returns:
         The error to raise. It is not chained here: the sender decides what to chain.
     """
-    error_class: type[SendError] = UncertainSendError  # the Sender protocol's default
-    for klass in type(exc).__mro__:
-        if klass in EXCEPTION_CLASSES:
-            error_class = EXCEPTION_CLASSES[klass]
-            break
-    if request_started is False and error_class is UncertainSendError:
-        error_class = TransientSendError
-    detail = _short(str(exc), token)
-    description = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
-    return error_class(description)
+    return classify_transport_error(
+        exc, request_started=request_started, scrub=lambda text: redact(text, token)
+    )

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import math
-import random
 import re
-import time
-from collections.abc import Awaitable, Callable, Mapping
-from types import TracebackType
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -22,9 +17,26 @@ from notifyonce._errors import (
     ValidationError,
     ValidationTypeError,
 )
+from notifyonce._http import (
+    CONNECT_TIMEOUT,
+    DEFAULT_BUDGET,
+    DEFAULT_CLOCK,
+    DEFAULT_LIMITS,
+    DEFAULT_RNG,
+    DEFAULT_SLEEP,
+    POOL_TIMEOUT,
+    WRITE_TIMEOUT,
+    HTTPSenderBase,
+    RedactedTransportError,
+    add_log_scrubber,
+    chain_cause,
+)
 from notifyonce._message import Message, Receipt
 
-from ._classify import Delivered, Migrated, classify_exception, classify_response, redact
+from ._chat import chat_id as _chat_id
+from ._chat import message_fields
+from ._chat import validate_recipient as _validate_recipient
+from ._classify import Delivered, Migrated, classify_response, redact
 from ._ratelimit import AsyncRateLimiter, RateLimit
 
 __all__ = [
@@ -33,31 +45,12 @@ __all__ = [
     "DEFAULT_LIMITS",
     "POOL_TIMEOUT",
     "WRITE_TIMEOUT",
+    "RedactedTransportError",
     "TelegramSender",
 ]
 
 logger = logging.getLogger("notifyonce.telegram")
 
-#: Seconds to open a TCP (+TLS) connection. A live connect to api.telegram.org takes
-#: tens of milliseconds; waiting longer only delays the retry (the seed's 40 s connect).
-CONNECT_TIMEOUT = 5.0
-#: Seconds to write a request: a sendMessage body is a few kilobytes at most.
-WRITE_TIMEOUT = 10.0
-#: Seconds to wait for a free pooled connection before giving up (certainly not sent).
-POOL_TIMEOUT = 5.0
-#: Seconds one ``send`` may take in total: rate-limit waits, attempts and backoff. Also
-#: the read timeout, since an answer can only be awaited for as long as the budget lasts.
-DEFAULT_BUDGET = 30.0
-#: Sized for the concurrency a notifier uses. httpx's default ``max_keepalive_connections=20``
-#: counts busy connections too, so above 20 concurrent sends it reconnects on nearly every
-#: send; here every connection may stay alive. httpx's default keep-alive expiry (5 s) loses
-#: the connection between sends a few seconds apart: keep it for a minute.
-DEFAULT_LIMITS = httpx.Limits(
-    max_connections=32, max_keepalive_connections=32, keepalive_expiry=60.0
-)
-
-_CHAT_ID = re.compile(r"-?[1-9][0-9]{0,19}")
-_USERNAME = re.compile(r"@[A-Za-z][A-Za-z0-9_]{2,63}")
 _TOKEN = re.compile(r"[^\s/?#]+")
 
 
@@ -74,82 +67,19 @@ class _Secret:
         return "<redacted>"
 
 
-class _RedactingFilter(logging.Filter):
-    """Hides ``/bot<token>`` in records of the ``httpx`` logger (it logs every request URL)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        if "/bot" in text:
-            record.msg = redact(text)
-            record.args = None
-        return True
-
-
-def _install_log_filter() -> None:
-    httpx_logger = logging.getLogger("httpx")
-    if not any(isinstance(f, _RedactingFilter) for f in httpx_logger.filters):
-        httpx_logger.addFilter(_RedactingFilter())
-
-
-_install_log_filter()
-
-
-class RedactedTransportError(Exception):
-    """Stands in as ``__cause__`` for an httpx exception whose text contained the token."""
-
-
-class _Progress:
-    """httpcore ``trace`` callback: did this attempt start writing the request?"""
-
-    __slots__ = ("request_started", "traced")
-
-    def __init__(self) -> None:
-        self.traced = False
-        self.request_started = False
-
-    async def __call__(self, name: str, info: Mapping[str, Any]) -> None:
-        self.traced = True
-        if name.endswith("send_request_headers.started"):
-            self.request_started = True
-
-    @property
-    def evidence(self) -> bool | None:
-        """True/False when httpcore told us; None when the transport does not trace."""
-        return self.request_started if self.traced else None
-
-
-def _validate_recipient(recipient: object) -> str:
-    if not isinstance(recipient, str):
-        raise ValidationTypeError(
-            "recipient",
-            f"must be a str (a chat id or @channelname), got {type(recipient).__name__}",
-        )
-    if not (_CHAT_ID.fullmatch(recipient) or _USERNAME.fullmatch(recipient)):
-        raise ValidationError(
-            "recipient", "must be a chat id such as '12345' or '-100123', or an @channelname"
-        )
-    return recipient
-
-
-def _chat_id(recipient: str) -> int | str:
-    return recipient if recipient.startswith("@") else int(recipient)
+add_log_scrubber(redact)  # httpx logs every request URL, /bot<token>/ included
 
 
 def _payload(message: Message) -> dict[str, Any]:
     payload: dict[str, Any] = {"text": message.text}
-    if message.parse_mode is not None:
-        payload["parse_mode"] = message.parse_mode
-    if message.silent:
-        payload["disable_notification"] = True
-    if message.link_preview is not None:
-        payload["link_preview_options"] = {"is_disabled": not message.link_preview}
+    payload.update(message_fields(message, lambda disabled: {"is_disabled": disabled}))
     if message.reply_markup is not None:
         payload["reply_markup"] = message.reply_markup
     payload.update(message.options)
     return payload
 
 
-class TelegramSender:
+class TelegramSender(HTTPSenderBase):
     """Delivers messages with the Telegram Bot API's ``sendMessage``.
 
     One ``httpx.AsyncClient`` is created on the first send and reused for every send and
@@ -210,9 +140,9 @@ class TelegramSender:
         max_retries: int = 3,
         backoff_base: float = 0.5,
         backoff_max: float = 8.0,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
-        rng: Callable[[], float] = random.random,
+        clock: Callable[[], float] = DEFAULT_CLOCK,
+        sleep: Callable[[float], Awaitable[object]] = DEFAULT_SLEEP,
+        rng: Callable[[], float] = DEFAULT_RNG,
     ) -> None:
         if not isinstance(token, str):
             raise ValidationTypeError("token", f"must be a str, got {type(token).__name__}")
@@ -220,41 +150,24 @@ class TelegramSender:
             raise ValidationError("token", "must be a non-empty bot token without spaces or '/'")
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValidationError("base_url", "must be an http:// or https:// URL")
-        for name, value in (
-            ("budget", budget),
-            ("connect_timeout", connect_timeout),
-            ("write_timeout", write_timeout),
-            ("pool_timeout", pool_timeout),
-            ("backoff_base", backoff_base),
-            ("backoff_max", backoff_max),
-        ):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValidationTypeError(name, f"must be a number, got {type(value).__name__}")
-            if not (value > 0 and math.isfinite(value)):
-                raise ValidationError(name, "must be a positive finite number of seconds")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int):
-            raise ValidationTypeError("max_retries", "must be an int")
-        if max_retries < 0:
-            raise ValidationError("max_retries", "must be >= 0")
         if rate_limit is not None and not isinstance(rate_limit, RateLimit):
             raise ValidationTypeError("rate_limit", "must be a RateLimit or None")
-
+        self._configure(
+            client=client,
+            budget=budget,
+            connect_timeout=connect_timeout,
+            write_timeout=write_timeout,
+            pool_timeout=pool_timeout,
+            limits=limits,
+            max_retries=max_retries,
+            backoff_base=backoff_base,
+            backoff_max=backoff_max,
+            clock=clock,
+            sleep=sleep,
+            rng=rng,
+        )
         self.base_url = base_url.rstrip("/")
         self._secret = _Secret(token, f"{self.base_url}/bot{token}/sendMessage")
-        self._client = client
-        self._owns_client = client is None
-        self._closed = False
-        self.budget = float(budget)
-        self.connect_timeout = float(connect_timeout)
-        self.write_timeout = float(write_timeout)
-        self.pool_timeout = float(pool_timeout)
-        self.limits = limits
-        self.max_retries = max_retries
-        self.backoff_base = float(backoff_base)
-        self.backoff_max = float(backoff_max)
-        self._clock = clock
-        self._sleep = sleep
-        self._rng = rng
         self._limiter = (
             None if rate_limit is None else AsyncRateLimiter(rate_limit, clock=clock, sleep=sleep)
         )
@@ -269,49 +182,6 @@ class TelegramSender:
 
     async def __aenter__(self) -> TelegramSender:
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the sender's own client (not a client you passed in). Idempotent."""
-        self._closed = True
-        client, self._client = self._client, None
-        if client is not None and self._owns_client:
-            await client.aclose()
-
-    def _get_client(self) -> httpx.AsyncClient:
-        if self._closed:
-            raise RuntimeError("TelegramSender is closed")
-        if self._client is not None and self._client.is_closed:
-            # Certainly nothing can be sent: say so rather than report an uncertain send.
-            raise RuntimeError("the httpx.AsyncClient given to TelegramSender is closed")
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                limits=self.limits,
-                timeout=httpx.Timeout(
-                    connect=self.connect_timeout,
-                    read=self.budget,
-                    write=self.write_timeout,
-                    pool=self.pool_timeout,
-                ),
-                follow_redirects=False,
-            )
-        return self._client
-
-    def _timeout(self, remaining: float) -> httpx.Timeout:
-        # Each phase gets its own limit, never more than what is left of the budget.
-        return httpx.Timeout(
-            connect=min(self.connect_timeout, remaining),
-            read=remaining,
-            write=min(self.write_timeout, remaining),
-            pool=min(self.pool_timeout, remaining),
-        )
 
     async def send(
         self, recipient: str, message: Message, *, budget: float | None = None
@@ -339,19 +209,13 @@ class TelegramSender:
         recipient = _validate_recipient(recipient)
         if not isinstance(message, Message):
             raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
-        if budget is None:
-            budget = self.budget
-        elif isinstance(budget, bool) or not isinstance(budget, (int, float)):
-            raise ValidationTypeError("budget", f"must be a number, got {type(budget).__name__}")
-        elif not (budget > 0 and math.isfinite(budget)):
-            raise ValidationError("budget", "must be a positive finite number of seconds")
+        budget = self._budget(budget)
         client = self._get_client()
         payload = _payload(message)
         deadline = self._clock() + budget
         target = recipient
         migrated_to: str | None = None
-        retries = 0
-        immediate_retry_used = False
+        plan = self._retry_plan(deadline)
 
         while True:
             payload["chat_id"] = _chat_id(target)
@@ -381,83 +245,35 @@ class TelegramSender:
                 continue
 
             error = outcome
-            wait: float | None = None
-            if isinstance(error, TransientSendError):
-                if error.retry_after is not None:
-                    if self._limiter is not None:
-                        self._limiter.flood_wait(target, error.retry_after)
-                        wait = 0.0  # the limiter waits before the next attempt
-                    else:
-                        wait = error.retry_after
-                elif certain_transport and not immediate_retry_used:
-                    immediate_retry_used = True
-                    wait = 0.0
-                else:
-                    cap = min(self.backoff_max, self.backoff_base * 2**retries)
-                    wait = self._rng() * cap
-                flood = error.retry_after or 0.0
-                if retries >= self.max_retries or self._clock() + max(wait, flood) > deadline:
-                    wait = None
+            wait = plan.next_wait(error, certain_transport=certain_transport)
+            flood = error.retry_after if isinstance(error, TransientSendError) else None
+            if flood is not None and self._limiter is not None:
+                self._limiter.flood_wait(target, flood)
+                if wait is not None:
+                    wait = 0.0  # the limiter waits before the next attempt
             if wait is None:
-                _chain(error, cause, self._secret.token)
+                chain_cause(error, cause, lambda text: redact(text, self._secret.token))
                 raise error
-            retries += 1
-            logger.debug(
-                "sendMessage attempt %d failed (%s%s), retrying in %.2f s",
-                retries,
-                type(error).__name__,
-                "" if error.code is None else f" {error.code}",
-                wait,
-            )
-            if wait > 0:
-                await self._sleep(wait)
+            await self._pause(logger, "sendMessage", plan, error, wait)
 
     async def _attempt(
         self, client: httpx.AsyncClient, payload: dict[str, Any], remaining: float
     ) -> tuple[Delivered | Migrated | SendError, BaseException | None, bool]:
         """One HTTP request; returns (outcome, exception to chain, certain transport failure)."""
-        progress = _Progress()
         body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
-        try:
-            response = await client.post(
-                self._secret.url,
-                content=body,
-                headers={"content-type": "application/json"},
-                timeout=self._timeout(remaining),
-                extensions={"trace": progress},
-            )
-        except httpx.HTTPStatusError as exc:  # raised by a caller's response hook
-            try:
-                await exc.response.aread()
-            except Exception as read_exc:
-                error = classify_exception(read_exc, token=self._secret.token)
-                return error, read_exc, False
-            return self._classify(exc.response), None, False
-        except Exception as exc:
-            error = classify_exception(
-                exc, request_started=progress.evidence, token=self._secret.token
-            )
-            return error, exc, isinstance(error, TransientSendError)
+        response, cause, certain = await self._post(
+            client,
+            self._secret.url,
+            body,
+            {"content-type": "application/json"},
+            remaining,
+            lambda text: redact(text, self._secret.token),
+        )
+        if isinstance(response, SendError):
+            return response, cause, certain
         return self._classify(response), None, False
 
     def _classify(self, response: httpx.Response) -> Delivered | Migrated | SendError:
         return classify_response(
             response.status_code, response.headers, response.content, token=self._secret.token
         )
-
-
-def _chain(error: SendError, cause: BaseException | None, token: str) -> None:
-    """Chain ``cause`` unless its text (or its own causes') shows the token: then a copy."""
-    if cause is None:
-        return
-    texts: list[str] = []
-    seen: set[int] = set()
-    link: BaseException | None = cause
-    while link is not None and id(link) not in seen:
-        seen.add(id(link))
-        texts.append(f"{link!s} {link!r}")
-        link = link.__cause__ or link.__context__
-    if any(token in text or "/bot" in text for text in texts):
-        cause = RedactedTransportError(f"{type(cause).__name__}: {redact(str(cause), token)}")
-    error.__cause__ = cause
-    error.__suppress_context__ = True

@@ -3,7 +3,10 @@
 - :class:`FakeSender`: an in-memory :class:`~notifyonce.Sender` that records every send
   and plays scripted failures of each class.
 - :class:`BotAPIServer`: a Bot-API-shaped HTTP server on 127.0.0.1 for end-to-end tests of
-  :class:`~notifyonce.telegram.TelegramSender` (standard library only).
+  :class:`~notifyonce.telegram.TelegramSender`, aiogram and python-telegram-bot bots
+  (standard library only).
+- :class:`WebhookReceiver`: a webhook endpoint on 127.0.0.1 that processes each
+  ``Idempotency-Key`` once, verifies signatures and fails on cue (standard library only).
 - pytest fixtures ``fake_sender`` and ``bot_api_server``, registered automatically through
   the ``notifyonce`` pytest plugin.
 
@@ -19,6 +22,19 @@ Example:
 from __future__ import annotations
 
 from ._fake import OK, FakeSender, SendRecord
+from ._receiver import WebhookDelivery, WebhookReceiver, WebhookReply, WebhookRequest
 from ._server import BotAPIServer, Delivery, Reply, Request
 
-__all__ = ["OK", "BotAPIServer", "Delivery", "FakeSender", "Reply", "Request", "SendRecord"]
+__all__ = [
+    "OK",
+    "BotAPIServer",
+    "Delivery",
+    "FakeSender",
+    "Reply",
+    "Request",
+    "SendRecord",
+    "WebhookDelivery",
+    "WebhookReceiver",
+    "WebhookReply",
+    "WebhookRequest",
+]

@@ -15,9 +15,14 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, TypeVar
+from urllib.parse import parse_qsl
 
-__all__ = ["BotAPIServer", "Delivery", "Reply", "Request"]
+from typing_extensions import Self
+
+R = TypeVar("R")
+
+__all__ = ["BotAPIServer", "Delivery", "LocalServer", "Reply", "Request", "read_head"]
 
 _REASONS = {
     200: "OK",
@@ -25,6 +30,11 @@ _REASONS = {
     401: "Unauthorized",
     403: "Forbidden",
     404: "Not Found",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    409: "Conflict",
+    422: "Unprocessable Content",
+    425: "Too Early",
     429: "Too Many Requests",
     500: "Internal Server Error",
     502: "Bad Gateway",
@@ -38,6 +48,15 @@ def _api_error(status: int, description: str, **parameters: Any) -> bytes:
     if parameters:
         body["parameters"] = parameters
     return json.dumps(body).encode()
+
+
+def _chat(chat_id: str) -> dict[str, Any]:
+    """A Chat object as the Bot API returns it (aiogram and python-telegram-bot need ``type``)."""
+    if chat_id.startswith("@"):
+        return {"id": -1000000000001, "type": "channel", "username": chat_id[1:]}
+    number = int(chat_id) if chat_id.lstrip("-").isdigit() else 0
+    kind = "private" if number > 0 else "supergroup" if chat_id.startswith("-100") else "group"
+    return {"id": number, "type": kind}
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,41 +168,102 @@ class Delivery:
     message_id: int
 
 
+async def read_head(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str]] | None:
+    """The request line's verb and path and the lower-cased headers; None at a clean EOF."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        return None  # the client closed an idle keep-alive connection
+    lines = head.decode("latin-1").split("\r\n")
+    verb, path, _version = lines[0].split(" ", 2)
+    headers = {}
+    for line in lines[1:]:
+        if ":" in line:
+            name, value = line.split(":", 1)
+            headers[name.strip().lower()] = value.strip()
+    return verb, path, headers
+
+
+def _parse_params(content_type: str, body: bytes) -> dict[str, Any]:
+    """sendMessage parameters from JSON (TelegramSender), a form (aiogram, python-telegram-bot)
+    or multipart; a form value that is JSON (reply_markup) is decoded."""
+    if not body:
+        return {}
+    if content_type.startswith("application/json"):
+        data = json.loads(body)
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+        return data
+    if content_type.startswith("multipart/form-data"):
+        from email.parser import BytesParser
+        from email.policy import HTTP
+
+        message = BytesParser(policy=HTTP).parsebytes(
+            f"Content-Type: {content_type}\r\n\r\n".encode() + body
+        )
+        pairs = [
+            (part.get_param("name", header="content-disposition") or "", part.get_content())
+            for part in message.iter_parts()
+        ]
+    else:
+        pairs = parse_qsl(body.decode(), keep_blank_values=True)
+    params: dict[str, Any] = {}
+    for name, value in pairs:
+        text = value.decode() if isinstance(value, bytes) else str(value)
+        if text[:1] in "[{":
+            try:
+                params[str(name)] = json.loads(text)
+                continue
+            except ValueError:
+                pass
+        params[str(name)] = text
+    return params
+
+
+class Scripts(Generic[R]):
+    """Scripted replies: a queue per key (a chat, an idempotency key) and a shared queue.
+
+    A key's own queue is used before the shared one; when both are empty the caller's
+    default applies. Not locked: the servers hold their own lock around every call.
+    """
+
+    def __init__(self) -> None:
+        self.shared: deque[R] = deque()
+        self.by_key: dict[str, deque[R]] = {}
+
+    def add(self, key: str | None, replies: Iterable[R]) -> None:
+        if key is None:
+            self.shared.extend(replies)
+        else:
+            self.by_key.setdefault(key, deque()).extend(replies)
+
+    def pop(self, key: str | None, default: R) -> R:
+        own = self.by_key.get(key) if key is not None else None
+        if own:
+            return own.popleft()
+        return self.shared.popleft() if self.shared else default
+
+    def clear(self) -> None:
+        self.shared.clear()
+        self.by_key.clear()
+
+
 @dataclass(eq=False)
 class _Connection:
     writer: asyncio.StreamWriter
     id: int
 
 
-class BotAPIServer:
-    """A Bot-API-shaped server on 127.0.0.1 that records deliveries; scriptable per chat.
+class LocalServer:
+    """An HTTP/1.1 server on 127.0.0.1 in a background thread; subclasses answer requests.
 
-    It answers ``POST /bot<token>/sendMessage`` (and ``getMe``), keeps connections alive,
-    and counts TCP connections. Use it as a context manager (sync or async) or through the
-    ``bot_api_server`` pytest fixture.
-
-    Args:
-        token: When set, other tokens get 401 Unauthorized.
-        latency: Seconds added before every answer (a network round trip).
-
-    Example:
-        >>> with BotAPIServer(latency=0.0) as server:
-        ...     server.script("42", [Reply.blocked()])
-        ...     server.url.startswith("http://127.0.0.1:")
-        True
+    Keeps connections alive and counts them; a subclass implements :meth:`_serve_one`.
     """
 
-    def __init__(self, *, token: str | None = None, latency: float = 0.0) -> None:
-        self.token = token
-        self.latency = latency
+    def __init__(self) -> None:
         self.port = 0
         self._lock = threading.Lock()
-        self._deliveries: list[Delivery] = []
-        self._requests: list[Request] = []
-        self._scripts: dict[str, deque[Reply]] = {}
-        self._next: deque[Reply] = deque()
         self._connection_ids = itertools.count(1)
-        self._message_ids = itertools.count(1)
         self._connections: set[_Connection] = set()
         self.connections_opened = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -193,43 +273,8 @@ class BotAPIServer:
 
     @property
     def url(self) -> str:
-        """The base URL to pass as ``TelegramSender(base_url=...)``."""
+        """The server's base URL."""
         return f"http://127.0.0.1:{self.port}"
-
-    # -- scripting and inspecting -------------------------------------------------------
-
-    def script(self, chat_id: str | None, replies: Iterable[Reply]) -> None:
-        """Queue replies for requests to ``chat_id`` (None: the next requests to any chat).
-
-        When a queue is used up the server delivers and answers ok again.
-        """
-        with self._lock:
-            if chat_id is None:
-                self._next.extend(replies)
-            else:
-                self._scripts.setdefault(str(chat_id), deque()).extend(replies)
-
-    @property
-    def deliveries(self) -> list[Delivery]:
-        """Every delivered message, in arrival order."""
-        with self._lock:
-            return list(self._deliveries)
-
-    @property
-    def requests(self) -> list[Request]:
-        """Every request received, delivered or not."""
-        with self._lock:
-            return list(self._requests)
-
-    def busiest_window(self, seconds: float = 1.0, *, chat_id: str | None = None) -> int:
-        """The most deliveries in any half-open window ``[t, t + seconds)``, by server time."""
-        times = sorted(d.at for d in self.deliveries if chat_id is None or d.chat_id == chat_id)
-        best = start = 0
-        for end, at in enumerate(times):
-            while at - times[start] >= seconds:
-                start += 1
-            best = max(best, end - start + 1)
-        return best
 
     def close_connections(self) -> None:
         """Close every open connection, as a server closing idle keep-alive connections does."""
@@ -246,24 +291,16 @@ class BotAPIServer:
         loop.call_soon_threadsafe(close_all)
         done.wait(10)
 
-    def reset(self) -> None:
-        """Forget deliveries, requests and scripts (connections stay open)."""
-        with self._lock:
-            self._deliveries.clear()
-            self._requests.clear()
-            self._scripts.clear()
-            self._next.clear()
-
     # -- lifecycle ----------------------------------------------------------------------
 
-    def start(self) -> BotAPIServer:
+    def start(self) -> Self:
         """Start serving in a background thread; returns once the port is bound."""
         if self._thread is not None:
             return self
-        self._thread = threading.Thread(target=self._run, name="BotAPIServer", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
         self._thread.start()
         if not self._ready.wait(10):
-            raise RuntimeError("BotAPIServer did not start")
+            raise RuntimeError(f"{type(self).__name__} did not start")
         return self
 
     def stop(self) -> None:
@@ -275,7 +312,7 @@ class BotAPIServer:
         thread.join(10)
         self._loop = self._thread = None
 
-    def __enter__(self) -> BotAPIServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(
@@ -286,7 +323,7 @@ class BotAPIServer:
     ) -> None:
         self.stop()
 
-    async def __aenter__(self) -> BotAPIServer:
+    async def __aenter__(self) -> Self:
         return self.start()
 
     async def __aexit__(
@@ -318,15 +355,6 @@ class BotAPIServer:
 
     # -- HTTP ---------------------------------------------------------------------------
 
-    def _next_reply(self, chat_id: str | None) -> Reply:
-        with self._lock:
-            own = self._scripts.get(chat_id) if chat_id is not None else None
-            if own:
-                return own.popleft()
-            if self._next:
-                return self._next.popleft()
-        return Reply.ok()
-
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = _Connection(writer, next(self._connection_ids))
         with self._lock:
@@ -349,17 +377,113 @@ class BotAPIServer:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection: int
     ) -> bool:
         """Serve one request; False when the connection should close."""
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError:
-            return False  # the client closed an idle keep-alive connection
-        lines = head.decode("latin-1").split("\r\n")
-        verb, path, _version = lines[0].split(" ", 2)
-        headers = {}
-        for line in lines[1:]:
-            if ":" in line:
-                name, value = line.split(":", 1)
-                headers[name.strip().lower()] = value.strip()
+        raise NotImplementedError
+
+    async def _answer(
+        self,
+        writer: asyncio.StreamWriter,
+        status: int,
+        body: bytes,
+        keep_alive: bool,
+        content_type: str = "application/json",
+        headers: Iterable[tuple[str, str]] = (),
+    ) -> bool:
+        extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
+        head = (
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n{extra}"
+            f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
+        )
+        writer.write(head.encode("latin-1") + body)
+        await writer.drain()
+        return keep_alive
+
+
+class BotAPIServer(LocalServer):
+    """A Bot-API-shaped server on 127.0.0.1 that records deliveries; scriptable per chat.
+
+    It answers ``POST /bot<token>/sendMessage`` (and ``getMe``), keeps connections alive,
+    and counts TCP connections. Use it as a context manager (sync or async) or through the
+    ``bot_api_server`` pytest fixture.
+
+    Args:
+        token: When set, other tokens get 401 Unauthorized.
+        latency: Seconds added before every answer (a network round trip).
+
+    Example:
+        >>> with BotAPIServer(latency=0.0) as server:
+        ...     server.script("42", [Reply.blocked()])
+        ...     server.url.startswith("http://127.0.0.1:")
+        True
+    """
+
+    def __init__(self, *, token: str | None = None, latency: float = 0.0) -> None:
+        super().__init__()
+        self.token = token
+        self.latency = latency
+        self._deliveries: list[Delivery] = []
+        self._requests: list[Request] = []
+        self._scripts: Scripts[Reply] = Scripts()
+        self._message_ids = itertools.count(1)
+
+    @property
+    def url(self) -> str:
+        """The base URL to pass as ``TelegramSender(base_url=...)``."""
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- scripting and inspecting -------------------------------------------------------
+
+    def script(self, chat_id: str | None, replies: Iterable[Reply]) -> None:
+        """Queue replies for requests to ``chat_id`` (None: the next requests to any chat).
+
+        When a queue is used up the server delivers and answers ok again.
+        """
+        with self._lock:
+            self._scripts.add(None if chat_id is None else str(chat_id), replies)
+
+    @property
+    def deliveries(self) -> list[Delivery]:
+        """Every delivered message, in arrival order."""
+        with self._lock:
+            return list(self._deliveries)
+
+    @property
+    def requests(self) -> list[Request]:
+        """Every request received, delivered or not."""
+        with self._lock:
+            return list(self._requests)
+
+    def busiest_window(self, seconds: float = 1.0, *, chat_id: str | None = None) -> int:
+        """The most deliveries in any half-open window ``[t, t + seconds)``, by server time."""
+        times = sorted(d.at for d in self.deliveries if chat_id is None or d.chat_id == chat_id)
+        best = start = 0
+        for end, at in enumerate(times):
+            while at - times[start] >= seconds:
+                start += 1
+            best = max(best, end - start + 1)
+        return best
+
+    def reset(self) -> None:
+        """Forget deliveries, requests and scripts (connections stay open)."""
+        with self._lock:
+            self._deliveries.clear()
+            self._requests.clear()
+            self._scripts.clear()
+
+    # -- HTTP ---------------------------------------------------------------------------
+
+    def _next_reply(self, chat_id: str | None) -> Reply:
+        with self._lock:
+            return self._scripts.pop(chat_id, Reply.ok())
+
+    async def _serve_one(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection: int
+    ) -> bool:
+        """Serve one request; False when the connection should close."""
+        request = await read_head(reader)
+        if request is None:
+            return False
+        verb, path, headers = request
         length = int(headers.get("content-length", "0"))
         method = path.rsplit("/", 1)[-1]
         token = path.split("/")[1][3:] if path.startswith("/bot") else None
@@ -367,8 +491,9 @@ class BotAPIServer:
         # Peek at the script before the body for the drop-before-body case: it is keyed on
         # the chat, which is in the body, so only the shared queue can ask for it.
         with self._lock:
-            early = bool(self._next) and self._next[0].drop == "before_body"
-            reply_early = self._next.popleft() if early else None
+            shared = self._scripts.shared
+            early = bool(shared) and shared[0].drop == "before_body"
+            reply_early = shared.popleft() if early else None
         if reply_early is not None:
             self._record(Request(method, None, time.monotonic(), connection, reply_early))
             return False
@@ -386,7 +511,7 @@ class BotAPIServer:
             return await self._answer(writer, 200, json.dumps(me).encode(), keep_alive)
 
         try:
-            params = json.loads(body) if body else {}
+            params = _parse_params(headers.get("content-type", ""), body)
             chat_id = str(params["chat_id"])
             text = str(params["text"])
         except (ValueError, KeyError, TypeError):
@@ -411,7 +536,7 @@ class BotAPIServer:
                 "message_id": message_id,
                 "date": int(time.time()),
                 "text": text,
-                "chat": {"id": int(chat_id) if chat_id.lstrip("-").isdigit() else chat_id},
+                "chat": _chat(chat_id),
             }
             body_out = json.dumps({"ok": True, "result": result}).encode()
         return await self._answer(writer, reply.status, body_out, keep_alive, reply.content_type)
@@ -419,20 +544,3 @@ class BotAPIServer:
     def _record(self, request: Request) -> None:
         with self._lock:
             self._requests.append(request)
-
-    async def _answer(
-        self,
-        writer: asyncio.StreamWriter,
-        status: int,
-        body: bytes,
-        keep_alive: bool,
-        content_type: str = "application/json",
-    ) -> bool:
-        head = (
-            f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}\r\n"
-            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-            f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
-        )
-        writer.write(head.encode("latin-1") + body)
-        await writer.drain()
-        return keep_alive

@@ -1,0 +1,154 @@
+"""AiogramSender: a notifyonce Sender over an existing aiogram 3 ``Bot``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+from aiogram import Bot
+from aiogram.exceptions import (
+    ClientDecodeError,
+    TelegramAPIError,
+    TelegramBadRequest,
+    TelegramConflictError,
+    TelegramEntityTooLarge,
+    TelegramForbiddenError,
+    TelegramMigrateToChat,
+    TelegramNetworkError,
+    TelegramNotFound,
+    TelegramRetryAfter,
+    TelegramServerError,
+    TelegramUnauthorizedError,
+)
+from aiogram.methods import SendMessage
+from aiogram.types import LinkPreviewOptions
+
+from notifyonce._errors import (
+    PermanentSendError,
+    SendError,
+    TransientSendError,
+    UncertainSendError,
+    ValidationError,
+    ValidationTypeError,
+)
+from notifyonce._message import Message
+from notifyonce._redact import short
+from notifyonce._telegram._chat import message_fields
+from notifyonce._telegram._wrapped import Moved, WrappedBotSender
+
+__all__ = ["AiogramSender", "classify_aiogram_error"]
+
+# aiogram maps these HTTP statuses to these classes exactly (BaseSession.check_response),
+# so the code can be given back; checked in this order (EntityTooLarge is a NetworkError).
+_REFUSALS: tuple[tuple[type[TelegramAPIError], int], ...] = (
+    (TelegramEntityTooLarge, 413),
+    (TelegramBadRequest, 400),
+    (TelegramNotFound, 404),
+    (TelegramUnauthorizedError, 401),
+    (TelegramForbiddenError, 403),
+    (TelegramConflictError, 409),
+)
+
+# Raised by aiohttp while connecting: the request cannot have left. ConnectionTimeoutError
+# only exists in aiohttp >= 3.10, and only with a sock_connect timeout on the session.
+_CONNECT_FAILURES: tuple[type[BaseException], ...] = (aiohttp.ClientConnectorError,) + (
+    (aiohttp.ConnectionTimeoutError,) if hasattr(aiohttp, "ConnectionTimeoutError") else ()
+)
+
+
+def classify_aiogram_error(
+    exc: BaseException, scrub: Callable[[str], str] = str
+) -> Moved | SendError | None:
+    """Map an exception from aiogram's ``Bot`` into notifyonce's classes.
+
+    aiogram raises one ``TelegramNetworkError`` for a refused connection, a dropped one
+    and a timeout alike; the aiohttp exception it chains as ``__cause__`` tells a failed
+    connect (certainly not sent) from the rest (may have been sent).
+
+    Args:
+        exc: The exception ``bot(...)`` raised.
+        scrub: Removes the token from descriptions.
+
+    Returns:
+        :class:`Moved` for a migration, the SendError to raise, or None when the
+        exception is not aiogram's (the caller re-raises it).
+    """
+    description = short(str(getattr(exc, "message", "") or exc), scrub)
+    if isinstance(exc, TelegramMigrateToChat):
+        return Moved(str(exc.migrate_to_chat_id), description)
+    if isinstance(exc, TelegramRetryAfter):
+        return TransientSendError(description, code=429, retry_after=float(exc.retry_after))
+    for klass, code in _REFUSALS:
+        if isinstance(exc, klass):
+            return PermanentSendError(description, code=code)
+    if isinstance(exc, TelegramNetworkError):
+        if isinstance(exc.__cause__, _CONNECT_FAILURES):
+            return TransientSendError(description)
+        # A read timeout (aiogram's total timeout cannot say which phase ran out), a
+        # connection dropped or reset after writing: it may have been delivered.
+        return UncertainSendError(description)
+    if isinstance(exc, TelegramServerError):  # RestartingTelegram included
+        return TransientSendError(description)
+    if isinstance(exc, ClientDecodeError):
+        # An answer came but was not the Bot API's (a proxy's error page, a cut body).
+        return UncertainSendError(description)
+    if isinstance(exc, TelegramAPIError):
+        return PermanentSendError(description)
+    if isinstance(exc, asyncio.TimeoutError):  # a custom session without aiogram's wrapping
+        return UncertainSendError("timeout")
+    return None
+
+
+def _preview(is_disabled: bool) -> LinkPreviewOptions:
+    return LinkPreviewOptions(is_disabled=is_disabled)
+
+
+class AiogramSender(WrappedBotSender):
+    """Sends with an aiogram 3 ``Bot`` you already have (its session, its defaults).
+
+    aiogram does the HTTP; this sender maps its exceptions into notifyonce's classes,
+    follows a chat migration once (``Receipt.migrated_to``) and keeps the token out of
+    exception text. It does not rate-limit (aiogram has no limiter) and does not retry.
+
+    ``Message.parse_mode=None`` leaves the bot's default (``DefaultBotProperties``)
+    in force; ``Message.options`` are extra ``sendMessage`` parameters.
+
+    Args:
+        bot: An ``aiogram.Bot``. It is not closed here: close its session yourself.
+        request_timeout: Seconds for each request instead of the session's timeout.
+
+    Example:
+        >>> from aiogram import Bot
+        >>> AiogramSender(Bot("123:ABC"))
+        AiogramSender(bot=<aiogram.Bot>, token=<redacted>)
+    """
+
+    def __init__(self, bot: Bot, *, request_timeout: int | None = None) -> None:
+        if not isinstance(bot, Bot):
+            raise ValidationTypeError("bot", f"must be an aiogram.Bot, got {type(bot).__name__}")
+        if request_timeout is not None and (
+            isinstance(request_timeout, bool)
+            or not isinstance(request_timeout, int)
+            or request_timeout <= 0
+        ):
+            raise ValidationError("request_timeout", "must be a positive int of seconds or None")
+        self.bot = bot
+        self.request_timeout = request_timeout
+        self._token = bot.token
+
+    def __repr__(self) -> str:
+        return "AiogramSender(bot=<aiogram.Bot>, token=<redacted>)"
+
+    async def _deliver(self, chat: int | str, message: Message) -> int | None:
+        fields: dict[str, Any] = {"chat_id": chat, "text": message.text}
+        fields.update(message_fields(message, _preview))
+        if message.reply_markup is not None:
+            fields["reply_markup"] = message.reply_markup
+        fields.update(message.options)
+        sent = await self.bot(SendMessage(**fields), request_timeout=self.request_timeout)
+        return sent.message_id
+
+    def _classify(self, exc: Exception) -> Moved | SendError | None:
+        return classify_aiogram_error(exc, self._scrub)

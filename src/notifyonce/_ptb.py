@@ -1,0 +1,182 @@
+"""PTBSender: a notifyonce Sender over an existing python-telegram-bot ``Bot``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import warnings
+from collections.abc import Callable
+
+import httpx
+from telegram import Bot, LinkPreviewOptions
+from telegram.error import (
+    BadRequest,
+    ChatMigrated,
+    Conflict,
+    EndPointNotFound,
+    Forbidden,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+    TimedOut,
+)
+
+from notifyonce._errors import (
+    PermanentSendError,
+    SendError,
+    TransientSendError,
+    UncertainSendError,
+    ValidationError,
+    ValidationTypeError,
+)
+from notifyonce._http import transport_error_class
+from notifyonce._message import Message
+from notifyonce._redact import short
+from notifyonce._telegram._chat import message_fields
+from notifyonce._telegram._wrapped import Moved, WrappedBotSender
+
+__all__ = ["PTBSender", "classify_ptb_error"]
+
+# python-telegram-bot maps these statuses to these classes (BaseRequest._request_wrapper);
+# BadRequest is a NetworkError subclass, so refusals are checked before network errors.
+_REFUSALS: tuple[tuple[type[TelegramError], int], ...] = (
+    (BadRequest, 400),
+    (Forbidden, 403),
+    (InvalidToken, 401),
+    (EndPointNotFound, 404),
+    (Conflict, 409),
+)
+# "Bad Gateway (502)": the phrase and status PTB puts in the message of an answer it
+# could not parse as the Bot API's.
+_STATUS_IN_MESSAGE = re.compile(r"\((\d{3})\)")
+
+
+def _seconds(exc: RetryAfter) -> float:
+    # PTB 22 keeps a timedelta and returns an int (with a deprecation warning) or the
+    # timedelta (PTB_TIMEDELTA); PTB 21 keeps an int.
+    stored = getattr(exc, "_retry_after", None)
+    if isinstance(stored, dt.timedelta):
+        return stored.total_seconds()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        value: object = exc.retry_after
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    return float(value)  # type: ignore[arg-type]
+
+
+def _unparsed_answer(status: int, description: str) -> SendError:
+    """An answer without the Bot API's envelope (a proxy, a load balancer)."""
+    if status in (502, 504):
+        return UncertainSendError(description, code=status)  # the upstream may have sent it
+    if status >= 500 or status in (408, 429):
+        return TransientSendError(description, code=status)
+    return PermanentSendError(description, code=status)
+
+
+def classify_ptb_error(
+    exc: BaseException, scrub: Callable[[str], str] = str
+) -> Moved | SendError | None:
+    """Map an exception from python-telegram-bot's ``Bot`` into notifyonce's classes.
+
+    python-telegram-bot raises one ``NetworkError`` (or ``TimedOut``) for a refused
+    connection, a dropped one and a read timeout alike; with its default ``HTTPXRequest``
+    it chains the httpx exception as ``__cause__``, which notifyonce classifies like
+    TelegramSender does (a failed connect or pool timeout: certainly not sent).
+
+    Args:
+        exc: The exception ``bot.send_message`` raised.
+        scrub: Removes the token from descriptions.
+
+    Returns:
+        :class:`Moved` for a migration, the SendError to raise, or None when the
+        exception is not python-telegram-bot's (the caller re-raises it).
+    """
+    if not isinstance(exc, TelegramError):
+        return None
+    # PTB appends the unparsable body to the message: a proxy's page, or an echo of ours.
+    description = short(exc.message.split(". Parsing the server response")[0], scrub)
+    if isinstance(exc, ChatMigrated):
+        return Moved(str(exc.new_chat_id), description)
+    if isinstance(exc, RetryAfter):
+        return TransientSendError(description, code=429, retry_after=_seconds(exc))
+    for klass, code in _REFUSALS:
+        if isinstance(exc, klass):
+            return PermanentSendError(description, code=code)
+    cause = exc.__cause__
+    if isinstance(exc, NetworkError):
+        if isinstance(cause, httpx.HTTPError):
+            return transport_error_class(cause)(description)
+        if isinstance(exc, TimedOut):  # a custom request class: no way to tell the phase
+            return UncertainSendError(description)
+        if isinstance(cause, TelegramError):  # the answer was not the Bot API's JSON
+            found = _STATUS_IN_MESSAGE.search(exc.message)
+            if found:
+                return _unparsed_answer(int(found.group(1)), description)
+            return UncertainSendError(description)
+        if cause is None:
+            # Telegram answered with an error envelope PTB has no class for: a 5xx (or a
+            # rare 413/429 without parameters). The Bot API did not send the message.
+            return TransientSendError(description)
+        return UncertainSendError(description)  # "Unknown error in HTTP implementation"
+    # "Invalid server response" to a 2xx, and anything newer: may have been sent.
+    return UncertainSendError(description)
+
+
+def _preview(is_disabled: bool) -> LinkPreviewOptions:
+    return LinkPreviewOptions(is_disabled=is_disabled)
+
+
+class PTBSender(WrappedBotSender):
+    """Sends with a python-telegram-bot (v21+) ``Bot`` you already have.
+
+    python-telegram-bot does the HTTP (its request object, pool and timeouts); this
+    sender maps its exceptions into notifyonce's classes, follows a chat migration once
+    (``Receipt.migrated_to``) and keeps the token out of exception text. It does not
+    retry; for PTB's own rate limiter, pass it to your ``Bot`` as usual.
+
+    ``Message.parse_mode=None`` leaves the bot's defaults (``ExtBot`` ``Defaults``) in
+    force; ``Message.options`` go to the Bot API as ``api_kwargs``.
+
+    Args:
+        bot: A ``telegram.Bot`` (or ``ExtBot``). Initialise and shut it down as your
+            application does (``Application`` does both); the sender never shuts it down.
+        read_timeout: Seconds to wait for Telegram's answer instead of the bot's default.
+
+    Example:
+        >>> from telegram import Bot
+        >>> PTBSender(Bot("123:ABC"))
+        PTBSender(bot=<telegram.Bot>, token=<redacted>)
+    """
+
+    def __init__(self, bot: Bot, *, read_timeout: float | None = None) -> None:
+        if not isinstance(bot, Bot):
+            raise ValidationTypeError("bot", f"must be a telegram.Bot, got {type(bot).__name__}")
+        if read_timeout is not None and (
+            isinstance(read_timeout, bool)
+            or not isinstance(read_timeout, (int, float))
+            or not read_timeout > 0
+        ):
+            raise ValidationError("read_timeout", "must be a positive number of seconds or None")
+        self.bot = bot
+        self.read_timeout = read_timeout
+        self._token = bot.token
+
+    def __repr__(self) -> str:
+        return "PTBSender(bot=<telegram.Bot>, token=<redacted>)"
+
+    async def _deliver(self, chat: int | str, message: Message) -> int | None:
+        kwargs = message_fields(message, _preview)
+        if message.reply_markup is not None:
+            # A plain mapping goes to the Bot API as is, like any other parameter.
+            kwargs.setdefault("api_kwargs", {})["reply_markup"] = dict(message.reply_markup)
+        if message.options:
+            kwargs.setdefault("api_kwargs", {}).update(message.options)
+        if self.read_timeout is not None:
+            kwargs["read_timeout"] = self.read_timeout
+        sent = await self.bot.send_message(chat_id=chat, text=message.text, **kwargs)
+        return sent.message_id
+
+    def _classify(self, exc: Exception) -> Moved | SendError | None:
+        return classify_ptb_error(exc, self._scrub)

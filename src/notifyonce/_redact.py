@@ -1,0 +1,51 @@
+"""Keeping secrets out of descriptions and exception chains (standard library only)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from notifyonce._errors import SendError
+
+__all__ = ["RedactedTransportError", "chain_cause", "redact", "short"]
+
+# The token sits in the path: /bot<token>/<method>. Redacting the whole segment needs no
+# registry of live tokens and also covers tokens of other senders in the same process.
+_TOKEN_IN_PATH = re.compile(r"/bot[^/\s\"'<>]+")
+_MAX_DESCRIPTION = 200
+
+
+def redact(text: str, token: str | None = None) -> str:
+    """Return ``text`` with every ``/bot<token>`` path segment (and ``token``) hidden."""
+    text = _TOKEN_IN_PATH.sub("/bot<redacted>", text)
+    if token:
+        text = text.replace(token, "<redacted>")
+    return text
+
+
+def short(text: str, scrub: Callable[[str], str]) -> str:
+    """``text`` on one line, scrubbed of secrets and cut to 200 characters."""
+    text = scrub(" ".join(text.split()))
+    return text if len(text) <= _MAX_DESCRIPTION else text[: _MAX_DESCRIPTION - 3] + "..."
+
+
+class RedactedTransportError(Exception):
+    """Stands in as ``__cause__`` for an exception whose text contained a secret."""
+
+
+def chain_cause(error: SendError, cause: BaseException | None, scrub: Callable[[str], str]) -> None:
+    """Chain ``cause`` unless its text (or its own causes') shows a secret: then a copy."""
+    if cause is None:
+        return
+    leaked = False
+    seen: set[int] = set()
+    link: BaseException | None = cause
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        text = f"{link!s} {link!r}"
+        leaked = leaked or scrub(text) != text
+        link = link.__cause__ or link.__context__
+    if leaked:
+        cause = RedactedTransportError(f"{type(cause).__name__}: {scrub(str(cause))}")
+    error.__cause__ = cause
+    error.__suppress_context__ = True

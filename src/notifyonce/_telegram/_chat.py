@@ -1,0 +1,50 @@
+"""Telegram recipients: a chat id as a string or an @channelname (no httpx needed)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from notifyonce._errors import ValidationError, ValidationTypeError
+from notifyonce._message import Message
+
+__all__ = ["chat_id", "message_fields", "validate_recipient"]
+
+_CHAT_ID = re.compile(r"-?[1-9][0-9]{0,19}")
+_USERNAME = re.compile(r"@[A-Za-z][A-Za-z0-9_]{2,63}")
+
+
+def validate_recipient(recipient: object) -> str:
+    """``recipient`` if it is a chat id string or an @channelname, else a ValidationError."""
+    if not isinstance(recipient, str):
+        raise ValidationTypeError(
+            "recipient",
+            f"must be a str (a chat id or @channelname), got {type(recipient).__name__}",
+        )
+    if not (_CHAT_ID.fullmatch(recipient) or _USERNAME.fullmatch(recipient)):
+        raise ValidationError(
+            "recipient", "must be a chat id such as '12345' or '-100123', or an @channelname"
+        )
+    return recipient
+
+
+def chat_id(recipient: str) -> int | str:
+    """The Bot API's ``chat_id`` for a validated recipient."""
+    return recipient if recipient.startswith("@") else int(recipient)
+
+
+def message_fields(message: Message, link_preview_options: Callable[[bool], Any]) -> dict[str, Any]:
+    """The ``sendMessage`` fields set from a Message's formatting flags.
+
+    ``link_preview_options(is_disabled)`` builds the field in the caller's types (a dict
+    for the Bot API, ``LinkPreviewOptions`` for aiogram and python-telegram-bot).
+    """
+    fields: dict[str, Any] = {}
+    if message.parse_mode is not None:
+        fields["parse_mode"] = message.parse_mode
+    if message.silent:
+        fields["disable_notification"] = True
+    if message.link_preview is not None:
+        fields["link_preview_options"] = link_preview_options(not message.link_preview)
+    return fields

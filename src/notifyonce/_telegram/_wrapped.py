@@ -1,0 +1,95 @@
+"""The send loop shared by the senders that wrap a bot library's own Bot object.
+
+The library does the HTTP; this loop validates, classifies the library's exceptions
+(each wrapper supplies the rules), follows a chat migration once and builds the receipt.
+No httpx here: an aiogram bot has only aiohttp.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from notifyonce._errors import PermanentSendError, SendError, ValidationTypeError
+from notifyonce._message import Message, Receipt
+from notifyonce._redact import chain_cause, redact, short
+
+from ._chat import chat_id, validate_recipient
+
+__all__ = ["Moved", "WrappedBotSender"]
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """The chat moved (a group became a supergroup); resend to ``new_chat_id``."""
+
+    new_chat_id: str
+    description: str
+
+
+class WrappedBotSender:
+    """Base of AiogramSender and PTBSender: subclasses implement the two hooks."""
+
+    _token: str
+
+    def _scrub(self, text: str) -> str:
+        return redact(text, self._token)
+
+    def _describe(self, text: str) -> str:
+        return short(text, self._scrub)
+
+    async def _deliver(self, chat: int | str, message: Message) -> int | None:
+        """Send once through the library; return Telegram's message id."""
+        raise NotImplementedError
+
+    def _classify(self, exc: Exception) -> Moved | SendError | None:
+        """The library's exception as a migration or a SendError; None: not the library's."""
+        raise NotImplementedError
+
+    async def send(self, recipient: str, message: Message) -> Receipt:
+        """Send ``message`` to ``recipient`` with the wrapped bot and return the receipt.
+
+        Args:
+            recipient: A chat id as a string (negative for groups and channels) or
+                ``@channelname``.
+            message: What to send.
+
+        Returns:
+            The receipt; ``migrated_to`` is set when the chat had moved and the message
+            was delivered to the new chat id.
+
+        Raises:
+            ValidationError: ``recipient`` or ``message`` is invalid (nothing was sent).
+            PermanentSendError: Telegram refused for good.
+            TransientSendError: Not delivered; ``retry_after`` says when to try again.
+            UncertainSendError: May have been delivered.
+        """
+        target = validate_recipient(recipient)
+        if not isinstance(message, Message):
+            raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
+        migrated_to: str | None = None
+        while True:
+            error: SendError | None = None
+            try:
+                message_id = await self._deliver(chat_id(target), message)
+            except Exception as exc:
+                outcome = self._classify(exc)
+                if outcome is None:
+                    raise
+                if isinstance(outcome, Moved) and migrated_to is None:
+                    migrated_to = target = outcome.new_chat_id
+                    logger.info("chat migrated; following it to the new chat id")
+                    continue
+                if isinstance(outcome, Moved):
+                    error = PermanentSendError(
+                        f"the chat moved twice ({outcome.description})", code=400
+                    )
+                else:
+                    error = outcome
+                chain_cause(error, exc, self._scrub)
+            if error is not None:
+                raise error  # outside the except block: no implicit context to leak
+            return Receipt(target, message_id, migrated_to)
+
+
+logger = logging.getLogger("notifyonce.telegram")

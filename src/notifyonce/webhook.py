@@ -1,0 +1,63 @@
+"""Webhook sender and the receiver-side signature check.
+
+:class:`WebhookSender` needs the ``webhook`` extra (httpx)::
+
+    pip install "notifyonce[webhook]"
+
+:func:`verify_signature` and the header names need nothing beyond the standard library,
+so a receiver can import them without httpx.
+
+Example:
+    >>> from notifyonce.webhook import SIGNATURE_HEADER, verify_signature
+    >>> SIGNATURE_HEADER
+    'X-Notifyonce-Signature'
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._signing import (
+    DEFAULT_TOLERANCE,
+    IDEMPOTENCY_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    sign,
+    verify_signature,
+)
+
+if TYPE_CHECKING:
+    from ._http import RedactedTransportError
+    from ._webhook import BodyBuilder, WebhookSender, default_body
+
+__all__ = [
+    "DEFAULT_TOLERANCE",
+    "IDEMPOTENCY_HEADER",
+    "SIGNATURE_HEADER",
+    "TIMESTAMP_HEADER",
+    "BodyBuilder",
+    "RedactedTransportError",
+    "WebhookSender",
+    "default_body",
+    "sign",
+    "verify_signature",
+]
+
+_NEEDS_HTTPX = {"BodyBuilder", "RedactedTransportError", "WebhookSender", "default_body"}
+
+
+def __getattr__(name: str) -> Any:
+    # The sender needs httpx; importing it lazily keeps verify_signature usable without.
+    if name not in _NEEDS_HTTPX:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        import httpx  # noqa: F401 (checked here so the error names the extra)
+    except ImportError as exc:
+        raise ImportError(
+            f'notifyonce.webhook.{name} needs httpx: pip install "notifyonce[webhook]"'
+        ) from exc
+    from . import _http, _webhook
+
+    value = getattr(_http, name, None) or getattr(_webhook, name)
+    globals()[name] = value
+    return value

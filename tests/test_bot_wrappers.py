@@ -1,0 +1,257 @@
+"""AiogramSender and PTBSender against the local BotAPIServer, and their exception maps."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import traceback
+import warnings
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from notifyonce import (
+    Message,
+    PermanentSendError,
+    Receipt,
+    SendError,
+    TransientSendError,
+    UncertainSendError,
+    ValidationError,
+)
+from notifyonce.testing import BotAPIServer, Reply
+
+pytest.importorskip("aiogram")
+pytest.importorskip("telegram")
+
+from aiogram import Bot as AiogramBot
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.telegram import TelegramAPIServer
+from telegram import Bot as PTBBot
+from telegram.error import NetworkError, RetryAfter, TimedOut
+
+from notifyonce.aiogram import AiogramSender
+from notifyonce.ptb import PTBSender, classify_ptb_error
+
+TOKEN = "123456:SECRET-wrapper_token"
+TEXT = "the secret text"
+Factory = Callable[[str], Any]
+
+
+class Wrapped:
+    """One wrapper over one library's bot pointed at a base URL, closed after the test."""
+
+    def __init__(self, library: str) -> None:
+        self.library = library
+        self.closers: list[Any] = []
+
+    def __call__(self, base_url: str, **options: Any) -> AiogramSender | PTBSender:
+        if self.library == "aiogram":
+            session = AiohttpSession(api=TelegramAPIServer.from_base(base_url))
+            aiogram_bot = AiogramBot(TOKEN, session=session)
+            self.closers.append(aiogram_bot.session.close)
+            return AiogramSender(aiogram_bot, **options)
+        ptb_bot = PTBBot(TOKEN, base_url=f"{base_url}/bot")
+        self.closers.append(ptb_bot.shutdown)
+        return PTBSender(ptb_bot, **options)
+
+
+@pytest.fixture(params=["aiogram", "ptb"])
+async def wrap(request: pytest.FixtureRequest) -> AsyncIterator[Wrapped]:
+    wrapped = Wrapped(request.param)
+    yield wrapped
+    for close in wrapped.closers:
+        await close()
+
+
+async def attempt(sender: Any, recipient: str = "42", **fields: Any) -> Receipt | SendError:
+    try:
+        result: Receipt = await sender.send(recipient, Message(TEXT, **fields))
+    except SendError as exc:
+        return exc
+    return result
+
+
+async def test_delivers_with_options(wrap: Wrapped, bot_api_server: BotAPIServer) -> None:
+    """A send reaches the server with markup and options and returns Telegram's message id."""
+    markup = {"inline_keyboard": [[{"text": "Pay", "url": "https://example.com"}]]}
+    result = await attempt(
+        wrap(bot_api_server.url),
+        parse_mode="HTML",
+        silent=True,
+        reply_markup=markup,
+        options={"protect_content": True},
+    )
+    (delivery,) = bot_api_server.deliveries
+    assert Receipt("42", delivery.message_id, None) == result
+    assert markup == delivery.params["reply_markup"]
+    assert "HTML" == delivery.params["parse_mode"]
+    assert delivery.params["protect_content"] in (True, "true", "True")
+    assert delivery.params["disable_notification"] in (True, "true", "True")
+
+
+async def test_migration_followed_once(wrap: Wrapped, bot_api_server: BotAPIServer) -> None:
+    """A migrated group is resent to the new id and the receipt says where it went."""
+    bot_api_server.script("-55", [Reply.migrate(-10055)])
+    result = await attempt(wrap(bot_api_server.url), "-55")
+    assert isinstance(result, Receipt)
+    assert ("-10055", "-10055") == (result.recipient, result.migrated_to)
+    assert ["-10055"] == [d.chat_id for d in bot_api_server.deliveries]
+
+
+async def test_second_migration_is_permanent(wrap: Wrapped, bot_api_server: BotAPIServer) -> None:
+    """A chat that moves again after the move is a permanent failure, not a loop."""
+    bot_api_server.script("-55", [Reply.migrate(-10055)])
+    bot_api_server.script("-10055", [Reply.migrate(-10066)])
+    result = await attempt(wrap(bot_api_server.url), "-55")
+    assert isinstance(result, PermanentSendError)
+    assert [] == bot_api_server.deliveries
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected", "code"),
+    [
+        (Reply.blocked(), PermanentSendError, 403),
+        (Reply.chat_not_found(), PermanentSendError, 400),
+        (Reply.error(401, "Unauthorized"), PermanentSendError, 401),
+        (Reply.flood(3), TransientSendError, 429),
+        (Reply.drop_after_delivery(), UncertainSendError, None),
+        (Reply.html(502), UncertainSendError, None),
+    ],
+    ids=["blocked", "chat-not-found", "unauthorized", "flood", "dropped", "502-html"],
+)
+@pytest.mark.filterwarnings("ignore:.*retry_after.*")  # PTB 22 warns when it builds RetryAfter
+async def test_answers_are_classified(
+    wrap: Wrapped, bot_api_server: BotAPIServer, reply: Reply, expected: type, code: int | None
+) -> None:
+    """Refusals are permanent, 429 transient with its wait, a lost answer or 502 uncertain."""
+    bot_api_server.script("42", [reply])
+    result = await attempt(wrap(bot_api_server.url))
+    assert expected is type(result)
+    assert isinstance(result, SendError)
+    if code is not None:
+        assert code == result.code
+    if isinstance(result, TransientSendError):
+        assert 3.0 == result.retry_after
+
+
+async def test_envelope_server_error_is_transient(
+    wrap: Wrapped, bot_api_server: BotAPIServer
+) -> None:
+    """A 500 with a Bot API error envelope means Telegram did not send: transient."""
+    bot_api_server.script("42", [Reply.error(500, "Internal Server Error")])
+    assert isinstance(await attempt(wrap(bot_api_server.url)), TransientSendError)
+
+
+async def test_refused_connection_is_transient(wrap: Wrapped) -> None:
+    """A port nobody listens on: the request cannot have left, so transient."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert isinstance(await attempt(wrap(f"http://127.0.0.1:{port}")), TransientSendError)
+
+
+async def test_read_timeout_is_uncertain(wrap: Wrapped, bot_api_server: BotAPIServer) -> None:
+    """An answer slower than the request timeout, after delivery, is uncertain."""
+    bot_api_server.script("42", [Reply.ok(delay=1.5)])
+    option = "request_timeout" if wrap.library == "aiogram" else "read_timeout"
+    result = await attempt(wrap(bot_api_server.url, **{option: 1}))
+    assert isinstance(result, UncertainSendError)
+    assert 1 == len(bot_api_server.deliveries)
+
+
+async def test_token_and_text_never_in_errors(wrap: Wrapped, bot_api_server: BotAPIServer) -> None:
+    """A description echoing the token is redacted; the message text is never shown."""
+    bot_api_server.script("42", [Reply.error(400, f"Bad Request: token {TOKEN} refused")])
+    sender = wrap(bot_api_server.url)
+    result = await attempt(sender)
+    assert isinstance(result, PermanentSendError)
+    shown = "".join(traceback.format_exception(result)) + repr(result) + repr(sender)
+    assert TOKEN not in shown
+    assert TEXT not in shown
+
+
+async def test_invalid_recipient_is_rejected_before_sending(
+    wrap: Wrapped, bot_api_server: BotAPIServer
+) -> None:
+    """A recipient that is no chat id fails validation and nothing reaches the server."""
+    with pytest.raises(ValidationError) as info:
+        await wrap(bot_api_server.url).send("not a chat", Message("x"))
+    assert "recipient" == info.value.field
+    assert [] == bot_api_server.requests
+
+
+def test_wrong_bot_type_names_the_field() -> None:
+    """Passing something that is not the library's Bot is a ValidationTypeError on 'bot'."""
+    for make in (AiogramSender, PTBSender):
+        with pytest.raises(ValidationError) as info:
+            make(object())  # type: ignore[arg-type]
+        assert "bot" == info.value.field
+
+
+@pytest.mark.parametrize(
+    ("cause", "expected"),
+    [
+        (httpx.ConnectError("refused"), TransientSendError),
+        (httpx.ConnectTimeout("slow"), TransientSendError),
+        (httpx.ReadError("reset"), UncertainSendError),
+        (httpx.RemoteProtocolError("closed"), UncertainSendError),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, Exception) else "",
+)
+def test_ptb_network_errors_classified_by_their_httpx_cause(
+    cause: Exception, expected: type
+) -> None:
+    """PTB folds every httpx failure into NetworkError; the chained cause decides."""
+    exc = NetworkError(f"httpx.{type(cause).__name__}: {cause}")
+    exc.__cause__ = cause
+    assert expected is type(classify_ptb_error(exc))
+
+
+@pytest.mark.parametrize(
+    ("cause", "expected"),
+    [
+        (httpx.PoolTimeout("busy"), TransientSendError),
+        (httpx.ConnectTimeout("slow"), TransientSendError),
+        (httpx.ReadTimeout("slow"), UncertainSendError),
+        (httpx.WriteTimeout("slow"), UncertainSendError),
+        (None, UncertainSendError),
+    ],
+    ids=["pool", "connect", "read", "write", "no-cause"],
+)
+def test_ptb_timeouts_classified_by_their_httpx_cause(
+    cause: Exception | None, expected: type
+) -> None:
+    """TimedOut is transient only when httpx says the request never left."""
+    exc = TimedOut()
+    exc.__cause__ = cause
+    assert expected is type(classify_ptb_error(exc))
+
+
+def test_ptb_retry_after_is_seconds() -> None:
+    """RetryAfter becomes a transient error carrying the wait in seconds."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PTB 22 warns about int retry_after on construction
+        flood = RetryAfter(7)
+    error = classify_ptb_error(flood)
+    assert isinstance(error, TransientSendError)
+    assert 7.0 == error.retry_after
+
+
+def test_missing_library_names_the_extra() -> None:
+    """Without the library, importing the wrapper module says which extra to install."""
+    code = (
+        "import sys\n"
+        "for lib, mod in (('aiogram', 'notifyonce.aiogram'), ('telegram', 'notifyonce.ptb'),"
+        " ('apprise', 'notifyonce.apprise')):\n"
+        "    sys.modules[lib] = None\n"
+        "    try:\n        __import__(mod)\n    except ImportError as e:\n        print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert 3 == len(lines)
+    for extra, line in zip(("aiogram", "ptb", "apprise"), lines, strict=True):
+        assert f'pip install "notifyonce[{extra}]"' in line
