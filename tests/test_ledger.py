@@ -99,16 +99,20 @@ async def test_stale_claim_cannot_mark_or_release_after_take_over(env: Env) -> N
     assert True is await ledger.mark_sent(current)
 
 
-async def test_max_attempts_limits_take_overs(env: Env) -> None:
-    """With max_attempts, a released or expired slot is taken over only while attempt < max."""
+async def test_max_attempts_limits_only_expired_take_overs(env: Env) -> None:
+    """max_attempts bounds taking over expired claims; a released slot is always won again."""
     ledger = env.make()
-    claim = await ledger.claim_slot("a", 1, DEADLINE, max_attempts=2)
+    claim = await ledger.claim_slot("a", 1, DEADLINE, take_expired=True, max_attempts=2)
     await ledger.release(claim)
-    claim = await ledger.claim_slot("a", 1, DEADLINE, max_attempts=2)
+    claim = await ledger.claim_slot("a", 1, DEADLINE, take_expired=True, max_attempts=2)
     assert 2 == claim.attempt
     await ledger.release(claim)
-    assert None is await ledger.claim_slot("a", 1, DEADLINE, max_attempts=2)
-    assert 3 == (await ledger.claim_slot("a", 1, DEADLINE, max_attempts=3)).attempt
+    claim = await ledger.claim_slot("a", 1, DEADLINE, take_expired=True, max_attempts=2)
+    assert 3 == claim.attempt  # released: certainly not delivered, so not limited
+    env.clock.advance(dt.timedelta(minutes=10))
+    limited = await ledger.claim_slot("a", 1, DEADLINE, take_expired=True, max_attempts=3)
+    assert None is limited
+    assert 4 == (await ledger.claim_slot("a", 1, DEADLINE, take_expired=True)).attempt
 
 
 async def test_marks_record_their_result_once(env: Env) -> None:

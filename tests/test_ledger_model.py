@@ -81,13 +81,14 @@ class LedgerModel(RuleBasedStateMachine):
     def claim(self, subject: str, take_expired: bool, max_attempts: int | None) -> object:
         now = self.clock.now
         row = self.model.get(subject)
-        wins = (
-            row is None
-            or row.status is SlotStatus.RELEASED
-            or (take_expired and row.status is SlotStatus.CLAIMED and row.lease_until < now)
+        expired = (
+            take_expired
+            and row is not None
+            and row.status is SlotStatus.CLAIMED
+            and row.lease_until < now
+            and (max_attempts is None or row.attempt < max_attempts)
         )
-        if row is not None and max_attempts is not None:
-            wins = wins and row.attempt < max_attempts
+        wins = row is None or row.status is SlotStatus.RELEASED or expired
         claim = self.ledger.claim_slot(
             "m", subject, DEADLINE, take_expired=take_expired, max_attempts=max_attempts
         )

@@ -427,3 +427,14 @@ async def test_sweep_touches_only_its_own_actions(
     assert [] == report.swept.unknown
     assert ["trial_6h/1/2026-12-01T18:00:00Z"] == [str(k) for k in report.swept.released]
     assert SlotStatus.CLAIMED == await status_of(ledger, 1, action="relay")
+
+
+async def test_transient_failures_never_exhaust_at_least_once(
+    ledger: AsyncLedger, sender: FakeSender
+) -> None:
+    """At least once: certain non-deliveries do not use up max_attempts; the slot is sent."""
+    notifier = Notifier(ledger, sender, mode=ALO, max_attempts=3)
+    sender.script("1", [TransientSendError("Too Many Requests", code=429)] * 4)
+    outcomes = [await notifier.send_once("trial_6h", 1, CYCLE, msg()) for _ in range(5)]
+    assert [Outcome.RETRY] * 4 + [Outcome.SENT] == outcomes
+    assert 1 == len(sender.sent)

@@ -212,12 +212,17 @@ class LedgerCore:
     def _takeover(self, take_expired: bool, limited: bool) -> sa.ColumnElement[bool]:
         """When an existing row may be won again (read from the row before the update)."""
         t = self.table.c
+        # A released slot was certainly not delivered (or its uncertain attempt still had
+        # attempts left): it is always won again. max_attempts bounds only the take-over
+        # of expired claims, whose worker may have sent before it died.
         cond: sa.ColumnElement[bool] = t.status == SlotStatus.RELEASED.value
         if take_expired:
             now = sa.bindparam("now", type_=t.lease_until.type)
-            cond = sa.or_(cond, sa.and_(t.status == _CLAIMED, t.lease_until < now))
-        if limited:
-            cond = sa.and_(cond, t.attempt < sa.bindparam("max_attempts", type_=sa.Integer()))
+            expired = sa.and_(t.status == _CLAIMED, t.lease_until < now)
+            if limited:
+                limit = sa.bindparam("max_attempts", type_=sa.Integer())
+                expired = sa.and_(expired, t.attempt < limit)
+            cond = sa.or_(cond, expired)
         return cond
 
     def claim_keys(
@@ -237,7 +242,8 @@ class LedgerCore:
             "lease_until": now + options.lease,
             "now": now,
         }
-        if options.max_attempts is not None:
+        limited = options.take_expired and options.max_attempts is not None
+        if limited:
             params["max_attempts"] = options.max_attempts
         unnest = self.dialect == "postgresql" and len(ordered) > 1
         batch: dict[str, Any] | list[dict[str, Any]]
@@ -273,7 +279,7 @@ class LedgerCore:
             if len(batch) == 1:
                 batch = batch[0]
         rows = 0 if unnest else len(ordered) if self.dialect == "mysql" else 1
-        stmt = self._claim_statement(rows, options.take_expired, options.max_attempts is not None)
+        stmt = self._claim_statement(rows, options.take_expired, limited)
         if self.dialect == "mysql":
             conn.execute(stmt, batch)
             read_back = {
@@ -491,9 +497,14 @@ class LedgerCore:
                 )
                 for column, by_id in per_column.items()
             }
+            # Match the token too: the lock above does not hold in autocommit mode.
+            tokens = {claim.id: claim.token for claim, _, _ in results if claim.id in winners}
             stmt = (
                 sa.update(t)
-                .where(t.c.id.in_(sorted(winners)), t.c.status == _CLAIMED)
+                .where(
+                    sa.tuple_(t.c.id, t.c.token).in_(sorted(tokens.items())),
+                    t.c.status == _CLAIMED,
+                )
                 .values(values)
             )
             conn.execute(stmt)
