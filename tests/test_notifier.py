@@ -438,3 +438,44 @@ async def test_transient_failures_never_exhaust_at_least_once(
     outcomes = [await notifier.send_once("trial_6h", 1, CYCLE, msg()) for _ in range(5)]
     assert [Outcome.RETRY] * 4 + [Outcome.SENT] == outcomes
     assert 1 == len(sender.sent)
+
+
+async def test_cancelled_run_settles_every_claim(ledger: AsyncLedger, clock: Clock) -> None:
+    """A run cancelled mid-batch leaves no claim behind: sent ones are recorded, unsent released."""
+    sender = FakeSender(latency=0.05)
+    notifier = Notifier(ledger, sender, concurrency=2)
+    items = [Notification(s, CYCLE, msg()) for s in range(10)]
+    task = asyncio.create_task(notifier.send_many("trial_6h", items))
+    await asyncio.sleep(0.13)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    statuses = Counter([await status_of(ledger, s) for s in range(10)])
+    assert 0 == statuses[SlotStatus.CLAIMED]
+    assert len(sender.sent) == statuses[SlotStatus.SENT]
+    assert statuses[SlotStatus.RELEASED] > 0  # never started: certainly not sent
+    again = await Notifier(fresh(ledger, clock), sender).send_many("trial_6h", items)
+    assert statuses[SlotStatus.RELEASED] == again.counts[Outcome.SENT]
+    assert 1 == max(Counter(r.recipient for r in sender.sent).values())
+
+
+class ClockEatingSender(FakeSender):
+    """Each send takes longer than the whole lease (by the test clock)."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__()
+        self.clock = clock
+
+    async def send(self, recipient: str, message: Message) -> Receipt:
+        self.clock.advance(minutes=10)
+        return await super().send(recipient, message)
+
+
+async def test_no_send_after_the_lease_expired(ledger: AsyncLedger, clock: Clock) -> None:
+    """A claim whose lease ran out while earlier sends were slow is released, not sent."""
+    sender = ClockEatingSender(clock)
+    notifier = Notifier(ledger, sender, concurrency=1)
+    report = await notifier.send_many("trial_6h", [Notification(s, CYCLE, msg()) for s in (1, 2)])
+    assert [Outcome.SENT, Outcome.RETRY] == [r.outcome for r in report.results]
+    assert "lease expired before send" == report.results[1].error
+    assert ["1"] == [r.recipient for r in sender.sent]

@@ -19,6 +19,7 @@ lease lost before the mark     LEASE_LOST (logged at ERROR, nothing overwritten)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import inspect
 import logging
@@ -209,6 +210,7 @@ class _Decision:
     outcome: Outcome
     receipt: Receipt | None = None
     error: str | None = None
+    may_have_delivered: bool = False
 
 
 class Notifier:
@@ -476,7 +478,7 @@ class Notifier:
                 to_send.append((i, claim))
 
         decisions = await self._send_all(keyed, to_send)
-        recorded = await self._record(to_send, decisions)
+        recorded = await self._record(to_send, list(decisions))
         for (i, claim), decision, landed in zip(to_send, decisions, recorded, strict=True):
             results[i] = self._result(action, keyed[i], claim, decision, landed)
         return [results[i] for i in range(len(keyed))]
@@ -544,14 +546,36 @@ class Notifier:
         self, keyed: list[tuple[SlotKey, Notification]], to_send: list[tuple[int, Claim]]
     ) -> list[_Decision]:
         gate = asyncio.Semaphore(self.concurrency)
+        decided: list[_Decision | None] = [None] * len(to_send)
+        started = [False] * len(to_send)
 
-        async def one(i: int, claim: Claim) -> _Decision:
+        async def one(n: int, i: int, claim: Claim) -> None:
             async with gate:
-                return await self._send_one(keyed[i][1], claim)
+                started[n] = True
+                decided[n] = await self._send_one(keyed[i][1], claim)
 
-        return list(await asyncio.gather(*(one(i, c) for i, c in to_send)))
+        try:
+            await asyncio.gather(*(one(n, i, c) for n, (i, c) in enumerate(to_send)))
+        except BaseException:
+            # Cancelled (a shutdown) or broken mid-batch: settle every claim before the
+            # error goes on, so none is left to expire. A send in flight may have gone out;
+            # one never started certainly did not.
+            settled = [
+                d if d is not None
+                else self._uncertain(claim, "interrupted while sending") if started[n]
+                else _Decision(SlotStatus.RELEASED, Outcome.RETRY, error="not sent: interrupted")
+                for n, ((_, claim), d) in enumerate(zip(to_send, decided, strict=True))
+            ]  # fmt: skip
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._record(to_send, settled))
+            raise
+        return [d for d in decided if d is not None]
 
     async def _send_one(self, notification: Notification, claim: Claim) -> _Decision:
+        if claim.lease_until <= self._now():
+            # Another worker may take this slot over now: sending would risk a duplicate.
+            # The release below is fenced by the token, so it is safe either way.
+            return _Decision(SlotStatus.RELEASED, Outcome.RETRY, error="lease expired before send")
         message = notification.message
         if message.idempotency_key is None:
             # The same key on every attempt of this slot: a receiver that deduplicates by
@@ -565,12 +589,14 @@ class Notifier:
             return _Decision(SlotStatus.RELEASED, Outcome.RETRY, error=_describe(exc))
         except Exception as exc:  # UncertainSendError, or a sender bug: it may have gone out
             return self._uncertain(claim, _describe(exc))
-        return _Decision(SlotStatus.SENT, Outcome.SENT, receipt=receipt)
+        return _Decision(SlotStatus.SENT, Outcome.SENT, receipt=receipt, may_have_delivered=True)
 
     def _uncertain(self, claim: Claim, error: str) -> _Decision:
         if self.mode is DeliveryMode.AT_LEAST_ONCE and claim.attempt < self.max_attempts:
-            return _Decision(SlotStatus.RELEASED, Outcome.RETRY, error=error)
-        return _Decision(SlotStatus.UNKNOWN, Outcome.UNKNOWN, error=error)
+            return _Decision(
+                SlotStatus.RELEASED, Outcome.RETRY, error=error, may_have_delivered=True
+            )
+        return _Decision(SlotStatus.UNKNOWN, Outcome.UNKNOWN, error=error, may_have_delivered=True)
 
     async def _record(
         self, to_send: list[tuple[int, Claim]], decisions: list[_Decision]
@@ -603,8 +629,12 @@ class Notifier:
     ) -> Result:
         key, notification = item
         outcome, error = decision.outcome, decision.error
-        if landed is False:
+        if landed is False and decision.may_have_delivered:
+            # Sent (or maybe sent) while someone else already held the slot.
             outcome = Outcome.LEASE_LOST
+        elif landed is False:
+            # Not delivered and the slot is someone else's now: nothing to record.
+            outcome = Outcome.DUPLICATE
         elif landed is None:
             outcome, error = Outcome.UNKNOWN, "the ledger failed while recording the outcome"
         return Result(action, notification, key, outcome, claim.attempt, decision.receipt, error)
