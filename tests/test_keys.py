@@ -60,10 +60,12 @@ def test_int_and_str_subjects_agree(subject: int) -> None:
 
 
 def test_date_cycle() -> None:
-    """A date is stored as ISO text and placed at midnight UTC for retention."""
+    """A date is stored as ISO text; for retention it lasts until it has ended everywhere."""
     key = make_key("invoice", "u1", dt.date(2026, 12, 1))
     assert "2026-12-01" == key.cycle
-    assert dt.datetime(2026, 12, 1, tzinfo=UTC) == key.cycle_at
+    assert dt.datetime(2026, 12, 2, 12, tzinfo=UTC) == key.cycle_at
+    last_zone = dt.timezone(dt.timedelta(hours=-12))
+    assert dt.datetime(2026, 12, 2, tzinfo=last_zone) == key.cycle_at
 
 
 @pytest.mark.parametrize(

@@ -166,7 +166,9 @@ async def test_cycle_kinds_name_distinct_slots(env: Env) -> None:
     for cycle in (DEADLINE.date(), 1764612000, "2026-12"):
         assert None is not await ledger.claim_slot("a", 1, cycle)
     record = await ledger.get("a", 1, DEADLINE.date())
-    assert dt.datetime(2026, 12, 1, tzinfo=UTC) == record.key.cycle_at
+    assert (
+        dt.datetime(2026, 12, 2, 12, tzinfo=UTC) == record.key.cycle_at
+    )  # the day, ended everywhere
     assert None is (await ledger.get("a", 1, "2026-12")).key.cycle_at
 
 
@@ -446,3 +448,14 @@ def test_ledger_construction_checks_its_arguments() -> None:
         with pytest.raises(ValidationError) as caught:
             build()
         assert field == caught.value.field
+
+
+async def test_purge_keeps_a_date_cycle_until_the_day_ended_everywhere(env: Env) -> None:
+    """A date cycle's slot survives purge for as long as that date lasts in any zone."""
+    ledger = env.make()
+    claim = await ledger.claim_slot("a", 1, DEADLINE.date())
+    await ledger.mark_sent(claim)
+    env.clock.now = dt.datetime.combine(DEADLINE.date(), dt.time(23, 0), UTC)
+    assert 0 == await ledger.purge(older_than=dt.timedelta(hours=6))
+    env.clock.now = dt.datetime(2026, 12, 2, 18, 1, tzinfo=UTC)
+    assert 1 == await ledger.purge(older_than=dt.timedelta(hours=6))

@@ -40,6 +40,8 @@ MAX_CYCLE_LENGTH = 128
 # Stored as text so one column serves every kind of cycle. The datetime form is fixed-width
 # ISO 8601 in UTC, so text order is time order inside the unique index.
 _DATETIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+# From 00:00 UTC of a date to the end of that date at UTC-12, the last zone to finish it.
+_DATE_ENDS_EVERYWHERE = dt.timedelta(hours=36)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +53,10 @@ class SlotKey:
         subject: Who it is for, as text (``42`` becomes ``"42"``).
         cycle: Which cycle, as text: ``"2026-11-30T18:00:00Z"`` for a datetime,
             ``"2026-11-30"`` for a date, the decimal digits of an int, or the str itself.
-        cycle_at: The cycle as a UTC datetime when it is a point in time (a datetime, or a
-            date at midnight UTC); None for int and str cycles. The retention purge uses
-            it to know when a cycle can no longer fire.
+        cycle_at: The last moment the cycle names, in UTC: the datetime itself, or for a
+            date the moment that date ends everywhere on Earth (24:00 at UTC-12, i.e. the
+            next day 12:00 UTC); None for int and str cycles. The retention purge uses it
+            to know when a cycle can no longer fire.
     """
 
     action: str
@@ -145,8 +148,10 @@ def normalize_cycle(cycle: object) -> tuple[str, dt.datetime | None]:
         at = (cycle - offset).replace(tzinfo=dt.timezone.utc, microsecond=0)
         return at.strftime(_DATETIME_FORMAT), at
     if isinstance(cycle, dt.date):
-        at = dt.datetime(cycle.year, cycle.month, cycle.day, tzinfo=dt.timezone.utc)
-        return cycle.isoformat(), at
+        # A date's deadline may fall at any hour of that day in any zone: the purge may
+        # only treat it as over once the day has ended everywhere.
+        midnight = dt.datetime(cycle.year, cycle.month, cycle.day, tzinfo=dt.timezone.utc)
+        return cycle.isoformat(), midnight + _DATE_ENDS_EVERYWHERE
     if isinstance(cycle, bool) or not isinstance(cycle, (int, str)):
         raise ValidationTypeError(
             "cycle",
