@@ -30,15 +30,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
-from sqlalchemy.ext.asyncio import create_async_engine
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from notifyonce import (
     AsyncLedger,
@@ -73,6 +75,20 @@ RELAY_MAX_ATTEMPTS = 1 + MAX_NETWORK_REPLAYS
 RELAY_BUDGET = 15.0
 #: Seconds for a note to the topic: secondary, so it must not stall the poll loop.
 NOTE_BUDGET = 5.0
+#: How long a relay claim holds its slot: well above RELAY_BUDGET, short enough that a
+#: slot left by a crashed poller is taken over within a minute.
+RELAY_LEASE = dt.timedelta(seconds=60)
+#: Seconds to wait before re-reading after the n-th replay of an update.
+REPLAY_DELAYS = (1.0, 2.0, 4.0)
+
+metadata = sa.MetaData()
+# Which client each topic of the support group belongs to (``/bind`` writes it).
+topics_table = sa.Table(
+    "support_topics",
+    metadata,
+    sa.Column("thread_id", sa.BigInteger, primary_key=True),
+    sa.Column("client_chat_id", sa.BigInteger, nullable=False),
+)
 
 
 class BudgetSender(Protocol):
@@ -124,6 +140,29 @@ class BotAPIUpdates:
         await self._client.aclose()
 
 
+class Topics:
+    """Topic -> client chat, read once at start and written through on ``/bind``."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.clients: dict[int, int] = {}
+
+    async def load(self) -> Topics:
+        async with self.engine.begin() as conn:
+            await conn.run_sync(metadata.create_all)
+            rows = await conn.execute(sa.select(topics_table))
+            self.clients = {row.thread_id: row.client_chat_id for row in rows}
+        return self
+
+    async def bind(self, thread: int, client: int) -> None:
+        async with self.engine.begin() as conn:
+            await conn.execute(topics_table.delete().where(topics_table.c.thread_id == thread))
+            await conn.execute(
+                topics_table.insert().values(thread_id=thread, client_chat_id=client)
+            )
+        self.clients[thread] = client
+
+
 class Relay:
     """Decides one update's fate: True confirms it, False asks for a re-read."""
 
@@ -132,14 +171,14 @@ class Relay:
         notifier: Notifier,
         sender: BudgetSender,
         support_chat: str,
-        topics: dict[int, int],
+        topics: Topics,
         given_up: list[int] | None = None,
     ) -> None:
         self.notifier = notifier
         self.given_up = [] if given_up is None else given_up  # update ids left to a person
         self.sender = sender
         self.support_chat = support_chat
-        self.topics = topics  # topic (message_thread_id) -> client chat id
+        self.topics = topics
 
     async def process(self, update: dict[str, Any]) -> bool:
         msg = update.get("message") or {}
@@ -149,10 +188,14 @@ class Relay:
             return True
         thread = msg.get("message_thread_id")
         text: str = msg["text"]
-        if text.startswith("/bind ") and thread is not None:
-            self.topics[thread] = int(text.split()[1])
+        if text.startswith("/bind") and thread is not None:
+            arg = text.removeprefix("/bind").strip()
+            if arg.lstrip("-").isdigit():
+                await self.topics.bind(thread, int(arg))
+            else:
+                await self.note(thread, "Usage: /bind <client chat id>")
             return True
-        client = self.topics.get(thread) if thread is not None else None
+        client = self.topics.clients.get(thread) if thread is not None else None
         if client is None:
             await self.note(thread, "This topic is not bound to a client: /bind <chat id>.")
             return True
@@ -172,7 +215,11 @@ class Relay:
             if record is not None and record.status in (SlotStatus.SENT, SlotStatus.FAILED):
                 return True  # settled before a restart or re-read: nothing is sent again
             if record is not None and record.status is SlotStatus.CLAIMED:
-                return False  # another poller holds it right now
+                # Held by another poller, or left by one that crashed mid-send: wait out
+                # the lease; the next read takes the slot over (at-least-once).
+                left = (record.lease_until - self.notifier.ledger.now()).total_seconds()
+                await asyncio.sleep(min(max(left, 0.0), RELAY_LEASE.total_seconds()))
+                return False
         # UNKNOWN, or the ledger's attempts are used up (they survive restarts).
         self.give_up(update)
         return True
@@ -203,11 +250,18 @@ class Relay:
 class Poller:
     """The poll loop's state: the offset and how often each update was replayed."""
 
-    def __init__(self, source: UpdateSource, relay: Relay) -> None:
+    def __init__(
+        self,
+        source: UpdateSource,
+        relay: Relay,
+        *,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    ) -> None:
         self.source = source
         self.relay = relay
         self.offset: int | None = None
         self.replays: Counter[int] = Counter()
+        self._sleep = sleep
 
     async def poll_once(self) -> int:
         """Read one batch and handle it; return how many updates were confirmed."""
@@ -217,8 +271,11 @@ class Poller:
             update_id = update["update_id"]
             if not await self.relay.process(update):
                 self.replays[update_id] += 1
-                if self.replays[update_id] <= MAX_NETWORK_REPLAYS:
-                    # Confirming any later update would confirm this one too: stop here.
+                replay = self.replays[update_id]
+                if replay <= MAX_NETWORK_REPLAYS:
+                    # Confirming any later update would confirm this one too: stop here,
+                    # and give the network a moment before the batch is read again.
+                    await self._sleep(REPLAY_DELAYS[min(replay, len(REPLAY_DELAYS)) - 1])
                     break
                 self.relay.give_up(update)
             self.replays.pop(update_id, None)
@@ -240,10 +297,17 @@ class Poller:
                 delay = min(delay * 2, 30.0)
 
 
-def make_notifier(ledger: AsyncLedger, sender: BudgetSender) -> Notifier:
+def make_notifier(engine: AsyncEngine, sender: BudgetSender) -> Notifier:
     return Notifier(
-        ledger, sender, mode=DeliveryMode.AT_LEAST_ONCE, max_attempts=RELAY_MAX_ATTEMPTS
+        AsyncLedger(engine, lease=RELAY_LEASE),
+        sender,
+        mode=DeliveryMode.AT_LEAST_ONCE,
+        max_attempts=RELAY_MAX_ATTEMPTS,
     )
+
+
+async def no_wait(seconds: float) -> None:
+    """The simulation's sleep: replays happen at once."""
 
 
 # -- the simulation ------------------------------------------------------------------
@@ -340,11 +404,22 @@ async def simulate(database_url: str) -> int:
     await AsyncLedger(engine).create_schema()
     given_up: list[int] = []
 
-    def start() -> Poller:  # a (re)start: new objects; only the database and Telegram remain
-        notifier = make_notifier(AsyncLedger(engine), sender)
-        return Poller(source, Relay(notifier, sender, str(SUPPORT), dict(CLIENTS), given_up))
+    topics = Topics(engine)
+    await topics.load()
+    for thread, client in CLIENTS.items():
+        await topics.bind(thread, client)
 
-    poller, restarts, failed_polls = start(), 0, 0
+    async def start() -> Poller:  # a (re)start: new objects; only the database and Telegram remain
+        relay = Relay(
+            make_notifier(engine, sender),
+            sender,
+            str(SUPPORT),
+            await Topics(engine).load(),
+            given_up,
+        )
+        return Poller(source, relay, sleep=no_wait)
+
+    poller, restarts, failed_polls = await start(), 0, 0
     for _ in range(50):
         if not source.pending:
             break
@@ -355,7 +430,7 @@ async def simulate(database_url: str) -> int:
             continue
         if not restarts and (poller.offset or 0) > 1005:
             # Killed after relaying a batch, before the next getUpdates confirmed it.
-            poller, restarts = start(), 1
+            poller, restarts = await start(), 1
     await engine.dispose()
 
     replies = [u for u in updates if u["message"]["chat"]["id"] == SUPPORT]
@@ -423,15 +498,17 @@ def main() -> int:
     url = args.database_url or f"sqlite+aiosqlite:///{HERE / 'relay.sqlite3'}"
 
     async def run() -> None:
-        ledger = AsyncLedger(create_async_engine(url))
-        await ledger.create_schema()
+        engine = create_async_engine(url)
+        await AsyncLedger(engine).create_schema()
+        topics = await Topics(engine).load()
         source = BotAPIUpdates(args.token)
         try:
             async with TelegramSender(args.token, budget=RELAY_BUDGET) as sender:
-                relay = Relay(make_notifier(ledger, sender), sender, args.support_chat, {})
+                relay = Relay(make_notifier(engine, sender), sender, args.support_chat, topics)
                 await Poller(source, relay).run_forever()
         finally:
             await source.aclose()
+            await engine.dispose()
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run())
