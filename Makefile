@@ -32,6 +32,13 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests examples bench
 	$(BIN)/mypy
 
+# The benchmarks, one after the other (PostgreSQL for the ledger and Notifier ones; a few
+# minutes in all). They print their figures; docs/benchmarks.md says how to read them.
+bench: $(STAMP)
+	eval "$$(scripts/services.sh)" && $(BIN)/python bench/bench_claims.py
+	$(BIN)/python bench/bench_telegram.py
+	eval "$$(scripts/services.sh)" && $(BIN)/python bench/bench_notifier.py
+
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
