@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import re
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -40,6 +41,7 @@ MAX_CYCLE_LENGTH = 128
 # Stored as text so one column serves every kind of cycle. The datetime form is fixed-width
 # ISO 8601 in UTC, so text order is time order inside the unique index.
 _DATETIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # From 00:00 UTC of a date to the end of that date at UTC-12, the last zone to finish it.
 _DATE_ENDS_EVERYWHERE = dt.timedelta(hours=36)
 
@@ -90,7 +92,7 @@ def _check_text(field: str, value: str, limit: int) -> str:
         raise ValidationError(field, "must not be empty or blank")
     if len(value) > limit:
         raise ValidationError(field, f"is {len(value)} characters long, the limit is {limit}")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+    if _CONTROL.search(value):
         raise ValidationError(field, "must not contain control characters")
     return value
 

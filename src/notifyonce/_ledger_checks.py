@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ._claim import Claim
 from ._errors import ValidationError, ValidationTypeError
-from ._keys import SlotKey, make_key, normalize_action, normalize_subject
+from ._keys import SlotKey, normalize_action, normalize_cycle, normalize_subject
 from ._table import MAX_ERROR_LENGTH, MAX_MESSAGE_ID_LENGTH, SlotStatus
 
 __all__ = [
@@ -106,8 +106,10 @@ def normalize_items(action: object, items: object) -> list[SlotKey]:
             raise ValidationTypeError(
                 "items", f"item {index} must be a (subject, cycle) tuple, got {type(item).__name__}"
             )
-        key = make_key(action_text, item[0], item[1])
-        keys.setdefault((key.subject, key.cycle), key)
+        subject = normalize_subject(item[0])
+        cycle, cycle_at = normalize_cycle(item[1])
+        if (subject, cycle) not in keys:
+            keys[subject, cycle] = SlotKey(action_text, subject, cycle, cycle_at)
     return list(keys.values())
 
 
