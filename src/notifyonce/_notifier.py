@@ -228,7 +228,10 @@ class Notifier:
         batch_size: How many notifications :meth:`send_many` claims and records per
             statement; the memory a run needs is proportional to it.
         min_spacing: If set, a subject that was sent anything (under any action) within
-            this interval is skipped with ``Outcome.SKIPPED``.
+            this interval is skipped with ``Outcome.SKIPPED``. Checked against the ledger
+            before claiming, so it holds across restarts and for runs one after another;
+            two runs for the same subject at the same moment can both pass the check
+            (best effort, unlike the slot itself, which is exact).
         sweep_every: How often the Notifier sweeps expired leases before a run (None: never;
             then call ``ledger.sweep`` yourself).
         dry_run: Claim nothing, send nothing, record nothing; report what would happen.
