@@ -26,6 +26,7 @@ from ._ledger_records import LedgerStats, SlotRecord, SweepResult
 from ._message import Message, Receipt, Sender
 from ._notifier import Notification, Notifier, Report, Result, TickReport
 from ._outcome import DeliveryMode, Outcome
+from ._quiet import QuietHours
 from ._schedule import Schedule
 from ._selection import deadline_filter, schedule_filter, window_filter, window_filters
 from ._table import SlotStatus
@@ -52,6 +53,7 @@ __all__ = [
     "NotifyOnceError",
     "Outcome",
     "PermanentSendError",
+    "QuietHours",
     "Receipt",
     "Report",
     "Result",

@@ -39,6 +39,7 @@ from ._errors import (
 from ._keys import Cycle, SlotKey, Subject, make_key, normalize_action
 from ._message import Message, Receipt, Sender
 from ._outcome import DeliveryMode, Outcome
+from ._quiet import QuietHours
 from ._table import SlotStatus
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ class Notification:
         cycle: Which cycle (e.g. the end of the paid period); see :func:`make_key`.
         message: What to send.
         recipient: Where to send it; defaults to ``str(subject)``.
+        timezone: The subject's time zone, for the Notifier's ``quiet_hours``.
 
     Example:
         >>> n = Notification(42, "2026-12", Message("6 hours left"))
@@ -75,6 +77,7 @@ class Notification:
     cycle: Cycle
     message: Message
     recipient: str | None = None
+    timezone: dt.tzinfo | None = None
 
     @property
     def target(self) -> str:
@@ -232,6 +235,9 @@ class Notifier:
             before claiming, so it holds across restarts and for runs one after another;
             two runs for the same subject at the same moment can both pass the check
             (best effort, unlike the slot itself, which is exact).
+        quiet_hours: If set, notifications whose subject is in quiet hours (in the
+            notification's ``timezone``) are skipped without claiming, so a later run
+            inside the window sends them; see :class:`QuietHours`.
         sweep_every: How often the Notifier sweeps expired leases before a run (None: never;
             then call ``ledger.sweep`` yourself).
         dry_run: Claim nothing, send nothing, record nothing; report what would happen.
@@ -264,6 +270,7 @@ class Notifier:
         concurrency: int = 16,
         batch_size: int = 200,
         min_spacing: dt.timedelta | None = None,
+        quiet_hours: QuietHours | None = None,
         sweep_every: dt.timedelta | None = dt.timedelta(minutes=1),
         dry_run: bool = False,
         keep_results: bool = True,
@@ -293,7 +300,10 @@ class Notifier:
         self.max_attempts = max_attempts
         self.concurrency = concurrency
         self.batch_size = batch_size
+        if quiet_hours is not None and not isinstance(quiet_hours, QuietHours):
+            raise ValidationTypeError("quiet_hours", "must be a QuietHours or None")
         self.min_spacing = min_spacing
+        self.quiet_hours = quiet_hours
         self.sweep_every = sweep_every
         self.dry_run = dry_run
         self.keep_results = keep_results
@@ -458,6 +468,7 @@ class Notifier:
     ) -> list[Result]:
         results: dict[int, Result] = {}
         todo = self._first_of_each_key(action, keyed, results)
+        todo = self._apply_quiet_hours(action, keyed, todo, results)
         todo = await self._apply_spacing(action, keyed, todo, results)
         if self.dry_run:
             for i in todo:
@@ -505,6 +516,28 @@ class Notifier:
                 seen.add(slot)
                 todo.append(i)
         return todo
+
+    def _apply_quiet_hours(
+        self,
+        action: str,
+        keyed: list[tuple[SlotKey, Notification]],
+        todo: list[int],
+        results: dict[int, Result],
+    ) -> list[int]:
+        quiet = self.quiet_hours
+        if quiet is None or not todo:
+            return todo
+        now = self._now()
+        kept: list[int] = []
+        for i in todo:
+            key, notification = keyed[i]
+            if quiet.is_quiet(now, notification.timezone):
+                results[i] = Result(
+                    action, notification, key, Outcome.SKIPPED, reason="quiet hours"
+                )
+            else:
+                kept.append(i)
+        return kept
 
     async def _apply_spacing(
         self,
@@ -725,6 +758,8 @@ def _checked(action: str, item: object) -> SlotKey:
         )
     if item.recipient is not None and (not isinstance(item.recipient, str) or not item.recipient):
         raise ValidationError("recipient", "must be a non-empty str or None")
+    if item.timezone is not None and not isinstance(item.timezone, dt.tzinfo):
+        raise ValidationTypeError("timezone", "must be a tzinfo (e.g. a ZoneInfo) or None")
     return make_key(action, item.subject, item.cycle)
 
 

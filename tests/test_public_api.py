@@ -1,0 +1,53 @@
+"""The public API contract of MISSION.md: the names users and acceptance checks import."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import notifyonce
+
+CONTRACT = [
+    "AsyncLedger", "Ledger", "Claim", "Window", "Schedule", "Message", "Receipt", "Sender",
+    "Notifier", "Notification", "Outcome", "DeliveryMode", "NotifyOnceError", "ScheduleError",
+    "SendError", "PermanentSendError", "TransientSendError", "UncertainSendError",
+]  # fmt: skip
+
+
+def test_contract_names_are_exported() -> None:
+    """Every name of the contract is importable from notifyonce and listed in __all__."""
+    assert [] == [name for name in CONTRACT if name not in notifyonce.__all__]
+    for name in CONTRACT:
+        assert getattr(notifyonce, name) is not None
+
+
+def test_all_is_sorted_and_importable() -> None:
+    """__all__ is sorted and every name in it exists."""
+    assert sorted(notifyonce.__all__) == notifyonce.__all__
+    assert [] == [name for name in notifyonce.__all__ if not hasattr(notifyonce, name)]
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [("notifyonce.telegram", "TelegramSender"), ("notifyonce.testing", "FakeSender")],
+)
+def test_contract_submodules(module: str, name: str) -> None:
+    """TelegramSender and FakeSender live where the contract says."""
+    assert hasattr(importlib.import_module(module), name)
+
+
+def test_outcomes_and_errors_of_the_contract() -> None:
+    """Outcome has the contract's members; the error classes nest as documented."""
+    assert {"SENT", "DUPLICATE", "FAILED", "RETRY", "UNKNOWN"} <= set(
+        notifyonce.Outcome.__members__
+    )
+    for error in (
+        notifyonce.PermanentSendError,
+        notifyonce.TransientSendError,
+        notifyonce.UncertainSendError,
+    ):
+        assert issubclass(error, notifyonce.SendError)
+    assert issubclass(notifyonce.SendError, notifyonce.NotifyOnceError)
+    assert issubclass(notifyonce.ScheduleError, notifyonce.NotifyOnceError)
+    assert None is notifyonce.TransientSendError("x").retry_after
