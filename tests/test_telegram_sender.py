@@ -128,6 +128,8 @@ async def test_channel_username_is_sent_as_string() -> None:
         (httpx.Response(302, headers={"location": "https://x"}), PermanentSendError, 302),
         (html(502), UncertainSendError, 502),
         (html(504), UncertainSendError, 504),
+        (api_error(502, "Bad Gateway"), UncertainSendError, 502),
+        (api_error(504, "Gateway Timeout"), UncertainSendError, 504),
         (httpx.Response(200, text="<html>captive portal</html>"), UncertainSendError, 200),
         (httpx.Response(200, content=b'{"ok": tr'), UncertainSendError, 200),
     ],
@@ -147,8 +149,8 @@ async def test_final_answers_are_not_retried(
 
 @pytest.mark.parametrize(
     "answer",
-    [api_error(500, "Internal Server Error"), html(500), html(503), api_error(502, "Bad Gateway")],
-    ids=["500-json", "500-html", "503-html", "502-json"],
+    [api_error(500, "Internal Server Error"), html(500), html(503), api_error(503, "Unavailable")],
+    ids=["500-json", "500-html", "503-html", "503-json"],
 )
 async def test_server_errors_are_retried_with_backoff(answer: httpx.Response) -> None:
     """A 5xx the server answered is transient: retried max_retries times with full jitter."""

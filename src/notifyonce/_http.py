@@ -168,6 +168,14 @@ class Progress:
         return self.request_started if self.traced else None
 
 
+class SenderClosedError(TransientSendError, RuntimeError):
+    """The sender (or the caller's client) was closed: certainly nothing was sent.
+
+    A :class:`TransientSendError`, so a Notifier releases the slot for a later run instead
+    of recording an unknown outcome; also a ``RuntimeError``, because it is a usage error.
+    """
+
+
 def parse_retry_after(value: str | None, *, now: Callable[[], float] = time.time) -> float | None:
     """Seconds from a ``Retry-After`` header: delta-seconds or an HTTP-date; else None."""
     if value is None:
@@ -384,10 +392,10 @@ class HTTPSenderBase:
     def _get_client(self) -> httpx.AsyncClient:
         name = type(self).__name__
         if self._closed:
-            raise RuntimeError(f"{name} is closed")
+            raise SenderClosedError(f"{name} is closed")
         if self._client is not None and self._client.is_closed:
             # Certainly nothing can be sent: say so rather than report an uncertain send.
-            raise RuntimeError(f"the httpx.AsyncClient given to {name} is closed")
+            raise SenderClosedError(f"the httpx.AsyncClient given to {name} is closed")
         if self._client is None:
             self._client = httpx.AsyncClient(
                 limits=self.limits,
@@ -423,13 +431,23 @@ class HTTPSenderBase:
         the exception to chain, whether the failure certainly left nothing sent)."""
         progress = Progress()
         try:
-            response = await client.post(
-                url,
-                content=body,
-                headers=headers,
-                timeout=self._timeout(remaining),
-                extensions={"trace": progress},
+            # httpx's read timeout restarts with every chunk received: a server trickling
+            # its answer could hold a send far past its budget (and past its lease). One
+            # overall deadline, a little after the phase timeouts, bounds it.
+            response = await asyncio.wait_for(
+                client.post(
+                    url,
+                    content=body,
+                    headers=headers,
+                    timeout=self._timeout(remaining),
+                    extensions={"trace": progress},
+                ),
+                remaining + _DEADLINE_GRACE,
             )
+        except asyncio.TimeoutError:
+            if progress.evidence is False:
+                return TransientSendError("no connection within the send's budget"), None, True
+            return UncertainSendError("no complete answer within the send's budget"), None, False
         except httpx.HTTPStatusError as exc:  # raised by a caller's response hook
             try:
                 await exc.response.aread()
@@ -468,6 +486,11 @@ class HTTPSenderBase:
             clock=self._clock,
             rng=self._rng,
         )
+
+
+# Seconds past the budget before the overall deadline cuts a request short, so that the
+# phase timeouts (which say more precisely what failed) normally fire first.
+_DEADLINE_GRACE = 0.5
 
 
 # Defaults shared by the senders' signatures.

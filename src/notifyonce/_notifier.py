@@ -623,6 +623,10 @@ class Notifier:
             return _Decision(SlotStatus.FAILED, Outcome.FAILED, error=_describe(exc))
         except TransientSendError as exc:
             return _Decision(SlotStatus.RELEASED, Outcome.RETRY, error=_describe(exc))
+        except ValidationError as exc:
+            # The sender refused the recipient or message before sending anything, and
+            # would refuse it again: a permanent failure, not an uncertain one.
+            return _Decision(SlotStatus.FAILED, Outcome.FAILED, error=f"{exc.field}: {exc.problem}")
         except Exception as exc:  # UncertainSendError, or a sender bug: it may have gone out
             return self._uncertain(claim, _describe(exc))
         return _Decision(SlotStatus.SENT, Outcome.SENT, receipt=receipt, may_have_delivered=True)

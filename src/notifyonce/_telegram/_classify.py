@@ -77,10 +77,17 @@ def _retry_after_header(headers: Mapping[str, str]) -> float | None:
     return seconds if seconds >= 0 else None
 
 
+#: The longest flood wait taken from an answer; a larger (or infinite) one is capped so a
+#: malformed answer cannot block a chat for the sender's lifetime.
+MAX_RETRY_AFTER = 3600.0
+
+
 def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if value >= 0 else None
+    if not value >= 0:  # negative or NaN
+        return None
+    return min(float(value), MAX_RETRY_AFTER)
 
 
 def classify_response(
@@ -124,6 +131,10 @@ def classify_response(
         if retry_after is None:
             retry_after = _retry_after_header(headers)
         return TransientSendError(description, code=code, retry_after=retry_after)
+    if code in (502, 504):
+        # A gateway error in the Bot API's own envelope: the request may have reached the
+        # server behind it before the gateway gave up.
+        return UncertainSendError(description, code=code)
     if code >= 500:
         # The Bot API itself answered with an error envelope: it did not send the message.
         return TransientSendError(description, code=code)

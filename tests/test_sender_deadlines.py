@@ -1,0 +1,94 @@
+"""Send budgets are hard deadlines, and misuse of a sender never burns a slot."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from notifyonce import AsyncLedger, Message, Notifier, Outcome, SlotStatus, UncertainSendError
+from notifyonce._telegram._classify import MAX_RETRY_AFTER, classify_response
+from notifyonce.telegram import TelegramSender
+from notifyonce.testing import BotAPIServer
+
+TOKEN = "12345:deadline-secret"
+
+
+@pytest.fixture
+async def trickling_server() -> AsyncIterator[str]:
+    """Answers with headers at once, then one body byte every 0.3 s (never finishing soon)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+        )
+        try:
+            for _ in range(100):
+                writer.write(b" ")
+                await writer.drain()
+                await asyncio.sleep(0.3)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+    server.close()
+
+
+async def test_a_trickling_answer_cannot_outlast_the_budget(trickling_server: str) -> None:
+    """A server that trickles its answer is cut off at the budget, as an uncertain send."""
+    async with TelegramSender(TOKEN, base_url=trickling_server, rate_limit=None, budget=1.0) as s:
+        started = time.monotonic()
+        with pytest.raises(UncertainSendError) as info:
+            await s.send("42", Message("hello"))
+        elapsed = time.monotonic() - started
+    assert elapsed < 3.0, elapsed  # budget 1 s + 0.5 s grace; the trickle would take 30 s
+    assert TOKEN not in str(info.value)
+
+
+@pytest.mark.parametrize("value", [math.inf, 1e12])
+def test_retry_after_is_capped(value: float) -> None:
+    """An absurd retry_after cannot block a chat for the sender's lifetime."""
+    body = (
+        '{"ok": false, "error_code": 429, "description": "Too Many Requests", '
+        f'"parameters": {{"retry_after": {"Infinity" if math.isinf(value) else value}}}}}'
+    ).encode()
+    error = classify_response(429, {}, body)
+    assert MAX_RETRY_AFTER == error.retry_after  # type: ignore[union-attr]
+
+
+async def test_closed_sender_releases_the_slot(async_engine: AsyncEngine, async_table: str) -> None:
+    """A Notifier using a closed sender releases its slots (RETRY) instead of losing them."""
+    ledger = AsyncLedger(async_engine, table_name=async_table)
+    await ledger.create_schema()
+    with BotAPIServer() as server:
+        sender = TelegramSender(TOKEN, base_url=server.url, rate_limit=None)
+        await sender.aclose()
+        outcome = await Notifier(ledger, sender).send_once("a", 1, "c", Message("hi"))
+    assert Outcome.RETRY == outcome
+    record = await ledger.get("a", 1, "c")
+    assert record is not None
+    assert SlotStatus.RELEASED == record.status
+
+
+async def test_refused_recipient_fails_the_slot(
+    async_engine: AsyncEngine, async_table: str
+) -> None:
+    """A recipient the sender refuses before sending is FAILED, not UNKNOWN."""
+    ledger = AsyncLedger(async_engine, table_name=async_table)
+    await ledger.create_schema()
+    with BotAPIServer() as server:
+        async with TelegramSender(TOKEN, base_url=server.url, rate_limit=None) as sender:
+            outcome = await Notifier(ledger, sender).send_once(
+                "a", 1, "c", Message("hi"), recipient="not a chat"
+            )
+        assert [] == server.deliveries
+    assert Outcome.FAILED == outcome
