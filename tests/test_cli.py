@@ -27,6 +27,8 @@ def tight():
     return Schedule([Window("t6", opens_before=td(hours=6), closes_before=td(hours=6))],
                     period=td(minutes=5))
 NOT_A_SCHEDULE = 42
+def broken():
+    raise RuntimeError("the user's code failed")
 """
 
 
@@ -161,3 +163,26 @@ def test_python_m_notifyonce_runs() -> None:
     )
     assert 0 == done.returncode
     assert done.stdout.startswith("notifyonce ")
+
+
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [
+        (["check", "cli_schedules:broken"], 2),
+        (["migrate", "--revision", "bogus"], 2),
+        (["purge", "--older-than", "100000000d"], 2),
+        (["sweep", "--action", ""], 2),
+        (["stats", "--table", "no_such_table"], 3),
+        (["migrate", "--database-url", "postgresql://app:hunter2@127.0.0.1:1/app"], 3),
+    ],
+)
+def test_failures_keep_their_exit_codes(
+    schedules: str, db_url: str, argv: list[str], code: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A failing user function, bad revision or duration: 2; a database failure: 3; never 1."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert code == info.value.code
+    err = capsys.readouterr().err
+    assert err.startswith(("notifyonce: error:", "usage:"))
+    assert "hunter2" not in err

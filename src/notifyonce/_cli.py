@@ -20,6 +20,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
 from ._durations import format_duration
 from ._errors import LedgerError, ScheduleError, ValidationError
 from ._outcome import DeliveryMode
@@ -40,10 +42,15 @@ EXIT_USAGE = 2
 EXIT_DATABASE = 3
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_MAX_DURATION = dt.timedelta(days=36525)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 
-# Async drivers map to the sync driver the CLI uses for the same database.
+# Async drivers (and bare dialect names) map to the sync driver the CLI uses.
 _SYNC_DRIVERS = {
+    # Plain names resolve to drivers the extras do not install (psycopg2, mysqlclient).
+    "postgresql": "postgresql+psycopg",
+    "mysql": "mysql+pymysql",
+    "mariadb": "mariadb+pymysql",
     "postgresql+asyncpg": "postgresql+psycopg",
     "postgresql+psycopg_async": "postgresql+psycopg",
     "sqlite+aiosqlite": "sqlite",
@@ -75,6 +82,8 @@ def parse_duration(text: str) -> dt.timedelta:
     seconds = sum(float(n) * _UNITS[u] for n, u in parts)
     if seconds <= 0:
         raise ValidationError("duration", f"{text!r} must be longer than zero")
+    if seconds > _MAX_DURATION.total_seconds():
+        raise ValidationError("duration", f"{text!r} is longer than 100 years")
     return dt.timedelta(seconds=seconds)
 
 
@@ -204,6 +213,10 @@ def _check(args: argparse.Namespace) -> int:
     except ScheduleError as exc:
         print(f"invalid schedule {args.target}: {exc.problem}")
         return EXIT_INVALID
+    except _UsageError:
+        raise
+    except Exception as exc:  # the user's module or function failed: not "invalid"
+        raise _UsageError(f"loading {args.target} failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(schedule, Schedule):
         raise _UsageError(f"{args.target} is a {type(schedule).__name__}, not a Schedule")
     print(schedule.render(width=args.width))
@@ -276,11 +289,16 @@ def _purge(args: argparse.Namespace) -> int:
 
 
 def _migrate(args: argparse.Namespace) -> int:
+    from alembic.util import CommandError
+
     from .migrations import upgrade
 
     ledger = _ledger(args)
-    upgrade(ledger.engine, table_name=args.table, schema=args.schema, revision=args.revision)
-    print(f"ledger table {args.table!r} is at revision {args.revision}")
+    try:
+        upgrade(ledger.engine, table_name=args.table, schema=args.schema, revision=args.revision)
+    except CommandError as exc:
+        raise _UsageError(f"migrate: {exc}") from None
+    print(f"ledger table {args.table!r} upgraded to {args.revision}")
     return EXIT_OK
 
 
@@ -291,6 +309,11 @@ _COMMANDS = {
     "purge": _purge,
     "migrate": _migrate,
 }
+
+
+def _missing_table(message: str) -> bool:
+    text = message.lower()
+    return "no such table" in text or "does not exist" in text or "doesn't exist" in text
 
 
 def _fail(code: int, message: str) -> NoReturn:
@@ -308,4 +331,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         _fail(EXIT_USAGE, str(exc))
     except LedgerError as exc:
-        _fail(EXIT_DATABASE, str(exc))
+        hint = "; run `notifyonce migrate` first?" if _missing_table(str(exc)) else ""
+        _fail(EXIT_DATABASE, f"{exc}{hint}")
+    except SQLAlchemyError as exc:  # from Alembic's own connection (migrate)
+        lines = str(exc.orig if isinstance(exc, DBAPIError) else exc).strip().splitlines()
+        first = lines[0] if lines else ""
+        _fail(EXIT_DATABASE, f"database error ({type(exc).__name__}: {first})")
