@@ -30,22 +30,18 @@ def short(text: str, scrub: Callable[[str], str]) -> str:
 
 
 class RedactedTransportError(Exception):
-    """Stands in as ``__cause__`` for an exception whose text contained a secret."""
+    """Stands in as ``__cause__`` for a sender's underlying exception: its class name and
+    its text with every secret removed, and no reference to the request or its frames."""
 
 
 def chain_cause(error: SendError, cause: BaseException | None, scrub: Callable[[str], str]) -> None:
-    """Chain ``cause`` unless its text (or its own causes') shows a secret: then a copy."""
+    """Chain a redacted copy of ``cause``: its class name and scrubbed text, nothing else.
+
+    Never the original: a transport exception keeps the request (whose URL holds the bot
+    token) and its traceback's frames keep the URL in their locals, which error reporters
+    that record local variables would capture.
+    """
     if cause is None:
         return
-    leaked = False
-    seen: set[int] = set()
-    link: BaseException | None = cause
-    while link is not None and id(link) not in seen:
-        seen.add(id(link))
-        text = f"{link!s} {link!r}"
-        leaked = leaked or scrub(text) != text
-        link = link.__cause__ or link.__context__
-    if leaked:
-        cause = RedactedTransportError(f"{type(cause).__name__}: {scrub(str(cause))}")
-    error.__cause__ = cause
+    error.__cause__ = RedactedTransportError(f"{type(cause).__name__}: {scrub(str(cause))}")
     error.__suppress_context__ = True
