@@ -108,7 +108,7 @@ async def test_custom_headers_and_body_builder() -> None:
 
     _, script, _ = await send(
         [httpx.Response(200)],
-        url="https://hooks.example.com/hook",  # credentials in a URL override the header
+        url="https://hooks.example.com/incoming-42",  # credentials in a URL override the header
         headers={"Authorization": AUTH},
         body_builder=builder,
     )
