@@ -7,12 +7,14 @@ import datetime as dt
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from notifyonce import (
     AsyncLedger,
+    Claim,
     DeliveryMode,
     Message,
     Notification,
@@ -446,7 +448,10 @@ async def test_cancelled_run_settles_every_claim(ledger: AsyncLedger, clock: Clo
     notifier = Notifier(ledger, sender, concurrency=2)
     items = [Notification(s, CYCLE, msg()) for s in range(10)]
     task = asyncio.create_task(notifier.send_many("trial_6h", items))
-    await asyncio.sleep(0.13)
+    for _ in range(500):  # until a few sends are under way (bounded: 5 s)
+        if len(sender.records) >= 3:
+            break
+        await asyncio.sleep(0.01)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -479,3 +484,34 @@ async def test_no_send_after_the_lease_expired(ledger: AsyncLedger, clock: Clock
     assert [Outcome.SENT, Outcome.RETRY] == [r.outcome for r in report.results]
     assert "lease expired before send" == report.results[1].error
     assert ["1"] == [r.recipient for r in sender.sent]
+
+
+class SlowToReturnLedger(AsyncLedger):
+    """Commits its claims, then takes a moment to return them (the window a shutdown hits)."""
+
+    async def claim_many(self, *args: Any, **kwargs: Any) -> list[Claim]:
+        claims = await super().claim_many(*args, **kwargs)
+        await asyncio.sleep(0.2)
+        return claims
+
+
+async def test_cancelled_while_claiming_frees_the_batch(ledger: AsyncLedger, clock: Clock) -> None:
+    """A run cancelled after its claims committed but before they returned frees them all."""
+    sender = FakeSender()
+    slow = SlowToReturnLedger(ledger.engine, table_name=ledger.table_name, clock=clock)
+    items = [Notification(s, CYCLE, msg()) for s in range(10)]
+    task = asyncio.create_task(
+        Notifier(slow, sender, sweep_every=None).send_many("trial_6h", items)
+    )
+    for _ in range(500):  # until the claims are committed (bounded: 5 s)
+        if await ledger.get("trial_6h", 9, CYCLE) is not None:
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    statuses = {(await status_of(ledger, s)) for s in range(10)}
+    assert {SlotStatus.RELEASED} == statuses
+    assert [] == sender.records
+    again = await Notifier(fresh(ledger, clock), sender).send_many("trial_6h", items)
+    assert 10 == again.counts[Outcome.SENT]

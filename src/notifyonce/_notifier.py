@@ -475,12 +475,7 @@ class Notifier:
                 results[i] = await self._dry_run_result(action, *keyed[i])
             return [results[i] for i in range(len(keyed))]
 
-        claims = await self.ledger.claim_many(
-            action,
-            [(keyed[i][1].subject, keyed[i][1].cycle) for i in todo],
-            take_expired=self.mode is DeliveryMode.AT_LEAST_ONCE,
-            max_attempts=self._claim_limit,
-        )
+        claims = await self._claim(action, [keyed[i][1] for i in todo])
         won = {_slot(claim.key): claim for claim in claims}
         to_send: list[tuple[int, Claim]] = []
         for i in todo:
@@ -496,6 +491,31 @@ class Notifier:
         for (i, claim), decision, landed in zip(to_send, decisions, recorded, strict=True):
             results[i] = self._result(action, keyed[i], claim, decision, landed)
         return [results[i] for i in range(len(keyed))]
+
+    async def _claim(self, action: str, notifications: list[Notification]) -> list[Claim]:
+        """Claim a batch; if cancelled meanwhile, let the claim finish and free what it won.
+
+        Without this, a shutdown landing while the claim commits would leave the whole
+        batch claimed, to expire into UNKNOWN (at most once) without a single send.
+        """
+        claiming = asyncio.ensure_future(
+            self.ledger.claim_many(
+                action,
+                [(n.subject, n.cycle) for n in notifications],
+                take_expired=self.mode is DeliveryMode.AT_LEAST_ONCE,
+                max_attempts=self._claim_limit,
+            )
+        )
+        try:
+            return await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                won = await claiming
+                released = _Decision(
+                    SlotStatus.RELEASED, Outcome.RETRY, error="not sent: interrupted"
+                )
+                await self._record([(0, c) for c in won], [released] * len(won))
+            raise
 
     @property
     def _claim_limit(self) -> int | None:
