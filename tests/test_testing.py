@@ -161,6 +161,7 @@ def test_public_names() -> None:
         "WRITE_TIMEOUT",
         "RateLimit",
         "RedactedTransportError",
+        "SenderClosedError",
         "TelegramSender",
     ] == notifyonce.telegram.__all__
     assert [

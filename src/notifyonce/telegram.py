@@ -19,6 +19,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         'notifyonce.telegram needs httpx: pip install "notifyonce[telegram]"'
     ) from exc
 
+from ._http import SenderClosedError
 from ._telegram._ratelimit import RateLimit
 from ._telegram._sender import (
     CONNECT_TIMEOUT,
@@ -38,5 +39,6 @@ __all__ = [
     "WRITE_TIMEOUT",
     "RateLimit",
     "RedactedTransportError",
+    "SenderClosedError",
     "TelegramSender",
 ]
