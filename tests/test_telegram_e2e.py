@@ -22,6 +22,7 @@ from notifyonce import (
 )
 from notifyonce.telegram import RateLimit, TelegramSender
 from notifyonce.testing import BotAPIServer, Reply
+from notifyonce.testing._server import busiest_window
 
 TOKEN = "987654:E2E-secret_token"
 
@@ -171,13 +172,7 @@ class SendTimes:
         self.times.append((chat, time.monotonic()))
 
     def busiest(self, seconds: float, chat: str | None = None) -> int:
-        times = sorted(t for c, t in self.times if chat is None or c == chat)
-        best = start = 0
-        for end, at in enumerate(times):
-            while at - times[start] >= seconds:
-                start += 1
-            best = max(best, end - start + 1)
-        return best
+        return busiest_window((t for c, t in self.times if chat is None or c == chat), seconds)
 
 
 # The server runs in a thread of the test process, so under load its timestamps carry

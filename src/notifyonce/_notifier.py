@@ -511,10 +511,7 @@ class Notifier:
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 won = await claiming
-                released = _Decision(
-                    SlotStatus.RELEASED, Outcome.RETRY, error="not sent: interrupted"
-                )
-                await self._record([(0, c) for c in won], [released] * len(won))
+                await self._record([(0, c) for c in won], [_INTERRUPTED] * len(won))
             raise
 
     @property
@@ -619,7 +616,7 @@ class Notifier:
             settled = [
                 d if d is not None
                 else self._uncertain(claim, "interrupted while sending") if started[n]
-                else _Decision(SlotStatus.RELEASED, Outcome.RETRY, error="not sent: interrupted")
+                else _INTERRUPTED
                 for n, ((_, claim), d) in enumerate(zip(to_send, decided, strict=True))
             ]  # fmt: skip
             with contextlib.suppress(Exception):
@@ -729,6 +726,9 @@ class Notifier:
         if self.on_result is not None:
             self.on_result(result)
 
+
+# A claim whose send never started because the run was cancelled: certainly not sent.
+_INTERRUPTED = _Decision(SlotStatus.RELEASED, Outcome.RETRY, error="not sent: interrupted")
 
 _LOG_LEVELS = {
     Outcome.SENT: logging.INFO,

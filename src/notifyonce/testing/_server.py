@@ -399,6 +399,17 @@ class LocalServer:
         return keep_alive
 
 
+def busiest_window(times: Iterable[float], seconds: float) -> int:
+    """The most events in any half-open window ``[t, t + seconds)`` of ``times``."""
+    ordered = sorted(times)
+    best = start = 0
+    for end, at in enumerate(ordered):
+        while at - ordered[start] >= seconds:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
 class BotAPIServer(LocalServer):
     """A Bot-API-shaped server on 127.0.0.1 that records deliveries; scriptable per chat.
 
@@ -455,13 +466,9 @@ class BotAPIServer(LocalServer):
 
     def busiest_window(self, seconds: float = 1.0, *, chat_id: str | None = None) -> int:
         """The most deliveries in any half-open window ``[t, t + seconds)``, by server time."""
-        times = sorted(d.at for d in self.deliveries if chat_id is None or d.chat_id == chat_id)
-        best = start = 0
-        for end, at in enumerate(times):
-            while at - times[start] >= seconds:
-                start += 1
-            best = max(best, end - start + 1)
-        return best
+        return busiest_window(
+            (d.at for d in self.deliveries if chat_id is None or d.chat_id == chat_id), seconds
+        )
 
     def reset(self) -> None:
         """Forget deliveries, requests and scripts (connections stay open)."""
