@@ -11,7 +11,9 @@ The tree::
     └── SendError                                a sender could not deliver
         ├── PermanentSendError                   refused for good: never retried
         ├── TransientSendError                   certainly not delivered: retry later
-        └── UncertainSendError                   may have been delivered: never blindly retried
+        ├── UncertainSendError                   may have been delivered: never blindly retried
+        └── SenderConfigError                    the sender is set up wrong (bad token, bad URL):
+                                                 nothing was delivered; stop the run, fix it
 
 Messages never contain a bot token or a message text: only field names, key parts,
 provider codes and descriptions.
@@ -28,6 +30,7 @@ __all__ = [
     "PermanentSendError",
     "ScheduleError",
     "SendError",
+    "SenderConfigError",
     "TransientSendError",
     "UncertainSendError",
     "ValidationError",
@@ -147,4 +150,14 @@ class UncertainSendError(SendError):
     Raised when the request left this process but no answer came back: a read timeout, or
     a connection reset or closed after the request was written. Resending risks a
     duplicate; the delivery mode decides what happens next.
+    """
+
+
+class SenderConfigError(SendError):
+    """The sender itself is set up wrong, not the message: every send would fail alike.
+
+    Raised for a rejected bot token (401), an unknown API method or a wrong ``base_url``
+    (404), and the like. Nothing was delivered. The Notifier does not burn the slot: it
+    frees the claims of the run and raises this error, so the same reminders go out once
+    the configuration is fixed.
     """

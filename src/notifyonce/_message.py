@@ -89,7 +89,14 @@ class Sender(Protocol):
     Implementations raise :class:`~notifyonce.PermanentSendError` when the provider
     refused for good, :class:`~notifyonce.TransientSendError` when the message was
     certainly not delivered, and :class:`~notifyonce.UncertainSendError` when it may have
-    been. Any other exception is treated as uncertain.
+    been. Any other exception is treated as uncertain. A sender that is set up wrong
+    (a rejected token, a wrong URL) raises :class:`~notifyonce.SenderConfigError`.
+
+    A sender may also offer ``check(recipient: str, message: Message) -> None``, a plain
+    (not async) method that raises :class:`~notifyonce.ValidationError` when it would
+    refuse the recipient or the message without sending anything (a malformed chat id, a
+    text too long for the provider). The Notifier calls it before claiming, so such a
+    notification writes nothing and burns no slot.
 
     Example:
         >>> class PrintSender:
