@@ -204,8 +204,24 @@ async def test_claim_many_takes_released_and_expired(env: Env) -> None:
     assert [] == await ledger.claim_many("a", [])
 
 
+async def test_mark_many_refuses_two_outcomes_for_one_row(env: Env) -> None:
+    """Two entries for one claim are refused before anything is written."""
+    ledger = env.make()
+    first, second = await ledger.claim_many("a", [(1, DEADLINE), (2, DEADLINE)])
+    results = [
+        (first, SlotStatus.SENT, "m-1"),
+        (second, SlotStatus.SENT, "m-2"),
+        (first, SlotStatus.FAILED, "again"),
+    ]
+    with pytest.raises(ValidationError, match="appears twice") as caught:
+        await ledger.mark_many(results)
+    assert "results" == caught.value.field
+    records = [await ledger.get("a", i, DEADLINE) for i in (1, 2)]
+    assert [SlotStatus.CLAIMED, SlotStatus.CLAIMED] == [r.status for r in records]
+
+
 async def test_mark_many_applies_each_mark_once(env: Env) -> None:
-    """mark_many marks live claims, returns False for stale and repeated ones."""
+    """mark_many marks live claims and returns False for stale ones."""
     ledger = env.make()
     claims = await ledger.claim_many("a", [(i, DEADLINE) for i in range(5)])
     stale = claims[4]
@@ -217,9 +233,8 @@ async def test_mark_many_applies_each_mark_once(env: Env) -> None:
         (claims[2], SlotStatus.UNKNOWN, None),
         (claims[3], SlotStatus.RELEASED, "429"),
         (stale, SlotStatus.SENT, None),
-        (claims[0], SlotStatus.FAILED, "again"),
     ]
-    assert [True, True, True, True, False, False] == await ledger.mark_many(results)
+    assert [True, True, True, True, False] == await ledger.mark_many(results)
     records = [await ledger.get("a", i, DEADLINE) for i in range(5)]
     assert [
         (SlotStatus.SENT, "m-1", None),

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from ._claim import Claim
-from ._keys import Cycle, Subject, make_key, normalize_action
+from ._keys import Cycle, SlotKey, Subject, make_key, normalize_action
 from ._ledger_checks import (
     ClaimOptions,
     check_aware,
@@ -155,8 +155,41 @@ class _LedgerBase(Generic[EngineT]):
         return self._core.table.schema
 
     def now(self) -> dt.datetime:
-        """The ledger clock's current time (aware, UTC); the Notifier uses the same clock."""
+        """The ledger's current time (aware, UTC); the Notifier uses the same clock.
+
+        Without a ``clock`` of yours this is the database server's time on PostgreSQL and
+        MySQL (this host's clock corrected by a reading of the server's, taken at most a
+        minute ago by any call that talks to the database), so workers whose host clocks
+        disagree still agree on when a lease ends. On SQLite it is this host's clock.
+        """
         return self._core.now()
+
+    @property
+    def lease(self) -> dt.timedelta:
+        """The default lease of a claim."""
+        return self._core.lease
+
+    def _plan_lookup(
+        self, action: object, items: object, take_expired: object, max_attempts: object
+    ) -> Body[list[SlotKey]]:
+        options = self._core.claim_options(None, take_expired, max_attempts)
+        keys = normalize_items(action, items)
+        core = self._core
+
+        def body(conn: Connection) -> list[SlotKey]:
+            if not keys:
+                return []
+            taken = core.not_claimable(conn, keys[0].action, keys, options)
+            return [k for k in keys if (k.cycle, k.subject) in taken]
+
+        return body
+
+    def _plan_renew(self, claims: object, lease: object) -> Body[list[bool]]:
+        if isinstance(claims, (str, bytes)) or not isinstance(claims, Iterable):
+            raise_type("claims", "an iterable of Claim", claims)
+        checked = [check_claim(c) for c in claims]
+        length = self._core.lease if lease is None else check_lease(lease)
+        return partial(self._core.renew, claims=checked, lease=length)
 
     def _claim_many_body(
         self,
@@ -382,6 +415,36 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         checked = check_mark_results(results)
         return await self._run(partial(self._core.mark_many, results=checked))
 
+    async def renew(
+        self, claims: Iterable[Claim], *, lease: dt.timedelta | None = None
+    ) -> list[bool]:
+        """Extend the leases of claims still in progress; one bool per claim.
+
+        Each lease runs again for ``lease`` (default: the ledger's) from now. False for a
+        claim that no longer holds its row (marked, or taken over after its lease ran
+        out). The Notifier renews the claims whose sends take long, so that no other
+        worker takes over a send that is still going on.
+        """
+        return await self._run(self._plan_renew(claims, lease))
+
+    async def not_claimable(
+        self,
+        action: str,
+        items: Iterable[tuple[Subject, Cycle]],
+        *,
+        take_expired: bool = False,
+        max_attempts: int | None = None,
+    ) -> list[SlotKey]:
+        """The keys among ``items`` that a claim with these options would not win now.
+
+        Sent, failed, unknown, held by a live lease, or (with ``take_expired``) expired
+        but out of attempts. One read per 500 keys, nothing locked or written: the answer
+        is a snapshot, and only a claim decides. The Notifier uses it to skip finished
+        slots without claiming them (and without waiting for a rate-limit turn).
+        """
+        body = self._plan_lookup(action, items, take_expired, max_attempts)
+        return await self._run(body, write=False)
+
     async def get(self, action: str, subject: Subject, cycle: Cycle) -> SlotRecord | None:
         """The stored record of a slot, or None if it was never claimed (or was purged)."""
         key = make_key(action, subject, cycle)
@@ -530,6 +593,21 @@ class Ledger(_LedgerBase[sa.Engine]):
     def mark_many(self, results: Sequence[tuple[Claim, SlotStatus, str | None]]) -> list[bool]:
         """See :meth:`AsyncLedger.mark_many`."""
         return self._run(partial(self._core.mark_many, results=check_mark_results(results)))
+
+    def renew(self, claims: Iterable[Claim], *, lease: dt.timedelta | None = None) -> list[bool]:
+        """See :meth:`AsyncLedger.renew`."""
+        return self._run(self._plan_renew(claims, lease))
+
+    def not_claimable(
+        self,
+        action: str,
+        items: Iterable[tuple[Subject, Cycle]],
+        *,
+        take_expired: bool = False,
+        max_attempts: int | None = None,
+    ) -> list[SlotKey]:
+        """See :meth:`AsyncLedger.not_claimable`."""
+        return self._run(self._plan_lookup(action, items, take_expired, max_attempts), write=False)
 
     def get(self, action: str, subject: Subject, cycle: Cycle) -> SlotRecord | None:
         """See :meth:`AsyncLedger.get`."""

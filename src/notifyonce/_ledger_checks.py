@@ -4,6 +4,7 @@ nothing and raises a ValidationError naming the argument."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ __all__ = [
     "check_text",
     "normalize_items",
     "normalize_subjects",
+    "storable",
 ]
 
 _MARK_STATUSES = frozenset(
@@ -68,12 +70,26 @@ def check_claim(value: object) -> Claim:
     return value
 
 
+# NUL and lone surrogates: PostgreSQL refuses the first in text, the drivers of MySQL and
+# SQLite cannot encode the second. Both can come from a provider's answer.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(text: str, limit: int) -> str:
+    """``text`` as every database can store it: unstorable characters replaced, truncated.
+
+    An error text or a message id is a record of what happened, not a key: replacing a
+    character the database would refuse keeps the outcome (the point) instead of losing it.
+    """
+    return _UNSTORABLE.sub("\ufffd", text[:limit])
+
+
 def check_text(field: str, value: object, *, optional: bool) -> str | None:
     if value is None and optional:
         return None
     if not isinstance(value, str):
         raise ValidationTypeError(field, f"must be a str, got {type(value).__name__}")
-    return value[:MAX_ERROR_LENGTH]
+    return storable(value, MAX_ERROR_LENGTH)
 
 
 def check_message_id(value: object) -> str | None:
@@ -83,7 +99,7 @@ def check_message_id(value: object) -> str | None:
         raise ValidationTypeError(
             "message_id", f"must be an int, a str or None, got {type(value).__name__}"
         )
-    return str(value)[:MAX_MESSAGE_ID_LENGTH]
+    return storable(str(value), MAX_MESSAGE_ID_LENGTH)
 
 
 @dataclass(frozen=True)
@@ -125,7 +141,15 @@ def check_mark_results(
 ) -> list[tuple[Claim, SlotStatus, str | None]]:
     """Validate ``mark_many`` input: claims, final statuses, str details."""
     checked = []
+    seen: set[int] = set()
     for claim, status, detail in results:
+        if isinstance(claim, Claim):
+            if claim.id in seen:
+                # Two outcomes for one row: which one is true cannot be guessed.
+                raise ValidationError(
+                    "results", f"the claim of {claim.key} (row {claim.id}) appears twice"
+                )
+            seen.add(claim.id)
         if not isinstance(status, SlotStatus) or status not in _MARK_STATUSES:
             raise ValidationError(
                 "status", f"must be SENT, FAILED, UNKNOWN or RELEASED: {status!r}"

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import math
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -42,6 +44,12 @@ _MYSQL_RETRY_CODES = frozenset({1213, 1205})
 # PostgreSQL: deadlock detected, serialization failure (a caller running SERIALIZABLE).
 _PG_RETRY_STATES = frozenset({"40P01", "40001"})
 _SWEEP_NOTE = "lease expired before a result was recorded"
+# Rows per mark statement: about 12 bind parameters a row, so 500 rows stay near 6,000.
+_MARK_CHUNK = 500
+# Keys per look-up statement (two parameters each).
+_LOOKUP_CHUNK = 500
+# How often the ledger reads the database server's clock again (monotonic seconds).
+_CLOCK_RESYNC = 60.0
 # What the database can raise at run time; anything else from SQLAlchemy is a bug here.
 # OSError and asyncio's TimeoutError: some async drivers (asyncpg) let a refused or timed
 # out connect through unwrapped.
@@ -89,7 +97,13 @@ class LedgerCore:
             )
         self.table = build_table(sa.MetaData(), table_name, schema)
         self.lease = check_lease(lease)
-        self.clock: Clock = clock if clock is not None else _utc_now
+        # Without a clock of the caller's, time is the database server's: every worker then
+        # measures leases on one clock, whatever its own host's clock says. SQLite has no
+        # server; its workers share the host, and so its clock.
+        self.server_clock = clock is None and self.dialect != "sqlite"
+        self.local_clock: Clock = clock if clock is not None else _utc_now
+        self._offset = dt.timedelta(0)  # server time minus local time
+        self._offset_read_at = -math.inf
         self.busy_timeout_ms = int(
             check_lease(busy_timeout, "busy_timeout") / dt.timedelta(milliseconds=1)
         )
@@ -100,11 +114,42 @@ class LedgerCore:
     # ---- time, options -------------------------------------------------------------
 
     def now(self) -> dt.datetime:
-        """The clock's current time, checked to be aware, in UTC."""
-        now = self.clock()
+        """The ledger's current time, aware, in UTC: the caller's clock if one was given,
+        else the database server's (the local clock corrected by the last reading)."""
+        now = self.local_clock()
         if not isinstance(now, dt.datetime) or now.utcoffset() is None:
             raise ValidationError("clock", "must return an aware datetime")
-        return now.astimezone(dt.timezone.utc)
+        return now.astimezone(dt.timezone.utc) + self._offset
+
+    @property
+    def clock_offset(self) -> dt.timedelta:
+        """How far the database server's clock is ahead of this host's (last reading)."""
+        return self._offset
+
+    def sync_clock(self, conn: Connection, *, force: bool = False) -> None:
+        """Read the server's clock when the last reading is older than a minute.
+
+        The offset is taken against the midpoint of the round trip, so it is off by at
+        most half of one round trip.
+        """
+        if not self.server_clock:
+            return
+        if not force and time.monotonic() - self._offset_read_at < _CLOCK_RESYNC:
+            return
+        query = (
+            "SELECT clock_timestamp()"
+            if self.dialect == "postgresql"
+            else "SELECT UTC_TIMESTAMP(6)"
+        )
+        before = self.local_clock().astimezone(dt.timezone.utc)
+        server = conn.exec_driver_sql(query).scalar_one()
+        after = self.local_clock().astimezone(dt.timezone.utc)
+        if isinstance(server, str):
+            server = dt.datetime.fromisoformat(server)
+        if server.tzinfo is None:  # MySQL's UTC_TIMESTAMP is naive UTC
+            server = server.replace(tzinfo=dt.timezone.utc)
+        self._offset = server - (before + (after - before) / 2)
+        self._offset_read_at = time.monotonic()
 
     def claim_options(
         self, lease: object, take_expired: object, max_attempts: object
@@ -143,6 +188,7 @@ class LedgerCore:
             conn.execution_options(isolation_level="AUTOCOMMIT")
         if not owned:
             try:
+                self.sync_clock(conn)
                 return body(conn)
             except DATABASE_ERRORS as exc:
                 raise self.translate(exc) from exc
@@ -156,6 +202,7 @@ class LedgerCore:
                     # then makes concurrent claimers queue instead of failing.
                     conn.exec_driver_sql(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
                     conn.exec_driver_sql("BEGIN IMMEDIATE")
+                self.sync_clock(conn)
                 result = body(conn)
                 conn.commit()
                 return result
@@ -467,7 +514,20 @@ class LedgerCore:
     def mark_many(
         self, conn: Connection, results: Sequence[tuple[Claim, SlotStatus, str | None]]
     ) -> list[bool]:
-        """Mark many claims in two statements: lock the live ones, then one UPDATE."""
+        """Mark many claims (distinct rows), two statements per chunk, in one transaction.
+
+        Chunks keep every statement far below each driver's limit on bind parameters
+        (asyncpg 32,767), whatever the number of results.
+        """
+        outcome: list[bool] = []
+        for start in range(0, len(results), _MARK_CHUNK):
+            outcome += self._mark_chunk(conn, results[start : start + _MARK_CHUNK])
+        return outcome
+
+    def _mark_chunk(
+        self, conn: Connection, results: Sequence[tuple[Claim, SlotStatus, str | None]]
+    ) -> list[bool]:
+        """Lock the live rows of ``results``, then one UPDATE for all of them."""
         t = self.table
         if not results:
             return []
@@ -509,6 +569,41 @@ class LedgerCore:
             )
             conn.execute(stmt)
         return outcome
+
+    def renew(self, conn: Connection, claims: Sequence[Claim], lease: dt.timedelta) -> list[bool]:
+        """Extend the leases of ``claims`` that still hold their rows; one bool per claim."""
+        t = self.table
+        until = self.now() + lease
+        held: set[tuple[int, int]] = set()
+        for start in range(0, len(claims), _LOOKUP_CHUNK):
+            pairs = sorted({(c.id, c.token) for c in claims[start : start + _LOOKUP_CHUNK]})
+            mine = sa.and_(sa.tuple_(t.c.id, t.c.token).in_(pairs), t.c.status == _CLAIMED)
+            conn.execute(sa.update(t).where(mine).values(lease_until=until))
+            held.update(
+                (row.id, row.token)
+                for row in conn.execute(sa.select(t.c.id, t.c.token).where(mine))
+            )
+        return [(c.id, c.token) in held for c in claims]
+
+    def not_claimable(
+        self, conn: Connection, action: str, keys: Sequence[SlotKey], options: ClaimOptions
+    ) -> set[tuple[str, str]]:
+        """The ``(cycle, subject)`` pairs among ``keys`` whose row a claim would not win now."""
+        t = self.table
+        limited = options.take_expired and options.max_attempts is not None
+        params: dict[str, Any] = {"now": self.now()}
+        if limited:
+            params["max_attempts"] = options.max_attempts
+        taken: set[tuple[str, str]] = set()
+        for start in range(0, len(keys), _LOOKUP_CHUNK):
+            pairs = sorted({(k.cycle, k.subject) for k in keys[start : start + _LOOKUP_CHUNK]})
+            stmt = sa.select(t.c.cycle, t.c.subject).where(
+                t.c.action == action,
+                sa.tuple_(t.c.cycle, t.c.subject).in_(pairs),
+                sa.not_(self._takeover(options.take_expired, limited)),
+            )
+            taken.update((row.cycle, row.subject) for row in conn.execute(stmt, params))
+        return taken
 
     # ---- reads -----------------------------------------------------------------------
 
