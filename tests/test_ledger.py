@@ -474,3 +474,90 @@ async def test_purge_keeps_a_date_cycle_until_the_day_ended_everywhere(env: Env)
     assert 0 == await ledger.purge(older_than=dt.timedelta(hours=6))
     env.clock.now = dt.datetime(2026, 12, 2, 18, 1, tzinfo=UTC)
     assert 1 == await ledger.purge(older_than=dt.timedelta(hours=6))
+
+
+# -- what a just-in-time pipeline needs: renewals, look-ups, big and odd marks ----------------
+
+
+async def test_renew_extends_only_live_claims(env: Env) -> None:
+    """renew() pushes the lease of held claims forward and reports lost ones as False."""
+    ledger = env.make(lease=dt.timedelta(seconds=60))
+    held, lost = await ledger.claim_many("a", [(1, DEADLINE), (2, DEADLINE)])
+    assert await ledger.mark_sent(lost)
+    env.clock.advance(dt.timedelta(seconds=50))
+    assert [True, False] == await ledger.renew([held, lost])
+    env.clock.advance(dt.timedelta(seconds=50))  # 100 s after the claim, 50 after renewal
+    assert None is await env.make().claim_slot("a", 1, DEADLINE, take_expired=True)
+    record = await ledger.get("a", 1, DEADLINE)
+    assert START + dt.timedelta(seconds=110) == record.lease_until
+    assert await ledger.mark_sent(held)
+
+
+async def test_not_claimable_agrees_with_the_claim(env: Env) -> None:
+    """not_claimable() lists exactly the keys a claim with the same options would lose."""
+    ledger = env.make(lease=dt.timedelta(seconds=60))
+    items = [(i, DEADLINE) for i in range(6)]
+    c = await ledger.claim_many("a", items[:5])
+    await ledger.mark_sent(c[0])
+    await ledger.mark_failed(c[1], "blocked")
+    await ledger.release(c[2])
+    await ledger.mark_unknown(c[3])
+    # c[4] stays held; item 5 has no row.
+    assert ["0", "1", "3", "4"] == [k.subject for k in await ledger.not_claimable("a", items)]
+    env.clock.advance(dt.timedelta(seconds=61))  # c[4]'s lease ran out
+    taken = await ledger.not_claimable("a", items, take_expired=True)
+    assert ["0", "1", "3"] == [k.subject for k in taken]
+    won = await ledger.claim_many("a", items, take_expired=True)
+    assert ["2", "4", "5"] == [k.key.subject for k in won]
+    assert ["4"] == [
+        k.subject for k in await env.make().not_claimable("a", [(4, DEADLINE)], take_expired=True)
+    ]
+    assert [] == await ledger.not_claimable("a", [])
+
+
+async def test_five_thousand_marks_in_one_call(env: Env) -> None:
+    """mark_many of 5,000 claims lands every one (asyncpg refuses 32,767+ parameters)."""
+    ledger = env.make()
+    claims = await ledger.claim_many("a", [(i, DEADLINE) for i in range(5000)], chunk_size=5000)
+    assert 5000 == len(claims)
+    marks = [(c, SlotStatus.SENT, str(c.id)) for c in claims]
+    assert [True] * 5000 == await ledger.mark_many(marks)
+    counts = env.sql("SELECT status, count(*) FROM {t} GROUP BY status")
+    assert [("sent", 5000)] == [tuple(row) for row in counts]
+
+
+async def test_unstorable_details_are_stored_replaced(env: Env) -> None:
+    """A NUL or a lone surrogate in an error or message id is replaced, never fatal."""
+    ledger = env.make()
+    claims = await ledger.claim_many("a", [(i, DEADLINE) for i in range(4)])
+    marks = [
+        (claims[0], SlotStatus.SENT, "id\x00with-nul"),
+        (claims[1], SlotStatus.FAILED, "bad \ud800 surrogate"),
+        (claims[2], SlotStatus.SENT, "fine"),
+    ]
+    assert [True, True, True] == await ledger.mark_many(marks)
+    assert await ledger.mark_unknown(claims[3], "nul\x00 again")
+    records = [await ledger.get("a", i, DEADLINE) for i in range(4)]
+    assert "id\ufffdwith-nul" == records[0].message_id
+    assert "bad \ufffd surrogate" == records[1].last_error
+    assert "fine" == records[2].message_id
+    assert "nul\ufffd again" == records[3].last_error
+
+
+async def test_leases_are_measured_on_the_database_clock(env: Env) -> None:
+    """A worker whose host clock runs 61 s ahead does not take over a fresh 60 s claim."""
+    if env.dialect == "sqlite":
+        pytest.skip("SQLite has no server: its workers share one host and so one clock")
+    lease = dt.timedelta(seconds=60)
+    honest = env.make(clock=None, lease=lease)
+    ahead = env.make(clock=None, lease=lease)
+    core = ahead.inner._core
+    core.local_clock = lambda: dt.datetime.now(UTC) + dt.timedelta(seconds=61)
+    claim = await honest.claim_slot("a", 1, DEADLINE)
+    assert claim is not None
+    assert None is await ahead.claim_slot("a", 1, DEADLINE, take_expired=True)
+    swept = await ahead.sweep(DeliveryMode.AT_MOST_ONCE)
+    assert [] == swept.unknown
+    # It read the server's clock and corrected its own by about the skew.
+    assert abs(core.clock_offset + dt.timedelta(seconds=61)) < dt.timedelta(seconds=2)
+    assert await honest.mark_sent(claim)

@@ -455,12 +455,15 @@ async def test_cancelled_run_settles_every_claim(ledger: AsyncLedger, clock: Clo
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    statuses = Counter([await status_of(ledger, s) for s in range(10)])
+    records = [await ledger.get("trial_6h", s, CYCLE) for s in range(10)]
+    statuses = Counter(None if r is None else r.status for r in records)
     assert 0 == statuses[SlotStatus.CLAIMED]
     assert len(sender.sent) == statuses[SlotStatus.SENT]
-    assert statuses[SlotStatus.RELEASED] > 0  # never started: certainly not sent
+    # Never started: never claimed (claims are made just before the send), or released.
+    untouched = statuses[None] + statuses[SlotStatus.RELEASED]
+    assert untouched > 0
     again = await Notifier(fresh(ledger, clock), sender).send_many("trial_6h", items)
-    assert statuses[SlotStatus.RELEASED] == again.counts[Outcome.SENT]
+    assert untouched == again.counts[Outcome.SENT]
     assert 1 == max(Counter(r.recipient for r in sender.sent).values())
 
 
@@ -476,14 +479,40 @@ class ClockEatingSender(FakeSender):
         return await super().send(recipient, message)
 
 
-async def test_no_send_after_the_lease_expired(ledger: AsyncLedger, clock: Clock) -> None:
-    """A claim whose lease ran out while earlier sends were slow is released, not sent."""
+async def test_claims_are_made_just_before_their_send(ledger: AsyncLedger, clock: Clock) -> None:
+    """Slow sends do not age the claims of later ones: each slot is claimed when its send starts."""
     sender = ClockEatingSender(clock)
     notifier = Notifier(ledger, sender, concurrency=1)
-    report = await notifier.send_many("trial_6h", [Notification(s, CYCLE, msg()) for s in (1, 2)])
-    assert [Outcome.SENT, Outcome.RETRY] == [r.outcome for r in report.results]
-    assert "lease expired before send" == report.results[1].error
-    assert ["1"] == [r.recipient for r in sender.sent]
+    items = [Notification(s, CYCLE, msg()) for s in (1, 2, 3)]
+    report = await notifier.send_many("trial_6h", items)
+    assert [Outcome.SENT] * 3 == [r.outcome for r in report.results]
+    records = [await ledger.get("trial_6h", s, CYCLE) for s in (1, 2, 3)]
+    created = [r.created_at for r in records if r is not None]
+    assert [dt.timedelta(minutes=10)] * 2 == [created[1] - created[0], created[2] - created[1]]
+
+
+class LateClaimLedger(AsyncLedger):
+    """Its claims come back after their lease has already run out (a stalled database)."""
+
+    def __init__(self, *args: Any, clock: Clock, **kwargs: Any) -> None:
+        super().__init__(*args, clock=clock, **kwargs)
+        self.test_clock = clock
+
+    async def claim_many(self, *args: Any, **kwargs: Any) -> list[Claim]:
+        claims = await super().claim_many(*args, **kwargs)
+        self.test_clock.advance(minutes=6)
+        return claims
+
+
+async def test_no_send_after_the_lease_expired(ledger: AsyncLedger, clock: Clock) -> None:
+    """A claim whose lease ran out before its send could start is released, not sent."""
+    late = LateClaimLedger(ledger.engine, table_name=ledger.table_name, clock=clock)
+    sender = FakeSender()
+    report = await Notifier(late, sender).send_many("trial_6h", [Notification(1, CYCLE, msg())])
+    assert [Outcome.RETRY] == [r.outcome for r in report.results]
+    assert "lease expired before send" == report.results[0].error
+    assert [] == sender.records
+    assert SlotStatus.RELEASED == await status_of(ledger, 1)
 
 
 class SlowToReturnLedger(AsyncLedger):

@@ -8,43 +8,40 @@ what the sender did            at-most-once         at-least-once
 delivered                      mark_sent -> SENT    mark_sent -> SENT
 PermanentSendError             mark_failed -> FAILED (never retried)
 TransientSendError             release -> RETRY (certainly not delivered)
+SenderConfigError              release -> RETRY, and the run stops with the error
 UncertainSendError / other     mark_unknown ->      release -> RETRY while
                                UNKNOWN              attempt < max_attempts,
                                                     then mark_unknown -> UNKNOWN
 slot held or finished          DUPLICATE            DUPLICATE
 lease lost before the mark     LEASE_LOST (logged at ERROR, nothing overwritten)
 =============================  ===================  ==============================
+
+How a run is carried out (claims just in time, outcomes written at once, what a crash or
+a cancellation costs) is in ``_dispatch``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TypeAlias
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
-from ._errors import (
-    LedgerError,
-    PermanentSendError,
-    SendError,
-    TransientSendError,
-    ValidationError,
-    ValidationTypeError,
-)
-from ._keys import Cycle, SlotKey, Subject, make_key, normalize_action
-from ._message import Message, Receipt, Sender
+from ._dispatch import Keep, Run
+from ._errors import ValidationError, ValidationTypeError
+from ._keys import SlotKey, make_key, normalize_action
+from ._ledger import AsyncLedger
+from ._message import Message, Sender
 from ._outcome import DeliveryMode, Outcome
 from ._quiet import QuietHours
-from ._table import SlotStatus
+from ._results import Notification, Report, Result
 
 if TYPE_CHECKING:
-    from ._claim import Claim
-    from ._ledger import AsyncLedger
+    from ._keys import Cycle, Subject
     from ._ledger_records import SweepResult
     from ._schedule import Schedule
     from ._window import DeadlineRange, Window
@@ -52,110 +49,6 @@ if TYPE_CHECKING:
 __all__ = ["Notification", "Notifier", "Report", "Result", "Selector", "TickReport"]
 
 logger = logging.getLogger("notifyonce.notifier")
-
-_ERROR_TEXT_LIMIT = 300
-
-
-@dataclass(frozen=True, slots=True)
-class Notification:
-    """One message for one subject in one cycle.
-
-    Args:
-        subject: Who it is for (a user or chat id).
-        cycle: Which cycle (e.g. the end of the paid period); see :func:`make_key`.
-        message: What to send.
-        recipient: Where to send it; defaults to ``str(subject)``.
-        timezone: The subject's time zone, for the Notifier's ``quiet_hours``.
-
-    Example:
-        >>> n = Notification(42, "2026-12", Message("6 hours left"))
-        >>> n.target
-        '42'
-    """
-
-    subject: Subject
-    cycle: Cycle
-    message: Message
-    recipient: str | None = None
-    timezone: dt.tzinfo | None = None
-
-    @property
-    def target(self) -> str:
-        """The recipient the sender is given."""
-        return self.recipient if self.recipient is not None else str(self.subject)
-
-
-@dataclass(frozen=True, slots=True)
-class Result:
-    """What happened to one notification.
-
-    Attributes:
-        action: The action it was sent under.
-        notification: The notification itself.
-        key: Its normalised slot key.
-        outcome: What happened.
-        attempt: Which attempt of the slot this was (None when nothing was claimed).
-        receipt: The sender's receipt when it was delivered.
-        error: The provider's code and description, or the exception's class name; never
-            a message text.
-        reason: Why it was skipped (``"dry run"``, ``"spacing"``), when it was.
-    """
-
-    action: str
-    notification: Notification
-    key: SlotKey
-    outcome: Outcome
-    attempt: int | None = None
-    receipt: Receipt | None = None
-    error: str | None = None
-    reason: str | None = None
-
-    def __repr__(self) -> str:
-        parts = [f"{self.key}", self.outcome.value]
-        if self.attempt is not None:
-            parts.append(f"attempt={self.attempt}")
-        if self.error:
-            parts.append(f"error={self.error!r}")
-        if self.reason:
-            parts.append(f"reason={self.reason!r}")
-        return f"Result({', '.join(parts)})"
-
-
-@dataclass
-class Report:
-    """The outcome of a :meth:`Notifier.send_many` run.
-
-    Attributes:
-        counts: Number of notifications per outcome (every outcome is present).
-        results: Every result in input order, unless the Notifier was created with
-            ``keep_results=False`` (for very large runs; ``counts`` is always kept).
-        swept: What the automatic sweep of expired leases changed before this run, if it ran.
-        dry_run: True when nothing was claimed, sent or recorded.
-    """
-
-    counts: dict[Outcome, int] = field(default_factory=lambda: dict.fromkeys(Outcome, 0))
-    results: list[Result] = field(default_factory=list)
-    swept: SweepResult | None = None
-    dry_run: bool = False
-
-    def __getitem__(self, outcome: Outcome) -> list[Result]:
-        """The kept results with this outcome."""
-        return [r for r in self.results if r.outcome is outcome]
-
-    @property
-    def total(self) -> int:
-        """How many notifications the run handled."""
-        return sum(self.counts.values())
-
-    def _add(self, result: Result, keep: bool) -> None:
-        self.counts[result.outcome] += 1
-        if keep:
-            self.results.append(result)
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{o.value}={n}" for o, n in self.counts.items() if n)
-        label = "dry run, " if self.dry_run else ""
-        return f"Report({label}{shown or 'empty'})"
 
 
 _Notifications: TypeAlias = Iterable[Notification] | AsyncIterable[Notification]
@@ -197,25 +90,6 @@ class TickReport:
         return f"TickReport({self.now.isoformat()}, {shown or 'nothing sent'}, missed={missed})"
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, SendError):
-        # SendError messages carry the provider's code and description, never text/secrets.
-        return str(exc)[:_ERROR_TEXT_LIMIT]
-    # A foreign exception's message may quote the request (and so the text or a token).
-    return type(exc).__name__
-
-
-@dataclass(frozen=True, slots=True)
-class _Decision:
-    """What to record for a claim after the send, and the outcome if the record lands."""
-
-    status: SlotStatus
-    outcome: Outcome
-    receipt: Receipt | None = None
-    error: str | None = None
-    may_have_delivered: bool = False
-
-
 class Notifier:
     """Sends notifications once per slot: claim, send, record.
 
@@ -226,10 +100,13 @@ class Notifier:
             :class:`DeliveryMode`.
         max_attempts: In at-least-once mode, how many times one slot may be tried in all
             (the bound on duplicates). Ignored in at-most-once mode.
-        concurrency: How many sends :meth:`send_many` keeps in flight. The sender's own
-            rate limit still applies.
-        batch_size: How many notifications :meth:`send_many` claims and records per
-            statement; the memory a run needs is proportional to it.
+        concurrency: How many sends :meth:`send_many` keeps in flight, and so the most
+            claims a run ever holds whose request was not written yet (what a crash can
+            cost). A slot is claimed only when its send can start: after the sender's
+            rate-limit turn when the sender offers ``turn(recipient)``.
+        batch_size: How many notifications :meth:`send_many` reads ahead and checks per
+            statement (quiet hours, spacing, which slots are already finished). It bounds
+            the memory of a streamed run; it does not bound what a crash costs.
         min_spacing: If set, a subject that was sent anything (under any action) within
             this interval is skipped with ``Outcome.SKIPPED``. Checked against the ledger
             before claiming, so it holds across restarts and for runs one after another;
@@ -241,7 +118,10 @@ class Notifier:
         sweep_every: How often the Notifier sweeps expired leases before a run (None: never;
             then call ``ledger.sweep`` yourself).
         dry_run: Claim nothing, send nothing, record nothing; report what would happen.
-        keep_results: Keep every :class:`Result` in reports (turn off for huge runs).
+        keep_results: Which results a :class:`Report` keeps: True every one, False none
+            (``counts`` is always complete), None (the default) every one for a list and
+            only those that need attention (``FAILED``, ``UNKNOWN``, ``RETRY``,
+            ``LEASE_LOST``) for a stream, so that a streamed run's memory stays flat.
         on_result: Called with every :class:`Result`, e.g. to feed metrics.
 
     Example:
@@ -273,7 +153,7 @@ class Notifier:
         quiet_hours: QuietHours | None = None,
         sweep_every: dt.timedelta | None = dt.timedelta(minutes=1),
         dry_run: bool = False,
-        keep_results: bool = True,
+        keep_results: bool | None = None,
         on_result: Callable[[Result], None] | None = None,
     ) -> None:
         if not isinstance(mode, DeliveryMode):
@@ -294,6 +174,18 @@ class Notifier:
                 raise ValidationError(name, "must be a positive timedelta or None")
         if not callable(getattr(sender, "send", None)):
             raise ValidationTypeError("sender", "must have an async send(recipient, message)")
+        if keep_results is not None and not isinstance(keep_results, bool):
+            raise ValidationTypeError("keep_results", "must be True, False or None")
+        if not isinstance(cast(object, ledger), AsyncLedger):
+            hint = (
+                "; the Notifier is async: build an AsyncLedger on an AsyncEngine "
+                "(create_async_engine) over the same database"
+                if type(ledger).__name__ == "Ledger"
+                else ""
+            )
+            raise ValidationTypeError(
+                "ledger", f"must be an AsyncLedger, got {type(ledger).__name__}{hint}"
+            )
         self.ledger = ledger
         self.sender = sender
         self.mode = mode
@@ -308,6 +200,10 @@ class Notifier:
         self.dry_run = dry_run
         self.keep_results = keep_results
         self.on_result = on_result
+        check = getattr(sender, "check", None)
+        self._sender_check: Callable[[str, Message], None] | None = (
+            check if callable(check) else None
+        )
         self._last_sweep: dict[str, float] = {}  # per action: sweeps are scoped to actions
         self._last_ticks: dict[Schedule, dt.datetime] = {}
         self._sweep_lock = asyncio.Lock()
@@ -352,10 +248,12 @@ class Notifier:
     async def send_many(self, action: str, notifications: _Notifications) -> Report:
         """Send many notifications under one action, each at most once per slot.
 
-        Claims are made in batches (one statement per batch where the database allows),
-        sends run with bounded concurrency, and outcomes are recorded in batches. An async
-        iterable is streamed, so the memory used is bounded by ``batch_size`` (plus the
-        kept results).
+        Each slot is claimed just before its send (claims of sends that start together
+        share one statement), at most ``concurrency`` sends run at once, and each outcome
+        is written as soon as it is known. So a crash or a cancellation costs only the
+        sends under way, and one value the database cannot store costs only its row. An
+        async iterable is streamed: the memory used is bounded by ``batch_size`` plus the
+        kept results (see ``keep_results``).
 
         Args:
             action: The reminder's name shared by all of them.
@@ -367,20 +265,32 @@ class Notifier:
             A :class:`Report` with the counts per outcome and, by default, every result.
 
         Raises:
-            ValidationError: Bad input; nothing of that batch was written.
-            LedgerError: A claim failed; the report of batches already done is lost, but
-                their outcomes are in the ledger.
+            ValidationError: Bad input (including a recipient or message the sender's
+                ``check`` refuses); nothing of that batch was written. For a list,
+                nothing at all was written.
+            SenderConfigError: The sender is set up wrong (a rejected token, a wrong
+                URL). The run stopped; its claims were freed, so the same notifications
+                go out once the configuration is fixed.
+            LedgerError: The ledger failed; the sends under way were finished and their
+                outcomes recorded where the database allowed.
+            asyncio.CancelledError: The run was cancelled. Sends under way were recorded
+                as uncertain, claims not yet sent were freed, before this is raised.
         """
         normalize_action(action)
         report = Report(dry_run=self.dry_run)
+        streamed = not isinstance(notifications, Sequence)
         if isinstance(notifications, Sequence):
-            _validate_all(action, notifications)
+            for item in notifications:
+                self._checked(action, item)
+        keep: Keep = (
+            ("attention" if streamed else "all")
+            if self.keep_results is None
+            else "all"
+            if self.keep_results
+            else "none"
+        )
         report.swept = await self._maybe_sweep(action)
-        async for batch in _batches(notifications, self.batch_size):
-            keyed = [(_checked(action, n), n) for n in batch]
-            for result in await self._run_batch(action, keyed):
-                self._emit(result)
-                report._add(result, self.keep_results)
+        await Run(self, action, report, keep).execute(notifications)
         return report
 
     async def tick(
@@ -461,241 +371,6 @@ class Notifier:
             self._last_sweep[name] = swept_at
         return result
 
-    # -- one batch ------------------------------------------------------------------
-
-    async def _run_batch(
-        self, action: str, keyed: list[tuple[SlotKey, Notification]]
-    ) -> list[Result]:
-        results: dict[int, Result] = {}
-        todo = self._first_of_each_key(action, keyed, results)
-        todo = self._apply_quiet_hours(action, keyed, todo, results)
-        todo = await self._apply_spacing(action, keyed, todo, results)
-        if self.dry_run:
-            for i in todo:
-                results[i] = await self._dry_run_result(action, *keyed[i])
-            return [results[i] for i in range(len(keyed))]
-
-        claims = await self._claim(action, [keyed[i][1] for i in todo])
-        won = {_slot(claim.key): claim for claim in claims}
-        to_send: list[tuple[int, Claim]] = []
-        for i in todo:
-            key, _ = keyed[i]
-            claim = won.get(_slot(key))
-            if claim is None:
-                results[i] = Result(action, keyed[i][1], key, Outcome.DUPLICATE)
-            else:
-                to_send.append((i, claim))
-
-        decisions = await self._send_all(keyed, to_send)
-        recorded = await self._record(to_send, list(decisions))
-        for (i, claim), decision, landed in zip(to_send, decisions, recorded, strict=True):
-            results[i] = self._result(action, keyed[i], claim, decision, landed)
-        return [results[i] for i in range(len(keyed))]
-
-    async def _claim(self, action: str, notifications: list[Notification]) -> list[Claim]:
-        """Claim a batch; if cancelled meanwhile, let the claim finish and free what it won.
-
-        Without this, a shutdown landing while the claim commits would leave the whole
-        batch claimed, to expire into UNKNOWN (at most once) without a single send.
-        """
-        claiming = asyncio.ensure_future(
-            self.ledger.claim_many(
-                action,
-                [(n.subject, n.cycle) for n in notifications],
-                take_expired=self.mode is DeliveryMode.AT_LEAST_ONCE,
-                max_attempts=self._claim_limit,
-            )
-        )
-        try:
-            return await asyncio.shield(claiming)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                won = await claiming
-                await self._record([(0, c) for c in won], [_INTERRUPTED] * len(won))
-            raise
-
-    @property
-    def _claim_limit(self) -> int | None:
-        return self.max_attempts if self.mode is DeliveryMode.AT_LEAST_ONCE else None
-
-    @staticmethod
-    def _first_of_each_key(
-        action: str, keyed: list[tuple[SlotKey, Notification]], results: dict[int, Result]
-    ) -> list[int]:
-        seen: set[SlotKey] = set()
-        todo: list[int] = []
-        for i, (key, notification) in enumerate(keyed):
-            slot = _slot(key)
-            if slot in seen:
-                # The same slot twice in one run: the second can only be a duplicate.
-                results[i] = Result(action, notification, key, Outcome.DUPLICATE)
-            else:
-                seen.add(slot)
-                todo.append(i)
-        return todo
-
-    def _apply_quiet_hours(
-        self,
-        action: str,
-        keyed: list[tuple[SlotKey, Notification]],
-        todo: list[int],
-        results: dict[int, Result],
-    ) -> list[int]:
-        quiet = self.quiet_hours
-        if quiet is None or not todo:
-            return todo
-        now = self._now()
-        kept: list[int] = []
-        for i in todo:
-            key, notification = keyed[i]
-            if quiet.is_quiet(now, notification.timezone):
-                results[i] = Result(
-                    action, notification, key, Outcome.SKIPPED, reason="quiet hours"
-                )
-            else:
-                kept.append(i)
-        return kept
-
-    async def _apply_spacing(
-        self,
-        action: str,
-        keyed: list[tuple[SlotKey, Notification]],
-        todo: list[int],
-        results: dict[int, Result],
-    ) -> list[int]:
-        if self.min_spacing is None or not todo:
-            return todo
-        since = self._now() - self.min_spacing
-        recent = await self.ledger.last_sent([keyed[i][0].subject for i in todo], since=since)
-        kept: list[int] = []
-        taken: set[str] = set(recent)
-        for i in todo:
-            key, notification = keyed[i]
-            if key.subject in taken:
-                results[i] = Result(action, notification, key, Outcome.SKIPPED, reason="spacing")
-            else:
-                # Two notifications for one subject in one batch would also break spacing.
-                taken.add(key.subject)
-                kept.append(i)
-        return kept
-
-    async def _dry_run_result(self, action: str, key: SlotKey, n: Notification) -> Result:
-        record = await self.ledger.get(action, n.subject, n.cycle)
-        if record is None or self._claimable(record):
-            return Result(action, n, key, Outcome.SKIPPED, reason="dry run: would send")
-        return Result(action, n, key, Outcome.DUPLICATE, reason="dry run")
-
-    def _claimable(self, record: Any) -> bool:
-        if record.status is SlotStatus.RELEASED:
-            return True
-        return (
-            self.mode is DeliveryMode.AT_LEAST_ONCE
-            and record.status is SlotStatus.CLAIMED
-            and record.lease_until < self._now()
-            and record.attempt < self.max_attempts
-        )
-
-    async def _send_all(
-        self, keyed: list[tuple[SlotKey, Notification]], to_send: list[tuple[int, Claim]]
-    ) -> list[_Decision]:
-        gate = asyncio.Semaphore(self.concurrency)
-        decided: list[_Decision | None] = [None] * len(to_send)
-        started = [False] * len(to_send)
-
-        async def one(n: int, i: int, claim: Claim) -> None:
-            async with gate:
-                started[n] = True
-                decided[n] = await self._send_one(keyed[i][1], claim)
-
-        try:
-            await asyncio.gather(*(one(n, i, c) for n, (i, c) in enumerate(to_send)))
-        except BaseException:
-            # Cancelled (a shutdown) or broken mid-batch: settle every claim before the
-            # error goes on, so none is left to expire. A send in flight may have gone out;
-            # one never started certainly did not.
-            settled = [
-                d if d is not None
-                else self._uncertain(claim, "interrupted while sending") if started[n]
-                else _INTERRUPTED
-                for n, ((_, claim), d) in enumerate(zip(to_send, decided, strict=True))
-            ]  # fmt: skip
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._record(to_send, settled))
-            raise
-        return [d for d in decided if d is not None]
-
-    async def _send_one(self, notification: Notification, claim: Claim) -> _Decision:
-        if claim.lease_until <= self._now():
-            # Another worker may take this slot over now: sending would risk a duplicate.
-            # The release below is fenced by the token, so it is safe either way.
-            return _Decision(SlotStatus.RELEASED, Outcome.RETRY, error="lease expired before send")
-        message = notification.message
-        if message.idempotency_key is None:
-            # The same key on every attempt of this slot: a receiver that deduplicates by
-            # it turns at-least-once into exactly-once.
-            message = replace(message, idempotency_key=claim.key.idempotency_key)
-        try:
-            receipt = await self.sender.send(notification.target, message)
-        except PermanentSendError as exc:
-            return _Decision(SlotStatus.FAILED, Outcome.FAILED, error=_describe(exc))
-        except TransientSendError as exc:
-            return _Decision(SlotStatus.RELEASED, Outcome.RETRY, error=_describe(exc))
-        except ValidationError as exc:
-            # The sender refused the recipient or message before sending anything, and
-            # would refuse it again: a permanent failure, not an uncertain one.
-            return _Decision(SlotStatus.FAILED, Outcome.FAILED, error=f"{exc.field}: {exc.problem}")
-        except Exception as exc:  # UncertainSendError, or a sender bug: it may have gone out
-            return self._uncertain(claim, _describe(exc))
-        return _Decision(SlotStatus.SENT, Outcome.SENT, receipt=receipt, may_have_delivered=True)
-
-    def _uncertain(self, claim: Claim, error: str) -> _Decision:
-        if self.mode is DeliveryMode.AT_LEAST_ONCE and claim.attempt < self.max_attempts:
-            return _Decision(
-                SlotStatus.RELEASED, Outcome.RETRY, error=error, may_have_delivered=True
-            )
-        return _Decision(SlotStatus.UNKNOWN, Outcome.UNKNOWN, error=error, may_have_delivered=True)
-
-    async def _record(
-        self, to_send: list[tuple[int, Claim]], decisions: list[_Decision]
-    ) -> list[bool | None]:
-        """Record every decision; True landed, False lease lost, None the ledger failed."""
-        if not to_send:
-            return []
-        marks = [
-            (claim, d.status, _detail(d)) for (_, claim), d in zip(to_send, decisions, strict=True)
-        ]
-        try:
-            return list(await self.ledger.mark_many(marks))
-        except LedgerError as exc:
-            # The sends happened; the claims stay as they are until their leases expire,
-            # and the sweep then settles them as the delivery mode says.
-            logger.error(
-                "could not record %d outcomes (%s); the sweep will settle them",
-                len(marks),
-                type(exc.__cause__ or exc).__name__,
-            )
-            return [None] * len(marks)
-
-    def _result(
-        self,
-        action: str,
-        item: tuple[SlotKey, Notification],
-        claim: Claim,
-        decision: _Decision,
-        landed: bool | None,
-    ) -> Result:
-        key, notification = item
-        outcome, error = decision.outcome, decision.error
-        if landed is False and decision.may_have_delivered:
-            # Sent (or maybe sent) while someone else already held the slot.
-            outcome = Outcome.LEASE_LOST
-        elif landed is False:
-            # Not delivered and the slot is someone else's now: nothing to record.
-            outcome = Outcome.DUPLICATE
-        elif landed is None:
-            outcome, error = Outcome.UNKNOWN, "the ledger failed while recording the outcome"
-        return Result(action, notification, key, outcome, claim.attempt, decision.receipt, error)
-
     # -- plumbing -------------------------------------------------------------------
 
     async def _maybe_sweep(self, action: str) -> SweepResult | None:
@@ -705,6 +380,31 @@ class Notifier:
             last = self._last_sweep.get(action)
             due = last is None or time.monotonic() - last >= self.sweep_every.total_seconds()
             return await self.sweep([action]) if due else None
+
+    @property
+    def _claim_limit(self) -> int | None:
+        return self.max_attempts if self.mode is DeliveryMode.AT_LEAST_ONCE else None
+
+    def _checked(self, action: str, item: object) -> SlotKey:
+        """Check one notification (and ask the sender's ``check``); its slot key."""
+        if not isinstance(item, Notification):
+            raise ValidationTypeError(
+                "notifications", f"items must be Notification, got {type(item).__name__}"
+            )
+        if not isinstance(item.message, Message):
+            raise ValidationTypeError(
+                "message", f"must be a Message, got {type(item.message).__name__}"
+            )
+        if item.recipient is not None and (
+            not isinstance(item.recipient, str) or not item.recipient
+        ):
+            raise ValidationError("recipient", "must be a non-empty str or None")
+        if item.timezone is not None and not isinstance(item.timezone, dt.tzinfo):
+            raise ValidationTypeError("timezone", "must be a tzinfo (e.g. a ZoneInfo) or None")
+        key = make_key(action, item.subject, item.cycle)
+        if self._sender_check is not None:
+            self._sender_check(item.target, item.message)
+        return key
 
     def _now(self) -> dt.datetime:
         return self.ledger.now()
@@ -726,9 +426,6 @@ class Notifier:
         if self.on_result is not None:
             self.on_result(result)
 
-
-# A claim whose send never started because the run was cancelled: certainly not sent.
-_INTERRUPTED = _Decision(SlotStatus.RELEASED, Outcome.RETRY, error="not sent: interrupted")
 
 _LOG_LEVELS = {
     Outcome.SENT: logging.INFO,
@@ -758,58 +455,6 @@ def _log_extra(
     }
 
 
-def _detail(decision: _Decision) -> str | None:
-    """What a mark stores: the provider's message id for SENT, else the error."""
-    if decision.status is SlotStatus.SENT:
-        receipt = decision.receipt
-        return None if receipt is None or receipt.message_id is None else str(receipt.message_id)
-    return decision.error
-
-
-def _slot(key: SlotKey) -> SlotKey:
-    """The part of a key that identifies a slot (``cycle_at`` is derived from ``cycle``)."""
-    return SlotKey(key.action, key.subject, key.cycle)
-
-
-def _checked(action: str, item: object) -> SlotKey:
-    if not isinstance(item, Notification):
-        raise ValidationTypeError(
-            "notifications", f"items must be Notification, got {type(item).__name__}"
-        )
-    if not isinstance(item.message, Message):
-        raise ValidationTypeError(
-            "message", f"must be a Message, got {type(item.message).__name__}"
-        )
-    if item.recipient is not None and (not isinstance(item.recipient, str) or not item.recipient):
-        raise ValidationError("recipient", "must be a non-empty str or None")
-    if item.timezone is not None and not isinstance(item.timezone, dt.tzinfo):
-        raise ValidationTypeError("timezone", "must be a tzinfo (e.g. a ZoneInfo) or None")
-    return make_key(action, item.subject, item.cycle)
-
-
-def _validate_all(action: str, notifications: Sequence[Notification]) -> None:
-    for item in notifications:
-        _checked(action, item)
-
-
 def _only_outcome(report: Report) -> Outcome:
     # keep_results=False: the single notification's outcome is the one counted.
     return next(o for o, n in report.counts.items() if n)
-
-
-async def _batches(source: _Notifications, size: int) -> AsyncIterator[list[Notification]]:
-    batch: list[Notification] = []
-    if isinstance(source, AsyncIterable):
-        async for item in source:
-            batch.append(item)
-            if len(batch) >= size:
-                yield batch
-                batch = []
-    else:
-        for item in source:
-            batch.append(item)
-            if len(batch) >= size:
-                yield batch
-                batch = []
-    if batch:
-        yield batch

@@ -1,0 +1,631 @@
+"""One ``send_many`` run as a pipeline whose crash costs only what was in flight.
+
+::
+
+    source ─► intake ─────────► ready ─► workers (``concurrency``) ──────► recorder ─► ledger
+              check, dedupe,    queue    rate-limit turn, then claim,      outcomes written
+              quiet hours,               then send at once; claims of      as soon as known,
+              spacing, one               workers ready together share      grouped while the
+              look-up per batch          one statement                     last write runs
+
+Why this shape:
+
+- A slot is claimed only by a worker that is about to send it (after its rate-limit turn
+  when the sender offers one), so at most ``concurrency`` claims are ever held whose
+  request was not written yet. A SIGKILL loses (at most once) or repeats (at least once)
+  those, never a whole batch of claims that were never tried.
+- Each outcome is written as soon as it is known. A write the database refuses is split
+  row by row, so one unstorable value costs only its own row.
+- Structured concurrency: no send outlives the call. A cancellation or a foreign
+  ``BaseException`` stops every worker; a send that had started is recorded as
+  uncertain, a claim that had not is released, and the write of what is known is
+  shielded from the cancellation (bounded in time). A ``SenderConfigError``, a ledger
+  failure or bad input in a stream stops the run gently instead: no new sends, the ones
+  under way finish and are recorded, then the error is raised.
+- Claims whose sends take long (retries, flood waits) have their leases renewed, so an
+  at-least-once worker elsewhere never takes over a send still under way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from ._errors import (
+    LedgerError,
+    LedgerUnavailableError,
+    PermanentSendError,
+    SenderConfigError,
+    SendError,
+    TransientSendError,
+    ValidationError,
+)
+from ._keys import SlotKey
+from ._message import Receipt
+from ._outcome import DeliveryMode, Outcome
+from ._results import ATTENTION, Notification, Report, Result
+from ._table import SlotStatus
+
+if TYPE_CHECKING:
+    from ._claim import Claim
+    from ._notifier import Notifier
+
+__all__ = ["Decision", "Run", "decide_error", "decide_uncertain", "settle"]
+
+logger = logging.getLogger("notifyonce.notifier")
+
+_ERROR_TEXT_LIMIT = 300
+# Outcomes per mark statement group; the ledger chunks further below driver limits.
+_RECORD_CHUNK = 500
+# How long the shielded settling after a cancellation may take before it gives up (the
+# sweep then settles what is left, as the delivery mode says).
+_SETTLE_TIMEOUT = 15.0
+# A claim needs at least this share of its lease left for its send to start.
+_LEASE_MARGIN = 0.1
+
+Keep = Literal["all", "attention", "none"]
+
+
+# -- decisions: what to record for a claim, as pure functions --------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to record for a claim after its send, and the outcome if the record lands."""
+
+    status: SlotStatus
+    outcome: Outcome
+    receipt: Receipt | None = None
+    error: str | None = None
+    may_have_delivered: bool = False
+
+
+# A claim whose send never started (the run stopped first): certainly not sent.
+INTERRUPTED = Decision(SlotStatus.RELEASED, Outcome.RETRY, error="not sent: interrupted")
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as stored and logged: never a message text or a secret."""
+    if isinstance(exc, SendError):
+        # SendError messages carry the provider's code and description only.
+        return str(exc)[:_ERROR_TEXT_LIMIT]
+    # A foreign exception's message may quote the request (and so the text or a token).
+    return type(exc).__name__
+
+
+def decide_uncertain(error: str, mode: DeliveryMode, attempt: int, max_attempts: int) -> Decision:
+    """A send that may have been delivered: unknown, or another try at least once."""
+    if mode is DeliveryMode.AT_LEAST_ONCE and attempt < max_attempts:
+        return Decision(SlotStatus.RELEASED, Outcome.RETRY, error=error, may_have_delivered=True)
+    return Decision(SlotStatus.UNKNOWN, Outcome.UNKNOWN, error=error, may_have_delivered=True)
+
+
+def decide_error(exc: Exception, mode: DeliveryMode, attempt: int, max_attempts: int) -> Decision:
+    """The decision for an exception raised by ``Sender.send``.
+
+    ====================================  ==============================================
+    raised                                decision
+    ====================================  ==============================================
+    PermanentSendError                    FAILED, never retried
+    TransientSendError, SenderConfigError released: certainly not delivered
+    ValidationError                       FAILED: refused before sending, for good
+    UncertainSendError, anything else     uncertain (see :func:`decide_uncertain`)
+    ====================================  ==============================================
+    """
+    if isinstance(exc, PermanentSendError):
+        return Decision(SlotStatus.FAILED, Outcome.FAILED, error=describe(exc))
+    if isinstance(exc, (TransientSendError, SenderConfigError)):
+        return Decision(SlotStatus.RELEASED, Outcome.RETRY, error=describe(exc))
+    if isinstance(exc, ValidationError):
+        return Decision(SlotStatus.FAILED, Outcome.FAILED, error=f"{exc.field}: {exc.problem}")
+    return decide_uncertain(describe(exc), mode, attempt, max_attempts)
+
+
+def settle(decision: Decision, landed: bool | None) -> tuple[Outcome, str | None]:
+    """The outcome reported once the record of ``decision`` landed (True), found the
+    lease lost (False) or failed in the ledger (None)."""
+    if landed is False and decision.may_have_delivered:
+        # Sent (or maybe sent) while someone else already held the slot.
+        return Outcome.LEASE_LOST, decision.error
+    if landed is False:
+        # Not delivered and the slot is someone else's now: nothing to record.
+        return Outcome.DUPLICATE, decision.error
+    if landed is None:
+        return Outcome.UNKNOWN, "the ledger failed while recording the outcome"
+    return decision.outcome, decision.error
+
+
+def detail(decision: Decision) -> str | None:
+    """What a mark stores: the provider's message id for SENT, else the error."""
+    if decision.status is SlotStatus.SENT:
+        receipt = decision.receipt
+        return None if receipt is None or receipt.message_id is None else str(receipt.message_id)
+    return decision.error
+
+
+def slot(key: SlotKey) -> tuple[str, str]:
+    """The part of a key that identifies a slot within one action."""
+    return (key.cycle, key.subject)
+
+
+# -- the run -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Item:
+    index: int
+    key: SlotKey
+    notification: Notification
+
+
+@dataclass(slots=True)
+class _Entry:
+    item: _Item
+    claim: Claim
+    decision: Decision
+
+
+class Run:
+    """The state of one ``send_many`` call; ``execute`` runs it to the end."""
+
+    def __init__(self, notifier: Notifier, action: str, report: Report, keep: Keep) -> None:
+        self.n = notifier
+        self.ledger = notifier.ledger
+        self.action = action
+        self.report = report
+        self.keep = keep
+        self.kept: list[tuple[int, Result]] = []
+        # Keys between intake and their final result, and keys this run released: a later
+        # copy of either in the same run is a duplicate (it must not win the slot again).
+        self.held: set[tuple[str, str]] = set()
+        self.released: set[tuple[str, str]] = set()
+        # Claims whose outcome is not written yet: claim id -> (claim, last renewal).
+        self.active: dict[int, tuple[Claim, float]] = {}
+        # Won claims by item index, set by the claimer before the worker resumes: a worker
+        # cancelled in that instant still finds (and settles) its claim here.
+        self.owned: dict[int, Claim] = {}
+        self.ready: asyncio.Queue[_Item | None] = asyncio.Queue(
+            maxsize=max(notifier.batch_size, notifier.concurrency)
+        )
+        self.stopping = False
+        self.error: BaseException | None = None
+        self.idle: set[asyncio.Task[None]] = set()
+        self.tasks: list[asyncio.Task[None]] = []
+        self.claimer = _Claimer(self)
+        self.recorder = _Recorder(self)
+        turn = getattr(notifier.sender, "turn", None)
+        self.turn: Callable[[str], contextlib.AbstractAsyncContextManager[Any]] = (
+            turn if callable(turn) else _no_turn
+        )
+        self.lease_margin = notifier.ledger.lease * _LEASE_MARGIN
+
+    # -- the whole run --------------------------------------------------------------
+
+    async def execute(self, source: Iterable[Notification] | AsyncIterable[Notification]) -> None:
+        """Run the pipeline; raise what stopped it, after every claim is settled."""
+        self.tasks = [asyncio.ensure_future(self._guard(self._intake(source)))]
+        self.tasks += [
+            asyncio.ensure_future(self._guard(self._worker())) for _ in range(self.n.concurrency)
+        ]
+        renewer = asyncio.ensure_future(self._renew_leases())
+        cancelled = False
+        try:
+            await asyncio.wait(self.tasks)
+        except asyncio.CancelledError:
+            cancelled = True
+            self.stop(None, hard=True)
+        finally:
+            # Settle everything, even when the caller cancels us again meanwhile.
+            settling = asyncio.ensure_future(self._settle(renewer))
+            while not settling.done():
+                try:
+                    await asyncio.shield(settling)
+                except asyncio.CancelledError:
+                    cancelled = True
+        if cancelled:
+            raise asyncio.CancelledError
+        if self.error is not None:
+            raise self.error
+        self.report.results = [r for _, r in sorted(self.kept, key=lambda pair: pair[0])]
+
+    async def _settle(self, renewer: asyncio.Task[None]) -> None:
+        try:
+            await asyncio.wait_for(self._drain(), _SETTLE_TIMEOUT)
+        except asyncio.TimeoutError:
+            logger.error(
+                "gave up settling %d claims after %.0f s; the sweep will settle them",
+                len(self.active),
+                _SETTLE_TIMEOUT,
+            )
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+
+    async def _drain(self) -> None:
+        await asyncio.wait(self.tasks)
+        await self.claimer.drain()
+        await self.recorder.drain()
+
+    def stop(self, error: BaseException | None, *, hard: bool) -> None:
+        """Start no new sends; ``hard``: also cancel the sends under way."""
+        if error is not None and self.error is None:
+            self.error = error
+        self.stopping = True
+        intake = self.tasks[0]
+        intake.cancel()
+        for task in self.tasks[1:]:
+            if hard or task in self.idle:
+                task.cancel()
+
+    async def _guard(self, body: Any) -> None:
+        """Run one pipeline task; a failure stops the run instead of escaping the task."""
+        try:
+            await body
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # Bad input in a stream, a ledger failure, a misconfigured sender: finish
+            # what is under way, then raise.
+            self.stop(exc, hard=False)
+        except BaseException as exc:
+            # Not ours to absorb (KeyboardInterrupt, SystemExit, a framework's signal):
+            # stop every send now and raise it once everything is settled.
+            self.stop(exc, hard=True)
+
+    # -- intake ---------------------------------------------------------------------
+
+    async def _intake(self, source: Iterable[Notification] | AsyncIterable[Notification]) -> None:
+        index = 0
+        async for batch in _batches(source, self.n.batch_size):
+            items = []
+            for notification in batch:
+                items.append(_Item(index, self.n._checked(self.action, notification), notification))
+                index += 1
+            for item in await self._screen(items):
+                await self.ready.put(item)
+        for _ in range(self.n.concurrency):
+            await self.ready.put(None)
+
+    async def _screen(self, items: list[_Item]) -> list[_Item]:
+        """Settle what needs no claim (repeats, quiet hours, spacing, finished slots)."""
+        todo: list[_Item] = []
+        for item in items:
+            key = slot(item.key)
+            if key in self.held or key in self.released:
+                self.finish(item, Outcome.DUPLICATE)
+            else:
+                self.held.add(key)
+                todo.append(item)
+        todo = self._quiet(todo)
+        todo = await self._spacing(todo)
+        if not todo:
+            return []
+        taken = await self.ledger.not_claimable(
+            self.action,
+            [(i.notification.subject, i.notification.cycle) for i in todo],
+            take_expired=self.n.mode is DeliveryMode.AT_LEAST_ONCE,
+            max_attempts=self.n._claim_limit,
+        )
+        finished = {slot(k) for k in taken}
+        ready: list[_Item] = []
+        for item in todo:
+            gone = slot(item.key) in finished
+            if self.n.dry_run:
+                reason = "dry run" if gone else "dry run: would send"
+                self.finish(item, Outcome.DUPLICATE if gone else Outcome.SKIPPED, reason=reason)
+            elif gone:
+                self.finish(item, Outcome.DUPLICATE)
+            else:
+                ready.append(item)
+        return ready
+
+    def _quiet(self, todo: list[_Item]) -> list[_Item]:
+        quiet = self.n.quiet_hours
+        if quiet is None or not todo:
+            return todo
+        now = self.n._now()
+        kept: list[_Item] = []
+        for item in todo:
+            if quiet.is_quiet(now, item.notification.timezone):
+                self.finish(item, Outcome.SKIPPED, reason="quiet hours")
+            else:
+                kept.append(item)
+        return kept
+
+    async def _spacing(self, todo: list[_Item]) -> list[_Item]:
+        if self.n.min_spacing is None or not todo:
+            return todo
+        since = self.n._now() - self.n.min_spacing
+        recent = await self.ledger.last_sent([i.key.subject for i in todo], since=since)
+        taken: set[str] = set(recent)
+        kept: list[_Item] = []
+        for item in todo:
+            if item.key.subject in taken:
+                self.finish(item, Outcome.SKIPPED, reason="spacing")
+            else:
+                # Two notifications for one subject in one batch would also break spacing.
+                taken.add(item.key.subject)
+                kept.append(item)
+        return kept
+
+    # -- workers --------------------------------------------------------------------
+
+    async def _worker(self) -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        while not self.stopping:
+            self.idle.add(me)
+            try:
+                item = await self.ready.get()
+            finally:
+                self.idle.discard(me)
+            if item is None or self.stopping:
+                return
+            await self._deliver(item)
+
+    async def _deliver(self, item: _Item) -> None:
+        """Turn, claim, send, hand the outcome to the recorder; settle if interrupted."""
+        claim: Claim | None = None
+        started = False
+        try:
+            async with self.turn(item.notification.target):
+                if self.stopping:
+                    return  # nothing claimed: nothing to settle
+                await self.claimer.claim(item)
+                claim = self.owned.pop(item.index, None)
+                if claim is None:
+                    self.finish(item, Outcome.DUPLICATE)
+                    return
+                decision = self._too_late(claim)
+                if decision is None:
+                    started = True
+                    decision = await self._send(item, claim)
+        except BaseException:
+            claim = claim or self.owned.pop(item.index, None)
+            if claim is not None:
+                interrupted = (
+                    decide_uncertain(
+                        "interrupted while sending",
+                        self.n.mode,
+                        claim.attempt,
+                        self.n.max_attempts,
+                    )
+                    if started
+                    else INTERRUPTED
+                )
+                self.recorder.put(_Entry(item, claim, interrupted))
+            raise
+        self.recorder.put(_Entry(item, claim, decision))
+
+    def _too_late(self, claim: Claim) -> Decision | None:
+        """Release a claim with too little lease left: another worker may take it soon."""
+        left = claim.lease_until - self.n._now()
+        if left > self.lease_margin:
+            return None
+        error = "lease expired before send" if left.total_seconds() <= 0 else "lease nearly over"
+        return Decision(SlotStatus.RELEASED, Outcome.RETRY, error=error)
+
+    async def _send(self, item: _Item, claim: Claim) -> Decision:
+        message = item.notification.message
+        if message.idempotency_key is None:
+            # The same key on every attempt of this slot: a receiver that deduplicates by
+            # it turns at-least-once into exactly-once.
+            message = replace(message, idempotency_key=claim.key.idempotency_key)
+        try:
+            receipt = await self.n.sender.send(item.notification.target, message)
+        except Exception as exc:
+            if isinstance(exc, SenderConfigError):
+                # The sender is wrong, not this message: free it, stop the run, raise.
+                self.stop(exc, hard=False)
+            return decide_error(exc, self.n.mode, claim.attempt, self.n.max_attempts)
+        return Decision(SlotStatus.SENT, Outcome.SENT, receipt=receipt, may_have_delivered=True)
+
+    # -- leases ---------------------------------------------------------------------
+
+    async def _renew_leases(self) -> None:
+        """Extend the leases of claims whose outcome is not written after a third of it."""
+        period = max(self.ledger.lease.total_seconds() / 3, 0.05)
+        while True:
+            await asyncio.sleep(period)
+            cutoff = time.monotonic() - period
+            due = [claim for claim, since in self.active.values() if since <= cutoff]
+            if not due:
+                continue
+            now = time.monotonic()
+            try:
+                await self.ledger.renew(due)
+            except LedgerError as exc:
+                logger.warning(
+                    "could not renew %d leases (%s)", len(due), type(exc.__cause__ or exc).__name__
+                )
+                continue
+            for claim in due:
+                if claim.id in self.active:
+                    self.active[claim.id] = (claim, now)
+
+    # -- results --------------------------------------------------------------------
+
+    def finish(
+        self,
+        item: _Item,
+        outcome: Outcome,
+        *,
+        claim: Claim | None = None,
+        receipt: Receipt | None = None,
+        error: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Report one notification's final result."""
+        key = slot(item.key)
+        self.held.discard(key)
+        if outcome is Outcome.RETRY:
+            self.released.add(key)
+        attempt = None if claim is None else claim.attempt
+        result = Result(
+            self.action, item.notification, item.key, outcome, attempt, receipt, error, reason
+        )
+        self.report.counts[outcome] += 1
+        if self.keep == "all" or (self.keep == "attention" and outcome in ATTENTION):
+            self.kept.append((item.index, result))
+        self.n._emit(result)
+
+    def recorded(self, entry: _Entry, landed: bool | None) -> None:
+        self.active.pop(entry.claim.id, None)
+        outcome, error = settle(entry.decision, landed)
+        self.finish(
+            entry.item, outcome, claim=entry.claim, receipt=entry.decision.receipt, error=error
+        )
+
+
+class _Claimer:
+    """Claims for the workers; the workers that are ready together share one statement.
+
+    A claim statement, once started, is never abandoned: if the worker that asked was
+    cancelled meanwhile, its won claim is released through the recorder.
+    """
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.waiting: list[tuple[_Item, asyncio.Future[Claim | None]]] = []
+        self.task: asyncio.Task[None] | None = None
+
+    async def claim(self, item: _Item) -> Claim | None:
+        future: asyncio.Future[Claim | None] = asyncio.get_running_loop().create_future()
+        self.waiting.append((item, future))
+        if self.task is None or self.task.done():
+            self.task = asyncio.ensure_future(self._loop())
+        return await future
+
+    async def _loop(self) -> None:
+        run = self.run
+        while self.waiting:
+            await asyncio.sleep(0)  # workers whose turn came in this same moment join in
+            batch, self.waiting = self.waiting, []
+            live = [(item, future) for item, future in batch if not future.done()]
+            if not live:
+                continue
+            try:
+                claims = await run.ledger.claim_many(
+                    run.action,
+                    [(i.notification.subject, i.notification.cycle) for i, _ in live],
+                    take_expired=run.n.mode is DeliveryMode.AT_LEAST_ONCE,
+                    max_attempts=run.n._claim_limit,
+                )
+            except Exception as exc:
+                for _, future in live:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            won = {slot(c.key): c for c in claims}
+            now = time.monotonic()
+            for item, future in live:
+                claim = won.get(slot(item.key))
+                if claim is not None:
+                    run.active[claim.id] = (claim, now)
+                if not future.done():
+                    if claim is not None:
+                        run.owned[item.index] = claim
+                    future.set_result(claim)
+                elif claim is not None:  # its worker was cancelled while this ran
+                    run.recorder.put(_Entry(item, claim, INTERRUPTED))
+
+    async def drain(self) -> None:
+        while self.task is not None and not self.task.done():
+            await asyncio.wait([self.task])
+
+
+class _Recorder:
+    """Writes outcomes as soon as they are known, grouped while the last write runs."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.pending: list[_Entry] = []
+        self.task: asyncio.Task[None] | None = None
+
+    def put(self, entry: _Entry) -> None:
+        self.pending.append(entry)
+        if self.task is None or self.task.done():
+            self.task = asyncio.ensure_future(self._loop())
+
+    async def _loop(self) -> None:
+        while self.pending:
+            batch = self.pending[:_RECORD_CHUNK]
+            del self.pending[:_RECORD_CHUNK]
+            landed = await self._write(batch)
+            for entry, ok in zip(batch, landed, strict=True):
+                try:
+                    self.run.recorded(entry, ok)
+                except Exception as exc:  # an on_result callback of the caller's failed
+                    self.run.stop(exc, hard=False)
+
+    async def drain(self) -> None:
+        while self.task is not None and not self.task.done():
+            await asyncio.wait([self.task])
+
+    async def _write(self, batch: list[_Entry], *, retried: bool = False) -> list[bool | None]:
+        """Mark ``batch``; True landed, False lease lost, None the ledger failed.
+
+        A batch the database refuses is written row by row, so one row it cannot store
+        costs only that row's detail (then, as a last resort, only that row).
+        """
+        marks = [(e.claim, e.decision.status, detail(e.decision)) for e in batch]
+        try:
+            return list(await self.run.ledger.mark_many(marks))
+        except LedgerUnavailableError as exc:
+            if not retried:
+                await asyncio.sleep(0.25)  # a blip (failover, a dropped connection)
+                return await self._write(batch, retried=True)
+            return self._lost(batch, exc)
+        except (LedgerError, ValidationError) as exc:
+            if len(batch) > 1:
+                landed: list[bool | None] = []
+                for entry in batch:
+                    landed += await self._write([entry], retried=retried)
+                return landed
+            if marks[0][2] is not None:
+                entry = batch[0]
+                bare = replace(entry.decision, error=None, receipt=None)
+                return await self._write([_Entry(entry.item, entry.claim, bare)], retried=True)
+            return self._lost(batch, exc)
+
+    @staticmethod
+    def _lost(batch: list[_Entry], exc: Exception) -> list[bool | None]:
+        # The sends happened; the claims stay as they are until their leases expire, and
+        # the sweep then settles them as the delivery mode says.
+        logger.error(
+            "could not record %d outcomes (%s); the sweep will settle them",
+            len(batch),
+            type(exc.__cause__ or exc).__name__,
+        )
+        return [None] * len(batch)
+
+
+@contextlib.asynccontextmanager
+async def _no_turn(recipient: str) -> AsyncIterator[None]:
+    yield
+
+
+async def _batches(
+    source: Iterable[Notification] | AsyncIterable[Notification], size: int
+) -> AsyncIterator[list[Notification]]:
+    batch: list[Notification] = []
+    if isinstance(source, AsyncIterable):
+        async for item in source:
+            batch.append(item)
+            if len(batch) >= size:
+                yield batch
+                batch = []
+    else:
+        for item in source:
+            batch.append(item)
+            if len(batch) >= size:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
