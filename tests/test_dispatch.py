@@ -1,0 +1,486 @@
+"""What a crash, a cancellation or one bad row costs a send_many run: only what was in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from notifyonce import (
+    AsyncLedger,
+    Claim,
+    DeliveryMode,
+    Ledger,
+    LedgerError,
+    Message,
+    Notification,
+    Notifier,
+    Outcome,
+    Receipt,
+    SenderConfigError,
+    SlotStatus,
+    TransientSendError,
+    UncertainSendError,
+    ValidationError,
+    ValidationTypeError,
+)
+from notifyonce.testing import FakeSender
+
+UTC = dt.timezone.utc
+CYCLE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
+AMO, ALO = DeliveryMode.AT_MOST_ONCE, DeliveryMode.AT_LEAST_ONCE
+ACTION = "trial_6h"
+
+
+class Clock:
+    """A settable clock shared by the ledgers of one test."""
+
+    def __init__(self) -> None:
+        self.now = dt.datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+    def advance(self, **kwargs: float) -> None:
+        self.now += dt.timedelta(**kwargs)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def ledger(async_engine: AsyncEngine, async_table: str, clock: Clock) -> AsyncLedger:
+    ledger = AsyncLedger(async_engine, table_name=async_table, clock=clock)
+    await ledger.create_schema()
+    return ledger
+
+
+def items(count: int, start: int = 0) -> list[Notification]:
+    return [Notification(s, CYCLE, Message("reminder")) for s in range(start, start + count)]
+
+
+async def statuses(ledger: AsyncLedger) -> Counter[str]:
+    async with ledger.engine.connect() as conn:
+        rows = await conn.execute(sa.select(ledger.table.c.status))
+        return Counter(row.status for row in rows)
+
+
+class Courier:
+    """A sender that records a delivery the moment it happens, then answers after a delay.
+
+    ``delivered`` counts real deliveries per recipient (what a person would receive),
+    ``handed`` every recipient ever given to ``send``, ``in_flight`` the sends under way.
+    """
+
+    def __init__(self, *, before: float = 0.0, after: float = 0.0) -> None:
+        self.before = before  # the request travelling: not delivered yet
+        self.after = after  # delivered, the answer travelling back
+        self.delivered: Counter[str] = Counter()
+        self.handed: list[str] = []
+        self.in_flight = 0
+        self.raise_for: dict[str, BaseException] = {}
+
+    def on_delivery(self) -> None:
+        """Called the moment a message is delivered, before its answer travels back."""
+
+    async def send(self, recipient: str, message: Message) -> Receipt:
+        self.handed.append(recipient)
+        self.in_flight += 1
+        try:
+            await asyncio.sleep(self.before)
+            if recipient in self.raise_for:
+                raise self.raise_for[recipient]
+            self.delivered[recipient] += 1
+            self.on_delivery()
+            await asyncio.sleep(self.after)
+            return Receipt(recipient, message_id=len(self.handed))
+        finally:
+            self.in_flight -= 1
+
+
+# -- just in time: what a crash can cost --------------------------------------------------------
+
+
+async def test_claims_held_without_a_send_never_exceed_concurrency(ledger: AsyncLedger) -> None:
+    """With 1,000 notifications and every send hanging, only `concurrency` slots are claimed."""
+    sender = Courier(before=3600)
+    notifier = Notifier(ledger, sender, concurrency=8, batch_size=500)
+    task = asyncio.create_task(notifier.send_many(ACTION, items(1000)))
+    for _ in range(500):  # bounded: 5 s
+        if len(sender.handed) >= 8:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)  # would more be claimed given the time?
+    assert 8 == len(sender.handed)
+    assert {"claimed": 8} == dict(await statuses(ledger))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # The hanging sends may have gone out: recorded uncertain; nothing else was touched.
+    assert {"unknown": 8} == dict(await statuses(ledger))
+    assert 0 == sender.in_flight
+
+
+class Turnstile:
+    """A sender with a rate-limit turn: one turn granted per `release()`."""
+
+    def __init__(self) -> None:
+        self.turns: asyncio.Queue[None] = asyncio.Queue()
+        self.sent: list[str] = []
+
+    def release(self, count: int = 1) -> None:
+        for _ in range(count):
+            self.turns.put_nowait(None)
+
+    @contextlib.asynccontextmanager
+    async def turn(self, recipient: str) -> AsyncIterator[None]:
+        await self.turns.get()
+        yield
+
+    async def send(self, recipient: str, message: Message) -> Receipt:
+        self.sent.append(recipient)
+        return Receipt(recipient)
+
+
+async def test_a_slot_is_claimed_only_after_its_rate_limit_turn(ledger: AsyncLedger) -> None:
+    """A sender's turn() gates the claim: slots waiting for a turn are not claimed."""
+    sender = Turnstile()
+    task = asyncio.create_task(Notifier(ledger, sender).send_many(ACTION, items(50)))
+    await asyncio.sleep(0.2)
+    assert {} == dict(await statuses(ledger))  # 16 workers wait for turns, none claimed
+    sender.release(3)
+    for _ in range(500):  # bounded: 5 s
+        if (await statuses(ledger))["sent"] == 3:
+            break
+        await asyncio.sleep(0.01)
+    assert {"sent": 3} == dict(await statuses(ledger))
+    sender.release(47)
+    report = await asyncio.wait_for(task, 30)
+    assert 50 == report.counts[Outcome.SENT]
+
+
+async def test_finished_slots_take_no_turn(ledger: AsyncLedger) -> None:
+    """A re-run over slots already sent reports duplicates without waiting for any turn."""
+    await Notifier(ledger, FakeSender()).send_many(ACTION, items(30))
+    sender = Turnstile()  # never grants a turn
+    report = await asyncio.wait_for(Notifier(ledger, sender).send_many(ACTION, items(30)), 10)
+    assert 30 == report.counts[Outcome.DUPLICATE]
+
+
+# -- cancellation at every moment ---------------------------------------------------------------
+
+
+class ProbedLedger(AsyncLedger):
+    """An AsyncLedger that pauses at one named moment and says when it got there."""
+
+    def __init__(self, *args: Any, moment: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.moment = moment
+        self.reached = asyncio.Event()
+
+    async def _at(self, moment: str) -> None:
+        if moment == self.moment and not self.reached.is_set():
+            self.reached.set()
+            await asyncio.sleep(0.05)  # the cancellation lands here
+
+    async def sweep(self, *args: Any, **kwargs: Any) -> Any:
+        await self._at("sweep")
+        return await super().sweep(*args, **kwargs)
+
+    async def not_claimable(self, *args: Any, **kwargs: Any) -> Any:
+        await self._at("lookup")
+        return await super().not_claimable(*args, **kwargs)
+
+    async def claim_many(self, *args: Any, **kwargs: Any) -> list[Claim]:
+        await self._at("claiming")
+        claims = await super().claim_many(*args, **kwargs)
+        await self._at("claimed")
+        return claims
+
+    async def mark_many(self, *args: Any, **kwargs: Any) -> list[bool]:
+        await self._at("recording")
+        landed = await super().mark_many(*args, **kwargs)
+        await self._at("recorded")
+        return landed
+
+
+class ProbedCourier(Courier):
+    """A Courier that says when a send is under way or has delivered."""
+
+    def __init__(self, moment: str) -> None:
+        super().__init__(before=0.02, after=0.02)
+        self.moment = moment
+        self.reached = asyncio.Event()
+
+    async def send(self, recipient: str, message: Message) -> Receipt:
+        if self.moment == "sending" and len(self.handed) >= 5:
+            self.reached.set()  # this request is travelling, not delivered yet
+        receipt = await super().send(recipient, message)
+        if self.moment == "answered" and sum(self.delivered.values()) >= 5:
+            self.reached.set()
+        return receipt
+
+    def on_delivery(self) -> None:
+        if self.moment == "delivered" and sum(self.delivered.values()) >= 5:
+            self.reached.set()  # delivered, its answer still travelling
+
+
+LEDGER_MOMENTS = ["sweep", "lookup", "claiming", "claimed", "recording", "recorded"]
+SENDER_MOMENTS = ["sending", "delivered", "answered"]
+
+
+@pytest.mark.parametrize("mode", [AMO, ALO], ids=["at-most-once", "at-least-once"])
+@pytest.mark.parametrize("moment", ["start", *LEDGER_MOMENTS, *SENDER_MOMENTS, "end"])
+async def test_cancellation_at_any_moment(
+    ledger: AsyncLedger, clock: Clock, moment: str, mode: DeliveryMode
+) -> None:
+    """Cancelled at any moment, then run again: no duplicate at most once, no unknown slot
+    that was never handed to the sender, at most `concurrency` duplicates at least once."""
+    concurrency = 4
+    probed = ProbedLedger(ledger.engine, table_name=ledger.table_name, clock=clock, moment=moment)
+    sender = ProbedCourier(moment)
+    notifier = Notifier(probed, sender, mode=mode, concurrency=concurrency, max_attempts=5)
+    work = items(30)
+    task = asyncio.create_task(notifier.send_many(ACTION, work))
+    if moment == "start":
+        pass
+    elif moment == "end":
+        await task
+    else:
+        reached = sender.reached if moment in SENDER_MOMENTS else probed.reached
+        await asyncio.wait_for(reached.wait(), 10)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert 0 == sender.in_flight  # no send outlives the call
+    left = await statuses(ledger)
+    assert 0 == left["claimed"]  # every claim settled before the cancellation went on
+    clock.advance(hours=1)
+    again = Notifier(AsyncLedger(ledger.engine, table_name=ledger.table_name, clock=clock), sender,
+                     mode=mode, concurrency=concurrency, max_attempts=5)  # fmt: skip
+    await again.send_many(ACTION, work)
+    final = await statuses(ledger)
+    unknown = [
+        str(s) for s in range(30)
+        if (r := await ledger.get(ACTION, s, CYCLE)) is not None and r.status is SlotStatus.UNKNOWN
+    ]  # fmt: skip
+    assert [] == [s for s in unknown if s not in sender.handed]
+    duplicates = sum(n - 1 for n in sender.delivered.values() if n > 1)
+    if mode is AMO:
+        assert 0 == duplicates
+        assert 30 == final["sent"] + final["unknown"]
+    else:
+        assert duplicates <= concurrency
+        assert {"sent": 30} == dict(final)
+
+
+async def test_a_foreign_base_exception_stops_every_send(ledger: AsyncLedger) -> None:
+    """A BaseException from one send stops the others before it is raised; none goes out later."""
+
+    class Shutdown(BaseException):
+        pass
+
+    sender = Courier(before=0.2)
+    sender.raise_for["3"] = Shutdown()
+    with pytest.raises(Shutdown):
+        await Notifier(ledger, sender, concurrency=8).send_many(ACTION, items(40))
+    assert 0 == sender.in_flight
+    delivered = sum(sender.delivered.values())
+    await asyncio.sleep(0.4)  # a send left running would deliver now
+    assert delivered == sum(sender.delivered.values())
+    left = await statuses(ledger)
+    assert 0 == left["claimed"]
+    # The 8 sends under way may have gone out: unknown, never sent again by a later run.
+    assert 8 == left["unknown"]
+    report = await Notifier(ledger, Courier()).send_many(ACTION, items(40))
+    assert 8 == report.counts[Outcome.DUPLICATE]
+
+
+async def test_sender_config_error_frees_the_run(ledger: AsyncLedger) -> None:
+    """A misconfigured sender stops the run with its error; no slot is burnt, a fixed one sends."""
+
+    class WrongToken:
+        calls = 0
+
+        async def send(self, recipient: str, message: Message) -> Receipt:
+            self.calls += 1
+            await asyncio.sleep(0.01)
+            raise SenderConfigError("Unauthorized: the bot token was rejected", code=401)
+
+    wrong = WrongToken()
+    with pytest.raises(SenderConfigError):
+        await Notifier(ledger, wrong, concurrency=4).send_many(ACTION, items(100))
+    assert wrong.calls <= 4  # the sends under way when it was found out, no more
+    assert set(await statuses(ledger)) <= {"released"}
+    report = await Notifier(ledger, FakeSender()).send_many(ACTION, items(100))
+    assert 100 == report.counts[Outcome.SENT]
+
+
+# -- one bad row, one big run -----------------------------------------------------------------
+
+
+class OddReceipts(FakeSender):
+    """Receipts and errors the database cannot store as they are."""
+
+    async def send(self, recipient: str, message: Message) -> Receipt:
+        if recipient == "2":
+            return Receipt(recipient, message_id="id\x00nul")
+        if recipient == "4":
+            raise UncertainSendError("reset \ud800 by peer")
+        return await super().send(recipient, message)
+
+
+async def test_unstorable_receipts_cost_nothing(ledger: AsyncLedger) -> None:
+    """A receipt with a NUL and an error with a lone surrogate: every outcome is recorded."""
+    report = await Notifier(ledger, OddReceipts()).send_many(ACTION, items(6))
+    assert [Outcome.SENT] * 4 + [Outcome.UNKNOWN, Outcome.SENT] == [
+        r.outcome for r in report.results
+    ]
+    assert {"sent": 5, "unknown": 1} == dict(await statuses(ledger))
+
+
+class RefusingLedger(AsyncLedger):
+    """A database that refuses any write carrying one poisoned detail."""
+
+    async def mark_many(self, results: Any) -> list[bool]:
+        if any(detail == "poison" for _, _, detail in results):
+            raise LedgerError("database error (DataError: value refused)")
+        return await super().mark_many(results)
+
+
+async def test_a_refused_row_is_isolated(ledger: AsyncLedger, clock: Clock) -> None:
+    """A batch the database refuses is written row by row: the others land, the bad one bare."""
+    refusing = RefusingLedger(ledger.engine, table_name=ledger.table_name, clock=clock)
+    sender = FakeSender()
+    sender.fail_next(TransientSendError("poison"), recipient="3")
+    blocked = asyncio.Event()
+
+    class Gate(FakeSender):
+        async def send(self, recipient: str, message: Message) -> Receipt:
+            if recipient == "0":
+                await blocked.wait()  # hold the first write so the others pile up behind it
+            return await sender.send(recipient, message)
+
+    task = asyncio.create_task(Notifier(refusing, Gate()).send_many(ACTION, items(10)))
+    await asyncio.sleep(0.2)
+    blocked.set()
+    report = await task
+    assert 9 == report.counts[Outcome.SENT]
+    assert 1 == report.counts[Outcome.RETRY]
+    assert {"sent": 9, "released": 1} == dict(await statuses(ledger))
+    record = await ledger.get(ACTION, 3, CYCLE)
+    assert record is not None
+    assert None is record.last_error
+
+
+async def test_a_lost_ledger_reports_unknown_not_recorded(
+    ledger: AsyncLedger, clock: Clock
+) -> None:
+    """When the outcome cannot be written, the run says UNKNOWN, never that it was recorded."""
+
+    class Down(AsyncLedger):
+        async def mark_many(self, results: Any) -> list[bool]:
+            raise LedgerError("database unavailable (OSError: connection refused)")
+
+    down = Down(ledger.engine, table_name=ledger.table_name, clock=clock)
+    report = await Notifier(down, FakeSender()).send_many(ACTION, items(3))
+    assert [Outcome.UNKNOWN] * 3 == [r.outcome for r in report.results]
+    assert {"the ledger failed while recording the outcome"} == {r.error for r in report.results}
+
+
+@pytest.mark.parametrize("batch_size", [7, 200, 5000])
+async def test_five_thousand_in_one_run_are_all_recorded(
+    ledger: AsyncLedger, batch_size: int
+) -> None:
+    """5,000 notifications in one run, whatever the batch size: every outcome recorded."""
+    notifier = Notifier(ledger, FakeSender(), concurrency=64, batch_size=batch_size)
+    report = await notifier.send_many(ACTION, items(5000))
+    assert 5000 == report.counts[Outcome.SENT]
+    assert {"sent": 5000} == dict(await statuses(ledger))
+
+
+# -- one run, one send per slot; memory ---------------------------------------------------------
+
+
+async def test_a_key_repeated_across_batches_is_tried_once_per_run(ledger: AsyncLedger) -> None:
+    """A slot released by a run is not won again by a later copy of it in the same run."""
+    sender = FakeSender()
+    sender.fail_next(TransientSendError("429", retry_after=1), recipient="1")
+    work = [*items(2), *items(4, start=2), *items(2)]  # 0 and 1 again, two batches later
+    report = await Notifier(ledger, sender, batch_size=2, concurrency=1).send_many(ACTION, work)
+    assert 1 == len([r for r in sender.records if r.recipient == "1"])
+    assert [Outcome.DUPLICATE, Outcome.DUPLICATE] == [r.outcome for r in report.results[-2:]]
+
+
+async def test_a_stream_keeps_only_results_that_need_attention(ledger: AsyncLedger) -> None:
+    """A streamed run counts everything but keeps only FAILED/UNKNOWN/RETRY/LEASE_LOST."""
+    sender = FakeSender()
+    sender.fail_next(TransientSendError("429"), recipient="7")
+
+    async def stream() -> AsyncIterator[Notification]:
+        for n in items(300):
+            yield n
+
+    report = await Notifier(ledger, sender).send_many(ACTION, stream())
+    assert 299 == report.counts[Outcome.SENT]
+    assert [("7", Outcome.RETRY)] == [(r.key.subject, r.outcome) for r in report.results]
+    listed = await Notifier(ledger, sender, keep_results=True).send_many(ACTION, items(10))
+    assert 10 == len(listed.results)
+
+
+# -- leases -------------------------------------------------------------------------------------
+
+
+async def test_a_long_send_keeps_its_lease(async_engine: AsyncEngine, async_table: str) -> None:
+    """A send that outlasts the lease is renewed: an at-least-once worker cannot take it over."""
+    lease = dt.timedelta(seconds=0.6)
+    ledger = AsyncLedger(async_engine, table_name=async_table, lease=lease)
+    await ledger.create_schema()
+    sender = Courier(before=2.0)
+    task = asyncio.create_task(Notifier(ledger, sender).send_many(ACTION, items(1)))
+    for _ in range(500):  # bounded: 5 s
+        if sender.handed:
+            break
+        await asyncio.sleep(0.01)
+    other = AsyncLedger(async_engine, table_name=async_table, lease=lease)
+    for _ in range(4):  # 1.6 s of attempts, well past the first lease
+        await asyncio.sleep(0.4)
+        assert None is await other.claim_slot(ACTION, 0, CYCLE, take_expired=True)
+    report = await task
+    assert [Outcome.SENT] == [r.outcome for r in report.results]
+
+
+# -- refused up front ---------------------------------------------------------------------------
+
+
+def test_a_sync_ledger_is_refused_with_a_hint() -> None:
+    """Notifier(Ledger(...)) fails when built, saying what to use, not at the first send."""
+    ledger = Ledger(sa.create_engine("sqlite://"))
+    with pytest.raises(ValidationTypeError, match="AsyncLedger") as caught:
+        Notifier(ledger, FakeSender())  # type: ignore[arg-type]
+    assert "ledger" == caught.value.field
+    assert "create_async_engine" in str(caught.value)
+
+
+async def test_a_recipient_the_sender_refuses_writes_nothing(ledger: AsyncLedger) -> None:
+    """The sender's check() runs before any claim: a bad recipient raises, no row is written."""
+
+    class Checked(FakeSender):
+        def check(self, recipient: str, message: Message) -> None:
+            if not recipient.lstrip("-").isdigit():
+                raise ValidationError("recipient", f"not a chat id: {recipient!r}")
+
+    work = [*items(3), Notification(9, CYCLE, Message("x"), recipient="not a chat")]
+    with pytest.raises(ValidationError, match="not a chat id") as caught:
+        await Notifier(ledger, Checked()).send_many(ACTION, work)
+    assert "recipient" == caught.value.field
+    assert {} == dict(await statuses(ledger))
