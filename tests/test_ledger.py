@@ -561,3 +561,31 @@ async def test_leases_are_measured_on_the_database_clock(env: Env) -> None:
     # It read the server's clock and corrected its own by about the skew.
     assert abs(core.clock_offset + dt.timedelta(seconds=61)) < dt.timedelta(seconds=2)
     assert await honest.mark_sent(claim)
+
+
+async def test_every_method_reads_the_server_clock_when_due(env: Env) -> None:
+    """With the server's clock due for a reading before every call, every method still works."""
+    ledger = env.make(clock=None)
+    core = ledger.inner._core
+
+    def due() -> None:
+        core._offset_read_at = float("-inf")
+
+    due()
+    claims = await ledger.claim_many("a", [(i, DEADLINE) for i in range(3)])
+    due()
+    one = await ledger.claim_slot("a", 9, DEADLINE)
+    due()
+    assert [True] == await ledger.renew([one])
+    due()
+    assert ["9"] == [k.subject for k in await ledger.not_claimable("a", [(9, DEADLINE)])]
+    due()
+    assert [True, True, True] == await ledger.mark_many(
+        [(c, SlotStatus.SENT, None) for c in claims]
+    )
+    due()
+    assert await ledger.release(one)
+    due()
+    assert 4 == sum((await ledger.stats()).counts.values())
+    if env.dialect != "sqlite":
+        assert core._offset_read_at > 0

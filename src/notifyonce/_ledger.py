@@ -237,6 +237,12 @@ def _run_owned(
     except DATABASE_ERRORS as exc:
         raise core.translate(exc) from exc
     with conn:
+        if core.clock_due:
+            try:
+                core.sync_clock(conn)
+                conn.rollback()  # end the read's transaction: the body sets its own mode
+            except DATABASE_ERRORS as exc:
+                raise core.translate(exc) from exc
         return core.run(conn, body, write=write, owned=True, single_statement=single_statement)
 
 

@@ -126,15 +126,19 @@ class LedgerCore:
         """How far the database server's clock is ahead of this host's (last reading)."""
         return self._offset
 
-    def sync_clock(self, conn: Connection, *, force: bool = False) -> None:
+    @property
+    def clock_due(self) -> bool:
+        """The server's clock should be read again before the next statement."""
+        return self.server_clock and time.monotonic() - self._offset_read_at >= _CLOCK_RESYNC
+
+    def sync_clock(self, conn: Connection) -> None:
         """Read the server's clock when the last reading is older than a minute.
 
         The offset is taken against the midpoint of the round trip, so it is off by at
-        most half of one round trip.
+        most half of one round trip. On a connection of the ledger's own, call it before
+        anything else and end the transaction it began (``rollback``).
         """
-        if not self.server_clock:
-            return
-        if not force and time.monotonic() - self._offset_read_at < _CLOCK_RESYNC:
+        if not self.clock_due:
             return
         query = (
             "SELECT clock_timestamp()"
@@ -202,7 +206,6 @@ class LedgerCore:
                     # then makes concurrent claimers queue instead of failing.
                     conn.exec_driver_sql(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
                     conn.exec_driver_sql("BEGIN IMMEDIATE")
-                self.sync_clock(conn)
                 result = body(conn)
                 conn.commit()
                 return result
@@ -531,6 +534,9 @@ class LedgerCore:
         t = self.table
         if not results:
             return []
+        if len(results) == 1:  # one compare-and-set: one statement instead of two
+            claim, status, detail = results[0]
+            return [self.mark(conn, claim, status, detail)]
         now = self.now()
         ids = sorted({claim.id for claim, _, _ in results})
         holders = sa.select(t.c.id, t.c.token).where(t.c.id.in_(ids), t.c.status == _CLAIMED)
