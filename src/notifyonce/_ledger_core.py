@@ -550,31 +550,38 @@ class LedgerCore:
             if ok:
                 winners[claim.id] = (status, detail)
             outcome.append(ok)
-        if winners:
-            per_column: dict[str, dict[int, Any]] = {}
-            for row_id, (status, detail) in winners.items():
-                for column, value in self.mark_values(status, detail, now).items():
-                    per_column.setdefault(column, {})[row_id] = value
-            values = {
-                column: sa.case(
-                    {row_id: sa.literal(v, t.c[column].type) for row_id, v in by_id.items()},
-                    value=t.c.id,
-                    else_=t.c[column],
-                )
-                for column, by_id in per_column.items()
-            }
-            # Match the token too: the lock above does not hold in autocommit mode.
-            tokens = {claim.id: claim.token for claim, _, _ in results if claim.id in winners}
+        # One executemany per shape of mark (what columns it sets): a cached statement
+        # with bound values, pipelined by asyncpg and psycopg, instead of CASE expressions
+        # built from literals for every row. The token is matched too: the lock above
+        # does not hold when a caller runs this on a connection in autocommit mode.
+        shapes: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        tokens = {claim.id: claim.token for claim, _, _ in results}
+        for row_id, (status, detail) in winners.items():
+            values = self.mark_values(status, detail, now)
+            params = {f"m_{column}": value for column, value in values.items()}
+            params["m_id"], params["m_token"] = row_id, tokens[row_id]
+            shapes.setdefault(tuple(values), []).append(params)
+        for columns, rows in shapes.items():
+            conn.execute(self._mark_statement(columns), rows)
+        return outcome
+
+    def _mark_statement(self, columns: tuple[str, ...]) -> sa.Executable:
+        """The compare-and-set UPDATE that writes ``columns`` for one row, built once."""
+        key = ("mark", columns)
+        stmt = self._statements.get(key)
+        if stmt is None:
+            t = self.table
             stmt = (
                 sa.update(t)
                 .where(
-                    sa.tuple_(t.c.id, t.c.token).in_(sorted(tokens.items())),
+                    t.c.id == sa.bindparam("m_id", type_=t.c.id.type),
+                    t.c.token == sa.bindparam("m_token", type_=t.c.token.type),
                     t.c.status == _CLAIMED,
                 )
-                .values(values)
+                .values({c: sa.bindparam(f"m_{c}", type_=t.c[c].type) for c in columns})
             )
-            conn.execute(stmt)
-        return outcome
+            self._statements[key] = stmt
+        return stmt
 
     def renew(self, conn: Connection, claims: Sequence[Claim], lease: dt.timedelta) -> list[bool]:
         """Extend the leases of ``claims`` that still hold their rows; one bool per claim."""
