@@ -62,6 +62,10 @@ logger = logging.getLogger("notifyonce.notifier")
 _ERROR_TEXT_LIMIT = 300
 # Outcomes per mark statement group; the ledger chunks further below driver limits.
 _RECORD_CHUNK = 500
+# An outcome waits at most this long (seconds) for others to share its write, unless
+# this many are already waiting.
+_RECORD_LINGER = 0.01
+_RECORD_EARLY = 64
 # How long the shielded settling after a cancellation may take before it gives up (the
 # sweep then settles what is left, as the delivery mode says).
 _SETTLE_TIMEOUT = 15.0
@@ -555,6 +559,9 @@ class _Recorder:
 
     async def _loop(self) -> None:
         while self.pending:
+            if len(self.pending) < _RECORD_EARLY:
+                # Let outcomes arriving in the next few milliseconds share the statement.
+                await asyncio.sleep(_RECORD_LINGER)
             batch = self.pending[:_RECORD_CHUNK]
             del self.pending[:_RECORD_CHUNK]
             landed = await self._write(batch)
