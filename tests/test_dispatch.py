@@ -484,3 +484,27 @@ async def test_a_recipient_the_sender_refuses_writes_nothing(ledger: AsyncLedger
         await Notifier(ledger, Checked()).send_many(ACTION, work)
     assert "recipient" == caught.value.field
     assert {} == dict(await statuses(ledger))
+
+
+async def test_a_worker_with_a_fast_clock_does_not_take_over(
+    async_engine: AsyncEngine, async_table: str
+) -> None:
+    """Two at-least-once workers, one host clock 61 s ahead: a live 60 s claim is not taken."""
+    if async_engine.dialect.name == "sqlite":
+        pytest.skip("SQLite has no server: its workers share one host and so one clock")
+    lease = dt.timedelta(seconds=60)
+    honest = AsyncLedger(async_engine, table_name=async_table, lease=lease)
+    await honest.create_schema()
+    ahead = AsyncLedger(async_engine, table_name=async_table, lease=lease)
+    ahead._core.local_clock = lambda: dt.datetime.now(UTC) + dt.timedelta(seconds=61)
+    slow = Courier(before=1.0)
+    first = asyncio.create_task(Notifier(honest, slow, mode=ALO).send_many(ACTION, items(5)))
+    for _ in range(500):  # bounded: 5 s
+        if len(slow.handed) == 5:
+            break
+        await asyncio.sleep(0.01)
+    fast = Courier()
+    second = await Notifier(ahead, fast, mode=ALO).send_many(ACTION, items(5))
+    assert 5 == second.counts[Outcome.DUPLICATE]
+    assert 5 == (await first).counts[Outcome.SENT]
+    assert [] == fast.handed
