@@ -68,7 +68,7 @@ class _UsageError(Exception):
 def parse_duration(text: str) -> dt.timedelta:
     """Parse ``"30d"``, ``"12h"``, ``"1h30m"``, ``"90s"`` or ``"2w"`` into a timedelta.
 
-    Example:
+    Examples:
         >>> parse_duration("1h30m")
         datetime.timedelta(seconds=5400)
 

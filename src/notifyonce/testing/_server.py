@@ -71,7 +71,7 @@ class Reply:
             ``"before_body"`` (close after the headers, before reading the body).
         delivers: Whether the message counts as delivered.
 
-    Example:
+    Examples:
         >>> Reply.flood(3).status, Reply.blocked().delivers
         (429, False)
     """
@@ -257,7 +257,7 @@ class _Connection:
 class LocalServer:
     """An HTTP/1.1 server on 127.0.0.1 in a background thread; subclasses answer requests.
 
-    Keeps connections alive and counts them; a subclass implements :meth:`_serve_one`.
+    Keeps connections alive and counts them; a subclass implements `_serve_one`.
     """
 
     def __init__(self) -> None:
@@ -421,7 +421,7 @@ class BotAPIServer(LocalServer):
         token: When set, other tokens get 401 Unauthorized.
         latency: Seconds added before every answer (a network round trip).
 
-    Example:
+    Examples:
         >>> with BotAPIServer(latency=0.0) as server:
         ...     server.script("42", [Reply.blocked()])
         ...     server.url.startswith("http://127.0.0.1:")
