@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 #: Seconds to open a TCP (+TLS) connection. A live connect takes tens of milliseconds;
-#: waiting longer only delays the retry (the seed's 40 s connect).
+#: waiting longer only delays the retry (a scalar 40 s timeout once made connect wait 40 s).
 CONNECT_TIMEOUT = 5.0
 #: Seconds to write a request: a message body is a few kilobytes at most.
 WRITE_TIMEOUT = 10.0
