@@ -56,9 +56,9 @@ async def spawn(config: dict[str, object]) -> asyncio.subprocess.Process:
     )
 
 
-def flaky_server(seed: int) -> tuple[BotAPIServer, int]:
+def flaky_server(random_state: int) -> tuple[BotAPIServer, int]:
     """A server whose first answer to a chat is sometimes lost after delivery, or a 429."""
-    rng = random.Random(seed)
+    rng = random.Random(random_state)
     server = BotAPIServer(latency=0.03).start()
     drops = 0
     for chat in range(1, SUBJECTS + 1):
@@ -112,11 +112,11 @@ async def slot_attempts(backend: Backend, table: str) -> dict[str, int]:
 
 
 async def kill_and_respawn(
-    config: dict[str, object], workers: int, kills: int, seed: int
+    config: dict[str, object], workers: int, kills: int, random_state: int
 ) -> tuple[list[int], int]:
     """Run ``workers`` processes, SIGKILL one at random ``kills`` times (respawning it),
     then let them finish. Returns the exit codes of the last generation and the kills made."""
-    rng = random.Random(seed)
+    rng = random.Random(random_state)
     alive = [await spawn(config) for _ in range(workers)]
     done = 0
     for _ in range(kills):
@@ -133,12 +133,12 @@ async def kill_and_respawn(
     return list(codes), done
 
 
-@pytest.mark.parametrize("seed", [11])
+@pytest.mark.parametrize("random_state", [11])
 async def test_sigkill_at_most_once_never_duplicates(
-    backend: Backend, table: str, seed: int
+    backend: Backend, table: str, random_state: int
 ) -> None:
     """At most once: workers killed at random while sending; no chat ever gets two messages."""
-    server, _ = flaky_server(seed)
+    server, _ = flaky_server(random_state)
     try:
         config = {
             "db_url": backend.async_url, "table": table, "server": server.url,
@@ -146,7 +146,7 @@ async def test_sigkill_at_most_once_never_duplicates(
             "subjects": SUBJECTS, "seconds": 45,
         }  # fmt: skip
         await setup_table(backend, table)
-        codes, kills = await kill_and_respawn(config, workers=3, kills=6, seed=seed)
+        codes, kills = await kill_and_respawn(config, workers=3, kills=6, random_state=random_state)
         assert all(code == 0 for code in codes), codes
         assert kills > 0
         counts = per_chat(server)
@@ -157,10 +157,12 @@ async def test_sigkill_at_most_once_never_duplicates(
         server.stop()
 
 
-@pytest.mark.parametrize("seed", [12])
-async def test_sigkill_at_least_once_loses_nothing(backend: Backend, table: str, seed: int) -> None:
+@pytest.mark.parametrize("random_state", [12])
+async def test_sigkill_at_least_once_loses_nothing(
+    backend: Backend, table: str, random_state: int
+) -> None:
     """At least once: every chat is served; duplicates are no more than the uncertain outcomes."""
-    server, drops = flaky_server(seed)
+    server, drops = flaky_server(random_state)
     try:
         config = {
             "db_url": backend.async_url, "table": table, "server": server.url,
@@ -168,7 +170,7 @@ async def test_sigkill_at_least_once_loses_nothing(backend: Backend, table: str,
             "subjects": SUBJECTS, "seconds": 45,
         }  # fmt: skip
         await setup_table(backend, table)
-        codes, kills = await kill_and_respawn(config, workers=3, kills=6, seed=seed)
+        codes, kills = await kill_and_respawn(config, workers=3, kills=6, random_state=random_state)
         assert all(code == 0 for code in codes), codes
         counts = per_chat(server)
         assert {str(s) for s in range(1, SUBJECTS + 1)} == set(counts)

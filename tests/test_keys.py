@@ -22,8 +22,8 @@ aware_datetimes = st.datetimes(
 )
 
 
-def test_seed_example_matches_int_timestamp() -> None:
-    """A datetime cycle names the same second as the seed's int(period_end.timestamp())."""
+def test_datetime_cycle_matches_int_timestamp() -> None:
+    """A datetime cycle names the same second as int(period_end.timestamp())."""
     end = dt.datetime(2026, 12, 1, 21, 30, 15, 999_999, tzinfo=dt.timezone(dt.timedelta(hours=3)))
     key = make_key("trial_6h", 42, end)
     assert SlotKey("trial_6h", "42", "2026-12-01T18:30:15Z", key.cycle_at) == key

@@ -1,4 +1,4 @@
-"""The public API contract of MISSION.md: the names users and acceptance checks import."""
+"""The public API contract: the names users and acceptance checks import."""
 
 from __future__ import annotations
 

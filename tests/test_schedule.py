@@ -31,8 +31,8 @@ US = td(microseconds=1)
 D = dt.datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
 
 
-def seed_schedule() -> Schedule:
-    """The trial chain of the first seed: 6.5-5.0 h, 3.5-2.2 h, 1.2-0.4 h, a job every 5 min."""
+def trial_schedule() -> Schedule:
+    """The trial chain of the incident: 6.5-5.0 h, 3.5-2.2 h, 1.2-0.4 h, a job every 5 min."""
     return Schedule(
         [
             Window("trial_6h", opens_before=td(hours=6.5), closes_before=td(hours=5)),
@@ -184,16 +184,16 @@ def test_generated_valid_schedules_are_valid(schedule: Schedule) -> None:
     assert sorted(opens, reverse=True) == opens
 
 
-def test_seed_schedule_validates() -> None:
-    """The seed's windows with a 5-minute job are valid, and max_downtime defaults to period."""
-    schedule = seed_schedule()
+def test_trial_schedule_validates() -> None:
+    """The trial windows with a 5-minute job are valid, and max_downtime defaults to period."""
+    schedule = trial_schedule()
     assert ("trial_6h", "trial_3h", "trial_1h") == schedule.actions
     assert 5 * M == schedule.max_downtime
     assert 10 * M == schedule.required_width
     assert td(0) == schedule.min_gap
 
 
-def test_seed_tight_points_are_rejected_in_plain_words() -> None:
+def test_tight_points_are_rejected_in_plain_words() -> None:
     """The original 6 h / 3 h / 1 h points with no width: every window is reported, with
     the width it needs."""
     with pytest.raises(ScheduleError) as caught:
@@ -214,7 +214,7 @@ def test_seed_tight_points_are_rejected_in_plain_words() -> None:
     ) == caught.value.problems
 
 
-def test_seed_tight_windows_one_period_wide_are_too_narrow() -> None:
+def test_tight_windows_one_period_wide_are_too_narrow() -> None:
     """Windows exactly one job period wide are rejected: one missed run skips them."""
     with pytest.raises(ScheduleError) as caught:
         Schedule(
@@ -305,7 +305,7 @@ def test_window_field_types(args: tuple[object, ...], field: str, error: type[Ex
 
 def test_window_at_half_open_boundaries() -> None:
     """Open from exactly opens_before before the deadline, closed from exactly closes_before."""
-    schedule = seed_schedule()
+    schedule = trial_schedule()
     six = schedule.window("trial_6h")
     assert six is schedule.window_at(D, D - td(hours=6.5))
     assert schedule.window_at(D, D - td(hours=6.5) - US) is None
@@ -317,7 +317,7 @@ def test_window_at_half_open_boundaries() -> None:
 
 def test_window_at_converts_zones_before_subtracting() -> None:
     """The same instants in different zones give the same window."""
-    schedule = seed_schedule()
+    schedule = trial_schedule()
     now = D - 6 * H
     assert schedule.window_at(D, now) is schedule.window_at(D.astimezone(MSK), now)
     assert "trial_6h" == getattr(schedule.window_at(D.astimezone(MSK), now), "action", None)
@@ -329,13 +329,13 @@ def test_naive_datetimes_are_rejected(bad: str) -> None:
     args = {"deadline": D, "now": D - 6 * H}
     args[bad] = args[bad].replace(tzinfo=None)
     with pytest.raises(ValidationError, match="naive") as caught:
-        seed_schedule().window_at(**args)
+        trial_schedule().window_at(**args)
     assert bad == caught.value.field
 
 
 def test_non_datetimes_are_type_errors() -> None:
     """A timestamp instead of a datetime is a ValidationTypeError naming the argument."""
-    schedule = seed_schedule()
+    schedule = trial_schedule()
     with pytest.raises(ValidationTypeError) as caught:
         schedule.window_at(D.timestamp(), D)  # type: ignore[arg-type]
     assert "deadline" == caught.value.field
@@ -417,9 +417,9 @@ def test_missed_ranges_match_missed_windows(
 
 
 def test_downtime_longer_than_a_window_reports_it() -> None:
-    """After 2 h of downtime every seed window (all narrower than 2 h) is reported missed,
+    """After 2 h of downtime every trial window (all narrower than 2 h) is reported missed,
     each with the deadlines it skipped; the first run reports nothing."""
-    schedule = seed_schedule()
+    schedule = trial_schedule()
     last = dt.datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
     now = last + 2 * H
     assert [] == schedule.missed(None, now)
@@ -451,7 +451,7 @@ def test_deadline_range_is_open_at_the_start_and_closed_at_the_end() -> None:
 def test_independent_chains_each_have_their_own_schedule() -> None:
     """Trial, unpaid-invoice and win-back chains coexist; their windows may overlap each
     other's and they may even reuse an action name, because nothing is global."""
-    trial = seed_schedule()
+    trial = trial_schedule()
     invoice = Schedule(
         [
             Window("invoice_3d", opens_before=td(days=3), closes_before=td(days=2)),
@@ -470,12 +470,12 @@ def test_independent_chains_each_have_their_own_schedule() -> None:
     assert "invoice_1d" == getattr(invoice.window_at(D, now), "action", None)
     assert 7 * H == getattr(winback.window_at(D, now), "opens_before", None)
     assert (15 * M, 15 * M) == (invoice.period, invoice.max_downtime)
-    assert seed_schedule() == trial
+    assert trial_schedule() == trial
 
 
 def test_schedule_is_immutable_hashable_and_picklable() -> None:
     """A Schedule cannot be changed after validation, and survives pickling."""
-    schedule = seed_schedule()
+    schedule = trial_schedule()
     with pytest.raises(AttributeError):
         schedule._period = M  # type: ignore[misc]
     with pytest.raises(AttributeError):
@@ -483,7 +483,7 @@ def test_schedule_is_immutable_hashable_and_picklable() -> None:
     with pytest.raises(AttributeError):
         schedule.windows[0].opens_before = H  # type: ignore[misc]
     assert schedule == pickle.loads(pickle.dumps(schedule))
-    assert hash(seed_schedule()) == hash(schedule)
+    assert hash(trial_schedule()) == hash(schedule)
     assert "Schedule([Window(action='trial_6h'" in repr(schedule)
     with pytest.raises(KeyError):
         schedule.window("nope")

@@ -20,11 +20,11 @@ from notifyonce import (
     window_filters,
 )
 
-from .test_schedule import MSK, UTC, seed_schedule
+from .test_schedule import MSK, UTC, trial_schedule
 
 td = dt.timedelta
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-SCHEDULE = seed_schedule()
+SCHEDULE = trial_schedule()
 
 
 def users_table(name: str, timezone: bool) -> sa.Table:
@@ -36,10 +36,10 @@ def users_table(name: str, timezone: bool) -> sa.Table:
     )
 
 
-def sample_deadlines(seed: int, whole_seconds: bool) -> list[dt.datetime]:
+def sample_deadlines(random_state: int, whole_seconds: bool) -> list[dt.datetime]:
     """A few hundred deadlines around NOW, with every window boundary hit exactly and by
     one second (or microsecond) either side."""
-    rng = random.Random(seed)
+    rng = random.Random(random_state)
     deadlines = []
     for window in SCHEDULE:
         for bound in (window.opens_before, window.closes_before):
@@ -69,9 +69,9 @@ def read_back(value: dt.datetime) -> dt.datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def moments(rows: dict[int, dt.datetime], seed: int) -> list[dt.datetime]:
+def moments(rows: dict[int, dt.datetime], random_state: int) -> list[dt.datetime]:
     """NOW, random moments, and moments that put stored deadlines exactly on a boundary."""
-    rng = random.Random(seed)
+    rng = random.Random(random_state)
     stored = sorted(rows.values())
     nows = [NOW, NOW.astimezone(MSK)]
     nows += [NOW + td(seconds=rng.randint(-3600, 3600)) for _ in range(3)]

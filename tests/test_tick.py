@@ -1,4 +1,4 @@
-"""Scheduled runs: Notifier.tick over the seed's windows, restarts, and missed windows."""
+"""Scheduled runs: Notifier.tick over the trial windows, restarts, and missed windows."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from notifyonce.testing import FakeSender
 
 UTC = dt.timezone.utc
 H = dt.timedelta(hours=1)
-SEED = Schedule(
+TRIAL = Schedule(
     [
         Window("trial_6h", opens_before=6.5 * H, closes_before=5 * H),
         Window("trial_3h", opens_before=3.5 * H, closes_before=2.2 * H),
@@ -35,9 +35,9 @@ SEED = Schedule(
 START = dt.datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 
-def trial_ends(count: int, seed: int = 1) -> dict[int, dt.datetime]:
+def trial_ends(count: int, random_state: int = 1) -> dict[int, dt.datetime]:
     """Users whose trials end 6.6 to 8.6 hours after START, at odd seconds."""
-    rng = random.Random(seed)
+    rng = random.Random(random_state)
     return {
         user: START + 6.6 * H + dt.timedelta(seconds=rng.randrange(0, 7200))
         for user in range(1, count + 1)
@@ -55,12 +55,10 @@ def selector(deadlines_by_user: dict[int, dt.datetime]):  # type: ignore[no-unty
     return select
 
 
-async def test_seed_incident_replayed_with_restarts(
-    async_engine: AsyncEngine, async_table: str
-) -> None:
-    """The seed's incident: a 5-minute job, three restarts inside open windows, each reminder once.
+async def test_incident_replayed_with_restarts(async_engine: AsyncEngine, async_table: str) -> None:
+    """The incident: a 5-minute job, three restarts inside open windows, each reminder once.
 
-    The control is the seed's original in-memory set in the same scenario: it sends
+    The control is the incident's original in-memory set in the same scenario: it sends
     duplicates, which is what the library exists to prevent.
     """
     now = START
@@ -86,17 +84,17 @@ async def test_seed_incident_replayed_with_restarts(
         if now in restarts:
             notifier = restart()
             naive_sent = set()
-        await notifier.tick(SEED, select, now=now)
-        for window, deadlines in SEED.open_windows(now):
+        await notifier.tick(TRIAL, select, now=now)
+        for window, deadlines in TRIAL.open_windows(now):
             for item in select(window, deadlines):
                 key = (int(item.subject), window.action)
                 if key not in naive_sent:
                     naive_sent.add(key)
                     naive[key] += 1
-        now += SEED.period
+        now += TRIAL.period
 
     per_reminder = Counter(record.message.text for record in sender.sent)
-    expected = {f"{w.action} for {u}" for u in users for w in SEED.windows}
+    expected = {f"{w.action} for {u}" for u in users for w in TRIAL.windows}
     assert expected == set(per_reminder)
     assert {1} == set(per_reminder.values())
     assert sum(naive.values()) > len(expected)  # the control really duplicates
@@ -111,7 +109,7 @@ async def test_tick_sends_each_open_window_under_its_action(
     await ledger.create_schema()
     users = {1: now + 6 * H, 2: now + 3 * H, 3: now + 1 * H, 4: now + 4 * H}
     sender = FakeSender()
-    report = await Notifier(ledger, sender).tick(SEED, selector(users), now=now)
+    report = await Notifier(ledger, sender).tick(TRIAL, selector(users), now=now)
     assert {"trial_6h": [1], "trial_3h": [2], "trial_1h": [3]} == {
         action: [r.notification.subject for r in rep.results]
         for action, rep in report.reports.items()
@@ -129,7 +127,7 @@ async def test_tick_accepts_async_selectors(async_engine: AsyncEngine, async_tab
     async def select(window: Window, deadlines: DeadlineRange) -> list[Notification]:
         return sync_select(window, deadlines)
 
-    report = await Notifier(ledger, FakeSender()).tick(SEED, select, now=START)
+    report = await Notifier(ledger, FakeSender()).tick(TRIAL, select, now=START)
     assert 1 == report.counts[Outcome.SENT]
 
 
@@ -140,9 +138,9 @@ async def test_missed_windows_are_reported_not_silent(
     ledger = AsyncLedger(async_engine, table_name=async_table, clock=lambda: START)
     await ledger.create_schema()
     notifier = Notifier(ledger, FakeSender())
-    await notifier.tick(SEED, selector({}), now=START)
+    await notifier.tick(TRIAL, selector({}), now=START)
     with caplog.at_level(logging.WARNING, logger="notifyonce"):
-        report = await notifier.tick(SEED, selector({}), now=START + 2 * H)
+        report = await notifier.tick(TRIAL, selector({}), now=START + 2 * H)
     assert {"trial_6h", "trial_3h", "trial_1h"} == {w.action for w, _ in report.missed}
     missed_1h = next(r for w, r in report.missed if w.action == "trial_1h")
     assert (START + 1.2 * H, START + 2 * H + 0.4 * H) == (missed_1h.after, missed_1h.until)

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from notifyonce import Schedule, ValidationError, ValidationTypeError, Window
 
-from .test_schedule import seed_schedule, valid_schedules
+from .test_schedule import trial_schedule, valid_schedules
 
-SEED_TIMELINE = """\
+TRIAL_TIMELINE = """\
 3 windows before the deadline D (# open, . gap)
                         -6h30m                                         D
 trial_6h  6h30m..5h     |###########                                   |
@@ -32,9 +32,9 @@ def bar_rows(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.endswith("|") and "#" in line]
 
 
-def test_seed_timeline() -> None:
-    """The seed's schedule draws as in docs/concepts/windows.md."""
-    assert SEED_TIMELINE == seed_schedule().render()
+def test_trial_timeline() -> None:
+    """The trial schedule draws as in docs/concepts/windows.md."""
+    assert TRIAL_TIMELINE == trial_schedule().render()
 
 
 @given(valid_schedules(), st.integers(48, 160))
@@ -52,7 +52,7 @@ def test_timeline_fits_the_width_and_names_every_window(schedule: Schedule, widt
 
 def test_bars_follow_the_time_order() -> None:
     """An earlier window's bar starts left of a later one's, and bars never share a column."""
-    rows = bar_rows(seed_schedule().render(100))
+    rows = bar_rows(trial_schedule().render(100))
     spans = [(row.index("#"), row.rindex("#")) for row in rows]
     assert sorted(spans) == spans
     for (_, end), (start, _) in itertools.pairwise(spans):
@@ -62,10 +62,10 @@ def test_bars_follow_the_time_order() -> None:
 def test_timeline_width_is_checked() -> None:
     """A width too small to draw, or not an int, names the field."""
     with pytest.raises(ValidationError) as small:
-        seed_schedule().render(20)
+        trial_schedule().render(20)
     assert "width" == small.value.field
     with pytest.raises(ValidationTypeError):
-        seed_schedule().render("wide")  # type: ignore[arg-type]
+        trial_schedule().render("wide")  # type: ignore[arg-type]
 
 
 def test_single_window_to_the_deadline() -> None:

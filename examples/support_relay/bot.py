@@ -1,4 +1,4 @@
-"""A support bot in the shape of the second seed: an operator's reply is relayed once.
+"""A support bot: an operator's reply in a support group is relayed to the client once.
 
 Operators answer clients in the topics of a support group (one topic per client). The bot
 long-polls ``getUpdates`` and copies each operator reply to the client's private chat.
@@ -13,8 +13,8 @@ long-polls ``getUpdates`` and copies each operator reply to the client's private
   ERROR log naming ``chat_id`` and ``message_id`` (never the text), so a person can find
   the reply in the topic and forward it by hand.
 - The Notifier runs at-least-once with ``max_attempts = 1 + MAX_NETWORK_REPLAYS``: a send
-  whose answer was lost is tried again rather than lost silently (the seed's trade-off),
-  and the ledger bounds the attempts across restarts too.
+  whose answer was lost is tried again rather than lost silently (a visible duplicate
+  beats a lost reply), and the ledger bounds the attempts across restarts too.
 - Notes to the topic ("the client blocked the bot") have their own narrow budget, and
   their failure never decides the update's fate.
 
@@ -23,6 +23,10 @@ long-polls ``getUpdates`` and copies each operator reply to the client's private
 
 In the support group, ``/bind <client chat id>`` inside a topic binds the topic to a
 client. ``NOTIFYONCE_BOT_TOKEN`` and ``NOTIFYONCE_DATABASE_URL`` work too.
+
+The bot keeps its state in tables of its own (``notifyonce_relay_topics`` and the ledger
+``notifyonce_relay_slots``), so it never touches your application's tables; the
+simulation refuses a database where they already exist and drops them when it ends.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import contextlib
 import datetime as dt
 import logging
 import os
+import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -81,10 +86,13 @@ RELAY_LEASE = dt.timedelta(seconds=60)
 #: Seconds to wait before re-reading after the n-th replay of an update.
 REPLAY_DELAYS = (1.0, 2.0, 4.0)
 
+# Tables of the example's own: pointed at your database, it never touches your tables.
+TOPICS_TABLE = "notifyonce_relay_topics"
+LEDGER_TABLE = "notifyonce_relay_slots"
 metadata = sa.MetaData()
 # Which client each topic of the support group belongs to (``/bind`` writes it).
 topics_table = sa.Table(
-    "support_topics",
+    TOPICS_TABLE,
     metadata,
     sa.Column("thread_id", sa.BigInteger, primary_key=True),
     sa.Column("client_chat_id", sa.BigInteger, nullable=False),
@@ -111,7 +119,8 @@ class BotAPIUpdates:
     def __init__(self, token: str, base_url: str = "https://api.telegram.org") -> None:
         self._url = f"{base_url.rstrip('/')}/bot{token}/getUpdates"
         self._client = httpx.AsyncClient(
-            # Split timeouts: only the read waits for the long poll (the seed's 40 s connect).
+            # Split timeouts: only the read waits for the long poll; a scalar 40 s timeout
+            # would make a connect to a dead host wait 40 s too.
             timeout=httpx.Timeout(
                 connect=CONNECT_TIMEOUT, read=LONG_POLL + READ_MARGIN, write=10.0, pool=5.0
             ),
@@ -299,7 +308,7 @@ class Poller:
 
 def make_notifier(engine: AsyncEngine, sender: BudgetSender) -> Notifier:
     return Notifier(
-        AsyncLedger(engine, lease=RELAY_LEASE),
+        AsyncLedger(engine, table_name=LEDGER_TABLE, lease=RELAY_LEASE),
         sender,
         mode=DeliveryMode.AT_LEAST_ONCE,
         max_attempts=RELAY_MAX_ATTEMPTS,
@@ -401,7 +410,18 @@ async def simulate(database_url: str) -> int:
 
     source.settled = settled
     engine = create_async_engine(database_url)
-    await AsyncLedger(engine).create_schema()
+    async with engine.connect() as conn:
+        existing = await conn.run_sync(lambda c: set(sa.inspect(c).get_table_names()))
+    taken = sorted(existing & {TOPICS_TABLE, LEDGER_TABLE})
+    if taken:
+        await engine.dispose()
+        print(
+            f"error: the database already has {', '.join(taken)}: the simulation creates and "
+            "drops its own tables and writes into no other. Drop them or use another database.",
+            file=sys.stderr,
+        )
+        return 2
+    await AsyncLedger(engine, table_name=LEDGER_TABLE).create_schema()
     given_up: list[int] = []
 
     topics = Topics(engine)
@@ -431,6 +451,11 @@ async def simulate(database_url: str) -> int:
         if not restarts and (poller.offset or 0) > 1005:
             # Killed after relaying a batch, before the next getUpdates confirmed it.
             poller, restarts = await start(), 1
+    async with engine.begin() as conn:  # the simulation's tables go with it
+        await conn.run_sync(
+            lambda c: sa.Table(LEDGER_TABLE, sa.MetaData()).drop(c, checkfirst=True)
+        )
+        await conn.run_sync(metadata.drop_all)
     await engine.dispose()
 
     replies = [u for u in updates if u["message"]["chat"]["id"] == SUPPORT]
@@ -483,10 +508,29 @@ async def simulate(database_url: str) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--simulate", action="store_true", help="run the scripted scenario")
-    parser.add_argument("--token", default=os.environ.get("NOTIFYONCE_BOT_TOKEN"))
-    parser.add_argument("--support-chat", help="the support group's chat id (-100...)")
-    parser.add_argument("--database-url", default=os.environ.get("NOTIFYONCE_DATABASE_URL"))
+    parser.add_argument(
+        "--simulate",
+        action="store_true",
+        help="run a scripted scenario in-process (network failures, a restart) and exit",
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("NOTIFYONCE_BOT_TOKEN"),
+        help="the bot's token (default: $NOTIFYONCE_BOT_TOKEN); needed unless --simulate",
+    )
+    parser.add_argument(
+        "--support-chat",
+        metavar="CHAT_ID",
+        help="the support group's chat id, e.g. -1001234567890; needed unless --simulate",
+    )
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("NOTIFYONCE_DATABASE_URL"),
+        metavar="URL",
+        help="SQLAlchemy async URL, e.g. postgresql+asyncpg://user@host/db "
+        "(default: $NOTIFYONCE_DATABASE_URL, else a SQLite file next to this script); "
+        f"the bot uses only its own tables {TOPICS_TABLE} and {LEDGER_TABLE}",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if args.simulate:
@@ -499,7 +543,7 @@ def main() -> int:
 
     async def run() -> None:
         engine = create_async_engine(url)
-        await AsyncLedger(engine).create_schema()
+        await AsyncLedger(engine, table_name=LEDGER_TABLE).create_schema()
         topics = await Topics(engine).load()
         source = BotAPIUpdates(args.token)
         try:

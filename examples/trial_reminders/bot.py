@@ -1,4 +1,4 @@
-"""A trial-reminder bot in the shape of the first seed: three reminders before a trial ends.
+"""A trial-reminder bot: three reminders before a user's trial ends, each sent once.
 
 A job runs every 5 minutes, picks the users whose trial ends in 6.5-5.0 h, 3.5-2.2 h or
 1.2-0.4 h, and reminds them, once per trial (the cycle is the trial's end, so a user who
@@ -11,6 +11,10 @@ starts a new trial gets the chain again).
 
 Defaults: a SQLite file next to this script, and a console sender that prints what would
 reach Telegram. ``NOTIFYONCE_BOT_TOKEN`` and ``NOTIFYONCE_DATABASE_URL`` work too.
+
+The bot keeps its demo users and its ledger in tables of its own (``notifyonce_demo_users``,
+``notifyonce_demo_slots``), so it never reads or writes your application's tables; the
+simulation refuses a database where its tables already exist and drops them when it ends.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import contextlib
 import datetime as dt
 import os
 import random
+import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -45,7 +50,7 @@ from notifyonce import (
 UTC = dt.timezone.utc
 HERE = Path(__file__).resolve().parent
 
-# The seed's windows: wider than the job period, with gaps between them.
+# Windows wider than the job period, with gaps between them.
 TRIAL = Schedule(
     [
         Window(
@@ -67,9 +72,12 @@ TEXTS = {
     "trial_1h": "Last call: your trial ends within the hour.",
 }
 
+# Tables of the example's own: pointed at your database, it never touches your tables.
+USERS_TABLE = "notifyonce_demo_users"
+LEDGER_TABLE = "notifyonce_demo_slots"
 metadata = sa.MetaData()
 users = sa.Table(
-    "users",
+    USERS_TABLE,
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column("chat_id", sa.BigInteger, nullable=False),
@@ -116,11 +124,38 @@ def make_selector(engine: AsyncEngine, now: dt.datetime) -> Callable[..., object
     return select
 
 
-async def create_users(engine: AsyncEngine, count: int, start: dt.datetime, seed: int) -> None:
-    rng = random.Random(seed)
+class TablesExistError(RuntimeError):
+    """The simulation's tables are already in the database: it will not write into them."""
+
+
+async def create_tables(engine: AsyncEngine) -> None:
+    """Create the simulation's own tables; refuse if any of them already exists."""
     async with engine.begin() as conn:
+        existing = await conn.run_sync(lambda c: set(sa.inspect(c).get_table_names()))
+        taken = sorted(existing & {USERS_TABLE, LEDGER_TABLE})
+        if taken:
+            raise TablesExistError(
+                f"the database already has {', '.join(taken)}: the simulation creates and "
+                "drops its own tables, and writes into no table it did not create. Drop "
+                "them (a simulation that was interrupted leaves them) or use another database."
+            )
         await conn.run_sync(metadata.create_all)
-        await conn.execute(users.delete())
+
+
+async def drop_tables(engine: AsyncEngine) -> None:
+    """Drop the tables the simulation created (the ledger's and the demo users')."""
+    async with engine.begin() as conn:
+        await conn.run_sync(
+            lambda c: sa.Table(LEDGER_TABLE, sa.MetaData()).drop(c, checkfirst=True)
+        )
+        await conn.run_sync(metadata.drop_all)
+
+
+async def create_users(
+    engine: AsyncEngine, count: int, start: dt.datetime, random_state: int
+) -> None:
+    rng = random.Random(random_state)
+    async with engine.begin() as conn:
         await conn.execute(
             users.insert(),
             [
@@ -138,26 +173,44 @@ async def create_users(engine: AsyncEngine, count: int, start: dt.datetime, seed
         )
 
 
-async def simulate(database_url: str, *, users_count: int, workers: int, seed: int) -> int:
+async def simulate(database_url: str, *, users_count: int, workers: int, random_state: int) -> int:
     """Run 8 simulated hours with restarts inside open windows; return the duplicates seen."""
     start = dt.datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+    engine = create_async_engine(database_url)
+    try:
+        await create_tables(engine)
+    except BaseException:
+        await engine.dispose()
+        raise
+    try:
+        return await _simulate(engine, start, users_count, workers, random_state)
+    finally:
+        await drop_tables(engine)
+        await engine.dispose()
+
+
+async def _simulate(
+    engine: AsyncEngine, start: dt.datetime, users_count: int, workers: int, random_state: int
+) -> int:
     now = start
 
     def clock() -> dt.datetime:
         return now
 
-    engine = create_async_engine(database_url)
-    await create_users(engine, users_count, start, seed)
+    await create_users(engine, users_count, start, random_state)
     sender = ConsoleSender(clock, quiet=True)
     restarts = {start + dt.timedelta(minutes=m) for m in (35, 60, 95)}  # inside open windows
-    naive_sent: set[tuple[int, str]] = set()  # the seed's bug, kept as the control
+    naive_sent: set[tuple[int, str]] = set()  # the incident's in-memory set, as the control
     naive_counts: Counter[tuple[int, str]] = Counter()
 
     def fresh_workers() -> list[Notifier]:
         # A restart: new ledger and notifier objects, only the database survives.
-        return [Notifier(AsyncLedger(engine, clock=clock), sender) for _ in range(workers)]
+        ledgers = [
+            AsyncLedger(engine, table_name=LEDGER_TABLE, clock=clock) for _ in range(workers)
+        ]
+        return [Notifier(ledger, sender) for ledger in ledgers]
 
-    await AsyncLedger(engine, clock=clock).create_schema()
+    await AsyncLedger(engine, table_name=LEDGER_TABLE, clock=clock).create_schema()
     notifiers = fresh_workers()
     runs = restarts_done = 0
     while now <= start + dt.timedelta(hours=8, minutes=40):
@@ -175,7 +228,6 @@ async def simulate(database_url: str, *, users_count: int, workers: int, seed: i
                     naive_counts[key] += 1
         runs += 1
         now += TRIAL.period
-    await engine.dispose()
 
     expected = users_count * len(TRIAL.windows)
     sent = sum(sender.delivered.values())
@@ -198,7 +250,7 @@ async def run_forever(database_url: str, sender: Sender, mode: DeliveryMode) -> 
     engine = create_async_engine(database_url)
     async with engine.begin() as conn:
         await conn.run_sync(metadata.create_all)
-    ledger = AsyncLedger(engine)
+    ledger = AsyncLedger(engine, table_name=LEDGER_TABLE)
     await ledger.create_schema()
     notifier = Notifier(ledger, sender, mode=mode)
     print(TRIAL.render())
@@ -211,12 +263,37 @@ async def run_forever(database_url: str, sender: Sender, mode: DeliveryMode) -> 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--simulate", action="store_true", help="run simulated hours and exit")
-    parser.add_argument("--database-url", default=os.environ.get("NOTIFYONCE_DATABASE_URL"))
-    parser.add_argument("--token", default=os.environ.get("NOTIFYONCE_BOT_TOKEN"))
-    parser.add_argument("--users", type=int, default=40)
-    parser.add_argument("--workers", type=int, default=2, help="workers racing each run")
-    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--simulate",
+        action="store_true",
+        help="replay 8 hours of the job in seconds (restarts, racing workers) and exit",
+    )
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("NOTIFYONCE_DATABASE_URL"),
+        metavar="URL",
+        help="SQLAlchemy async URL, e.g. postgresql+asyncpg://user@host/db "
+        "(default: $NOTIFYONCE_DATABASE_URL, else a SQLite file next to this script); "
+        f"the bot uses only its own tables {USERS_TABLE} and {LEDGER_TABLE}",
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("NOTIFYONCE_BOT_TOKEN"),
+        help="send through Telegram with this bot token (default: $NOTIFYONCE_BOT_TOKEN, "
+        "else print to the console)",
+    )
+    parser.add_argument(
+        "--users", type=int, default=40, help="simulated users in trial (default: 40)"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=2, help="workers racing each simulated run (default: 2)"
+    )
+    parser.add_argument(
+        "--random-state",
+        type=int,
+        default=7,
+        help="makes the simulated users' trial ends repeatable (default: 7)",
+    )
     parser.add_argument(
         "--at-least-once", action="store_true", help="retry uncertain sends (default: at most once)"
     )
@@ -228,13 +305,19 @@ def main() -> int:
     if args.simulate:
         if url == default_db:
             (HERE / "simulation.sqlite3").unlink(missing_ok=True)
-        return (
-            1
-            if asyncio.run(
-                simulate(url, users_count=args.users, workers=args.workers, seed=args.seed)
+        try:
+            problems = asyncio.run(
+                simulate(
+                    url,
+                    users_count=args.users,
+                    workers=args.workers,
+                    random_state=args.random_state,
+                )
             )
-            else 0
-        )
+        except TablesExistError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 1 if problems else 0
     mode = DeliveryMode.AT_LEAST_ONCE if args.at_least_once else DeliveryMode.AT_MOST_ONCE
 
     async def run() -> None:

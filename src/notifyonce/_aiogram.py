@@ -72,7 +72,7 @@ def classify_aiogram_error(
         scrub: Removes the token from descriptions.
 
     Returns:
-        :class:`Moved` for a migration, the SendError to raise, or None when the
+        `Moved` for a migration, the SendError to raise, or None when the
         exception is not aiogram's (the caller re-raises it).
     """
     description = short(str(getattr(exc, "message", "") or exc), scrub)
@@ -119,7 +119,7 @@ class AiogramSender(WrappedBotSender):
         bot: An ``aiogram.Bot``. It is not closed here: close its session yourself.
         request_timeout: Seconds for each request instead of the session's timeout.
 
-    Example:
+    Examples:
         >>> from aiogram import Bot
         >>> AiogramSender(Bot("123:ABC"))
         AiogramSender(bot=<aiogram.Bot>, token=<redacted>)

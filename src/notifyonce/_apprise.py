@@ -64,8 +64,8 @@ class AppriseSender:
     **What cannot be known.** Apprise reports per call whether every service accepted the
     notification, not whether a failed service's request reached the provider before
     it failed (a timeout after sending and a refused connection look the same). So a
-    failure is :class:`~notifyonce.UncertainSendError` by default: in at-most-once mode it
-    is never repeated. Pass ``failure=TransientSendError`` if your services tolerate a
+    failure is [`UncertainSendError`][notifyonce.UncertainSendError] by default: in at-most-once
+    mode it is never repeated. Pass ``failure=TransientSendError`` if your services tolerate a
     duplicate better than a lost notification. With several URLs, Apprise 2.x reports a
     partial delivery, which is always uncertain (a retry would resend to the services
     that delivered); Apprise 1.x cannot tell it from a total failure.
@@ -76,10 +76,11 @@ class AppriseSender:
             with ``tag=`` on your own ``Apprise`` object); by default every service gets
             every notification and the recipient is only echoed in the receipt.
         title: The title of every notification; ``Message.options["title"]`` overrides it.
-        failure: :class:`~notifyonce.UncertainSendError` or
-            :class:`~notifyonce.TransientSendError`, for a failure Apprise cannot explain.
+        failure: [`UncertainSendError`][notifyonce.UncertainSendError] or
+            [`TransientSendError`][notifyonce.TransientSendError], for a failure Apprise cannot
+            explain.
 
-    Example:
+    Examples:
         >>> AppriseSender("json://localhost:8080/hooks")
         AppriseSender(services=1)
     """

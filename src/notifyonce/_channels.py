@@ -30,11 +30,11 @@ class Channel:
 
     Args:
         name: The channel's name, as reported in receipts and errors.
-        sender: Any :class:`~notifyonce.Sender`.
+        sender: Any [`Sender`][notifyonce.Sender].
         recipient: Maps the notification's recipient to this channel's (a user id to a
             chat id, an e-mail address, ...); None passes it unchanged.
 
-    Example:
+    Examples:
         >>> from notifyonce.testing import FakeSender
         >>> Channel("email", FakeSender(), recipient=lambda user: f"{user}@example.com").name
         'email'
@@ -183,9 +183,10 @@ class FanoutSender:
     independent outcomes per channel, use one slot per channel (see the fan-out guide).
 
     Args:
-        channels: ``{"name": sender}`` or :class:`Channel` objects (to map recipients).
+        channels: ``{"name": sender}`` or [`Channel`][notifyonce.Channel] objects (to map
+            recipients).
 
-    Example:
+    Examples:
         >>> from notifyonce.testing import FakeSender
         >>> FanoutSender({"telegram": FakeSender(), "email": FakeSender()})
         FanoutSender(channels=['telegram', 'email'])
@@ -201,7 +202,7 @@ class FanoutSender:
         """Send to every channel concurrently.
 
         Returns:
-            A :class:`ChannelReceipt` listing every channel.
+            A [`ChannelReceipt`][notifyonce.ChannelReceipt] listing every channel.
 
         Raises:
             PermanentSendError: A channel refused for good.
@@ -238,11 +239,12 @@ class FallbackSender:
     any was transient (``retry_after``: the shortest wait), else permanent.
 
     Args:
-        channels: ``{"name": sender}`` or :class:`Channel` objects, in fallback order.
+        channels: ``{"name": sender}`` or [`Channel`][notifyonce.Channel] objects, in fallback
+            order.
         fallback_on_uncertain: Also fall back after an uncertain failure, accepting a
             possible duplicate for a lower risk of loss.
 
-    Example:
+    Examples:
         >>> from notifyonce.testing import FakeSender
         >>> FallbackSender({"telegram": FakeSender(), "email": FakeSender()})
         FallbackSender(channels=['telegram', 'email'])
@@ -264,8 +266,8 @@ class FallbackSender:
         """Send through the first channel that delivers.
 
         Returns:
-            A :class:`ChannelReceipt` naming the channel that delivered and the failures
-            before it.
+            A [`ChannelReceipt`][notifyonce.ChannelReceipt] naming the channel that delivered and
+            the failures before it.
 
         Raises:
             UncertainSendError: A channel may have delivered (and fallback stopped there),

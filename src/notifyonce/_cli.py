@@ -49,6 +49,7 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _SYNC_DRIVERS = {
     # Plain names resolve to drivers the extras do not install (psycopg2, mysqlclient).
     "postgresql": "postgresql+psycopg",
+    "postgres": "postgresql+psycopg",  # the scheme Heroku, Render and libpq print
     "mysql": "mysql+pymysql",
     "mariadb": "mariadb+pymysql",
     "postgresql+asyncpg": "postgresql+psycopg",
@@ -68,7 +69,7 @@ class _UsageError(Exception):
 def parse_duration(text: str) -> dt.timedelta:
     """Parse ``"30d"``, ``"12h"``, ``"1h30m"``, ``"90s"`` or ``"2w"`` into a timedelta.
 
-    Example:
+    Examples:
         >>> parse_duration("1h30m")
         datetime.timedelta(seconds=5400)
 
@@ -96,9 +97,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"notifyonce {__version__}")
     db = argparse.ArgumentParser(add_help=False)
-    db.add_argument("--database-url", help=f"SQLAlchemy URL (default: ${ENV_URL})")
-    db.add_argument("--table", default="notifyonce_slots", help="ledger table name")
-    db.add_argument("--schema", default=None, help="database schema of the table")
+    db.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="the database, as a SQLAlchemy URL: postgresql://user:password@host/db "
+        "(postgres:// and async drivers such as postgresql+asyncpg work too), "
+        f"mysql://..., sqlite:///path.db (default: ${ENV_URL})",
+    )
+    db.add_argument(
+        "--table",
+        default="notifyonce_slots",
+        help="ledger table name, as given to the ledger (default: notifyonce_slots)",
+    )
+    db.add_argument(
+        "--schema", default=None, help="database schema of the table (default: the search path)"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     check = commands.add_parser(
@@ -110,7 +123,9 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     check.add_argument("target", metavar="MODULE:ATTRIBUTE")
-    check.add_argument("--width", type=int, default=72, help="timeline width in characters")
+    check.add_argument(
+        "--width", type=int, default=72, help="timeline width in characters (default: 72)"
+    )
 
     stats = commands.add_parser("stats", parents=[db], help="slots per action and status")
     stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -122,8 +137,18 @@ def _parser() -> argparse.ArgumentParser:
         description="at-most-once: expired claims become unknown; at-least-once: they "
         "are released for another attempt while attempts remain.",
     )
-    sweep.add_argument("--mode", choices=["at-most-once", "at-least-once"], default="at-most-once")
-    sweep.add_argument("--max-attempts", type=int, default=3)
+    sweep.add_argument(
+        "--mode",
+        choices=["at-most-once", "at-least-once"],
+        default="at-most-once",
+        help="the delivery mode of the jobs that use these actions (default: at-most-once)",
+    )
+    sweep.add_argument(
+        "--max-attempts",
+        type=int,
+        default=3,
+        help="at-least-once: claims a slot may have in all (default: 3)",
+    )
     sweep.add_argument(
         "--action",
         action="append",
@@ -140,7 +165,18 @@ def _parser() -> argparse.ArgumentParser:
         description="Delete slots whose cycle (as a point in time) is older than "
         "--older-than. A slot whose cycle can still fire is never deleted.",
     )
-    purge.add_argument("--older-than", required=True, type=_duration_arg, metavar="DURATION")
+    purge.add_argument(
+        "--older-than",
+        required=True,
+        type=_duration_arg,
+        metavar="DURATION",
+        help="age of the cycle, like 30d, 12h, 1h30m, 90s or 2w",
+    )
+    purge.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="count the slots that would be deleted, and delete nothing",
+    )
 
     migrate = commands.add_parser(
         "migrate", parents=[db], help="create or upgrade the ledger table (Alembic)"
@@ -282,8 +318,16 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _purge(args: argparse.Namespace) -> int:
-    deleted = _ledger(args).purge(older_than=args.older_than)
+    ledger = _ledger(args)
     age = format_duration(args.older_than)
+    if args.dry_run:
+        # The same DELETE, in a transaction that is rolled back: the count is exact.
+        with ledger.engine.connect() as connection:
+            count = ledger._run(ledger._plan_purge(args.older_than, None), connection=connection)
+            connection.rollback()
+        print(f"would delete {count} slots whose cycle ended more than {age} ago (dry run)")
+        return EXIT_OK
+    deleted = ledger.purge(older_than=args.older_than)
     print(f"deleted {deleted} slots whose cycle ended more than {age} ago")
     return EXIT_OK
 
@@ -294,12 +338,29 @@ def _migrate(args: argparse.Namespace) -> int:
     from .migrations import upgrade
 
     ledger = _ledger(args)
+    before = _revisions(ledger, args.table, args.schema)
     try:
         upgrade(ledger.engine, table_name=args.table, schema=args.schema, revision=args.revision)
     except CommandError as exc:
         raise _UsageError(f"migrate: {exc}") from None
-    print(f"ledger table {args.table!r} upgraded to {args.revision}")
+    after = _revisions(ledger, args.table, args.schema)
+    if before == after:
+        print(f"ledger table {args.table!r} is already at {after}: nothing to do")
+    else:
+        print(f"ledger table {args.table!r} upgraded from {before or 'nothing'} to {after}")
     return EXIT_OK
+
+
+def _revisions(ledger: Ledger, table: str, schema: str | None) -> str:
+    """The revisions the ledger table's own version table records, or "" before any."""
+    from alembic.runtime.migration import MigrationContext
+
+    from .migrations import default_version_table
+
+    options = {"version_table": default_version_table(table), "version_table_schema": schema}
+    with ledger.engine.connect() as connection:
+        heads = MigrationContext.configure(connection, opts=options).get_current_heads()
+    return ", ".join(sorted(heads))
 
 
 _COMMANDS = {
@@ -313,7 +374,35 @@ _COMMANDS = {
 
 def _missing_table(message: str) -> bool:
     text = message.lower()
+    if _authentication_failed(text):
+        return False
     return "no such table" in text or "does not exist" in text or "doesn't exist" in text
+
+
+# What PostgreSQL (libpq, asyncpg) and MySQL/MariaDB say when they refuse the credentials.
+_AUTH_FAILURES = (
+    "password authentication failed",
+    "authentication failed for user",
+    "invalidpassworderror",
+    "invalidauthorizationspecificationerror",
+    "access denied for user",
+    "no password supplied",
+)
+_UNKNOWN_ROLE = re.compile(r'fatal:\s+role "[^"]*" does not exist')
+
+
+def _authentication_failed(message: str) -> bool:
+    text = message.lower()
+    return any(marker in text for marker in _AUTH_FAILURES) or bool(_UNKNOWN_ROLE.search(text))
+
+
+def _database_error(message: str) -> str:
+    """The error line for a database failure; an authentication failure says so."""
+    if _authentication_failed(message):
+        detail = re.sub(r"^database (?:unavailable|error) \((.*)\)$", r"\1", message)
+        return f"authentication failed: the database refused the URL's user or password ({detail})"
+    hint = "; run `notifyonce migrate` first?" if _missing_table(message) else ""
+    return f"{message}{hint}"
 
 
 def _fail(code: int, message: str) -> NoReturn:
@@ -331,9 +420,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         _fail(EXIT_USAGE, str(exc))
     except LedgerError as exc:
-        hint = "; run `notifyonce migrate` first?" if _missing_table(str(exc)) else ""
-        _fail(EXIT_DATABASE, f"{exc}{hint}")
+        _fail(EXIT_DATABASE, _database_error(str(exc)))
     except SQLAlchemyError as exc:  # from Alembic's own connection (migrate)
         lines = str(exc.orig if isinstance(exc, DBAPIError) else exc).strip().splitlines()
         first = lines[0] if lines else ""
-        _fail(EXIT_DATABASE, f"database error ({type(exc).__name__}: {first})")
+        _fail(EXIT_DATABASE, _database_error(f"database error ({type(exc).__name__}: {first})"))

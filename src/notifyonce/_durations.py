@@ -12,7 +12,7 @@ _UNITS = (("d", 86_400), ("h", 3_600), ("m", 60))
 def format_duration(value: dt.timedelta) -> str:
     """Write a timedelta in compact human units.
 
-    Example:
+    Examples:
         >>> import datetime as dt
         >>> format_duration(dt.timedelta(hours=6.5))
         '6h30m'

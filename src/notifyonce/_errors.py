@@ -64,7 +64,7 @@ class ValidationTypeError(ValidationError, TypeError):
 
 
 class ScheduleError(ValidationError):
-    """A :class:`~notifyonce.Schedule` is invalid.
+    """A [`Schedule`][notifyonce.Schedule] is invalid.
 
     The message lists every problem found, not only the first one.
 

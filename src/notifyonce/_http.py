@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 #: Seconds to open a TCP (+TLS) connection. A live connect takes tens of milliseconds;
-#: waiting longer only delays the retry (the seed's 40 s connect).
+#: waiting longer only delays the retry (a scalar 40 s timeout once made connect wait 40 s).
 CONNECT_TIMEOUT = 5.0
 #: Seconds to write a request: a message body is a few kilobytes at most.
 WRITE_TIMEOUT = 10.0
@@ -171,8 +171,9 @@ class Progress:
 class SenderClosedError(TransientSendError, RuntimeError):
     """The sender (or the caller's client) was closed: certainly nothing was sent.
 
-    A :class:`TransientSendError`, so a Notifier releases the slot for a later run instead
-    of recording an unknown outcome; also a ``RuntimeError``, because it is a usage error.
+    A [`TransientSendError`][notifyonce.TransientSendError], so a Notifier releases the slot for a
+    later run instead of recording an unknown outcome; also a ``RuntimeError``, because it is a
+    usage error.
     """
 
 
@@ -272,10 +273,10 @@ def check_seconds(name: str, value: object) -> float:
 class RetryPlan:
     """Decides, for one send, how long to wait before the next attempt, or to give up.
 
-    Only :class:`TransientSendError` is retried. A provider's ``retry_after`` is waited
-    exactly; the first retry after a certain transport failure is immediate (the pool has
-    discarded the failed connection); other retries back off with full jitter. Nothing is
-    retried past ``max_retries`` or when the wait would end after the deadline.
+    Only [`TransientSendError`][notifyonce.TransientSendError] is retried. A provider's
+    ``retry_after`` is waited exactly; the first retry after a certain transport failure is
+    immediate (the pool has discarded the failed connection); other retries back off with full
+    jitter. Nothing is retried past ``max_retries`` or when the wait would end after the deadline.
     """
 
     __slots__ = (
@@ -328,8 +329,8 @@ class RetryPlan:
 class HTTPSenderBase:
     """One lazily created, reused ``httpx.AsyncClient`` with split, budget-bound timeouts.
 
-    Subclasses call :meth:`_configure` from ``__init__`` and :meth:`_get_client`,
-    :meth:`_timeout`, :meth:`_budget` and :meth:`_retry_plan` from ``send``.
+    Subclasses call `_configure` from ``__init__`` and `_get_client`,
+    `_timeout`, `_budget` and `_retry_plan` from ``send``.
     """
 
     _client: httpx.AsyncClient | None

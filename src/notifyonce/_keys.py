@@ -77,7 +77,7 @@ class SlotKey:
         SHA-256 of the three canonical parts), so a receiver that deduplicates by it turns
         at-least-once delivery into exactly-once.
 
-        Example:
+        Examples:
             >>> make_key("trial_6h", 42, 1764613815).idempotency_key
             'nfo1-7d8e4ea70ff5f784bf069836af851c01'
         """
@@ -170,7 +170,7 @@ def normalize_cycle(cycle: object) -> tuple[str, dt.datetime | None]:
 def make_key(action: object, subject: object, cycle: object) -> SlotKey:
     """Validate and normalise the three parts of a slot key.
 
-    Example:
+    Examples:
         >>> import datetime as dt
         >>> msk = dt.timezone(dt.timedelta(hours=3))
         >>> end = dt.datetime(2026, 12, 1, 21, 30, 15, 999, tzinfo=msk)

@@ -1,6 +1,6 @@
 """The public ledgers: ``AsyncLedger`` over an AsyncEngine, ``Ledger`` over an Engine.
 
-Both are thin shells over :class:`~notifyonce._ledger_core.LedgerCore`: they validate the
+Both are thin shells over `LedgerCore`: they validate the
 arguments, check out a connection and hand a plain sync function to the core. The async
 shell runs that function through ``AsyncConnection.run_sync`` (SQLAlchemy's greenlet
 bridge onto the async driver), so the SQL and the transaction rules exist once.
@@ -295,7 +295,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
     """The claim ledger on an ``AsyncEngine`` (asyncpg, psycopg 3, aiosqlite, asyncmy).
 
     Every method that the ledger runs on its own connection commits before it returns:
-    a returned :class:`~notifyonce.Claim` is durable, so the message can be sent.
+    a returned [`Claim`][notifyonce.Claim] is durable, so the message can be sent.
 
     Args:
         engine: Where the ledger table lives: PostgreSQL, MySQL/MariaDB or SQLite.
@@ -307,7 +307,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         retries: How many times a transaction is run when the database picked it as a
             deadlock victim (it was rolled back, so running it again is safe).
 
-    Example:
+    Examples:
         >>> import asyncio
         >>> from sqlalchemy.ext.asyncio import create_async_engine
         >>> async def main() -> bool:
@@ -401,7 +401,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         max_attempts: int | None = None,
         connection: AsyncConnection | None = None,
     ) -> Claim | None:
-        """Claim one slot; the :class:`~notifyonce.Claim` if this call won it, else None.
+        """Claim one slot; the [`Claim`][notifyonce.Claim] if this call won it, else None.
 
         A claim wins when the slot has no row yet, when it was released, or (with
         ``take_expired=True``) when its holder's lease expired. One statement decides it,
@@ -428,9 +428,13 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
                 claim is returned, and a later claim finds out whether the row exists.
             LedgerError: any other database error.
 
-        Example:
-            >>> # claim = await ledger.claim_slot("trial_6h", user_id, period_end)
-            >>> # if claim: send, then await ledger.mark_sent(claim)
+        Examples:
+            ```python
+            claim = await ledger.claim_slot("trial_6h", user_id, period_end)
+            if claim is not None:
+                receipt = await sender.send(str(user_id), Message("6 hours left"))
+                await ledger.mark_sent(claim, message_id=receipt.message_id)
+            ```
         """
         options = self._core.claim_options(lease, take_expired, max_attempts)
         body = self._plan_claim(action, subject, cycle, options)
@@ -454,8 +458,10 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         If a chunk fails, the claims of the chunks already committed are released and the
         error is raised.
 
-        Example:
-            >>> # claims = await ledger.claim_many("trial_6h", [(42, end), (43, end)])
+        Examples:
+            ```python
+            claims = await ledger.claim_many("trial_6h", [(42, end), (43, end)])
+            ```
         """
         options = self._core.claim_options(lease, take_expired, max_attempts)
         body = self._claim_many_body(action, items, options, chunk_size)
@@ -465,8 +471,11 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
     async def mark_sent(self, claim: Claim, *, message_id: int | str | None = None) -> bool:
         """Record the claim as sent; False if its lease was lost (nothing changed).
 
-        Example:
-            >>> # if not await ledger.mark_sent(claim, message_id=receipt.message_id): ...
+        Examples:
+            ```python
+            if not await ledger.mark_sent(claim, message_id=receipt.message_id):
+                ...  # the lease expired and another worker took the slot over
+            ```
         """
         body = self._plan_mark(claim, SlotStatus.SENT, check_message_id(message_id))
         return await self._run(body, single_statement=True)
@@ -587,12 +596,12 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
 
 
 class Ledger(_LedgerBase[sa.Engine]):
-    """The claim ledger on a sync ``Engine``: :class:`AsyncLedger` for sync code.
+    """The claim ledger on a sync ``Engine``: [`AsyncLedger`][notifyonce.AsyncLedger] for sync code.
 
-    Same arguments, methods and guarantees as :class:`AsyncLedger`; ``connection`` is a
-    sync ``Connection``.
+    Same arguments, methods and guarantees as [`AsyncLedger`][notifyonce.AsyncLedger];
+    ``connection`` is a sync ``Connection``.
 
-    Example:
+    Examples:
         >>> ledger = Ledger(sa.create_engine("sqlite://"))
         >>> ledger.create_schema()
         >>> claim = ledger.claim_slot("trial_6h", 42, "2026-12")
@@ -618,7 +627,7 @@ class Ledger(_LedgerBase[sa.Engine]):
             return _run_owned(self._core, self._engine, body, write, single_statement)
 
     def create_schema(self) -> None:
-        """See :meth:`AsyncLedger.create_schema`."""
+        """See [`AsyncLedger.create_schema`][notifyonce.AsyncLedger.create_schema]."""
         self._run(self._core.create_schema)
 
     def claim_slot(
@@ -632,7 +641,10 @@ class Ledger(_LedgerBase[sa.Engine]):
         max_attempts: int | None = None,
         connection: Connection | None = None,
     ) -> Claim | None:
-        """See :meth:`AsyncLedger.claim_slot` (with ``connection``: commit before sending)."""
+        """See [`AsyncLedger.claim_slot`][notifyonce.AsyncLedger.claim_slot].
+
+        With ``connection``, commit it before sending.
+        """
         options = self._core.claim_options(lease, take_expired, max_attempts)
         body = self._plan_claim(action, subject, cycle, options)
         return self._run(body, connection=connection, single_statement=self._single)
@@ -647,40 +659,40 @@ class Ledger(_LedgerBase[sa.Engine]):
         max_attempts: int | None = None,
         chunk_size: int = 500,
     ) -> list[Claim]:
-        """See :meth:`AsyncLedger.claim_many`."""
+        """See [`AsyncLedger.claim_many`][notifyonce.AsyncLedger.claim_many]."""
         options = self._core.claim_options(lease, take_expired, max_attempts)
         return self._run(self._claim_many_body(action, items, options, chunk_size), write=False)
 
     def mark_sent(self, claim: Claim, *, message_id: int | str | None = None) -> bool:
-        """See :meth:`AsyncLedger.mark_sent`."""
+        """See [`AsyncLedger.mark_sent`][notifyonce.AsyncLedger.mark_sent]."""
         return self._run(
             self._plan_mark(claim, SlotStatus.SENT, check_message_id(message_id)),
             single_statement=True,
         )
 
     def mark_failed(self, claim: Claim, error: str) -> bool:
-        """See :meth:`AsyncLedger.mark_failed`."""
+        """See [`AsyncLedger.mark_failed`][notifyonce.AsyncLedger.mark_failed]."""
         error_text = check_text("error", error, optional=False)
         return self._run(
             self._plan_mark(claim, SlotStatus.FAILED, error_text), single_statement=True
         )
 
     def mark_unknown(self, claim: Claim, error: str | None = None) -> bool:
-        """See :meth:`AsyncLedger.mark_unknown`."""
+        """See [`AsyncLedger.mark_unknown`][notifyonce.AsyncLedger.mark_unknown]."""
         error_text = check_text("error", error, optional=True)
         return self._run(
             self._plan_mark(claim, SlotStatus.UNKNOWN, error_text), single_statement=True
         )
 
     def release(self, claim: Claim, error: str | None = None) -> bool:
-        """See :meth:`AsyncLedger.release`."""
+        """See [`AsyncLedger.release`][notifyonce.AsyncLedger.release]."""
         error_text = check_text("error", error, optional=True)
         return self._run(
             self._plan_mark(claim, SlotStatus.RELEASED, error_text), single_statement=True
         )
 
     def mark_many(self, results: Sequence[tuple[Claim, SlotStatus, str | None]]) -> list[bool]:
-        """See :meth:`AsyncLedger.mark_many`."""
+        """See [`AsyncLedger.mark_many`][notifyonce.AsyncLedger.mark_many]."""
         return self._run(partial(self._core.mark_many, results=check_mark_results(results)))
 
     def renew(self, claims: Iterable[Claim], *, lease: dt.timedelta | None = None) -> list[bool]:
@@ -699,7 +711,7 @@ class Ledger(_LedgerBase[sa.Engine]):
         return self._run(self._plan_lookup(action, items, take_expired, max_attempts), write=False)
 
     def get(self, action: str, subject: Subject, cycle: Cycle) -> SlotRecord | None:
-        """See :meth:`AsyncLedger.get`."""
+        """See [`AsyncLedger.get`][notifyonce.AsyncLedger.get]."""
         key = make_key(action, subject, cycle)
         return self._run(partial(self._core.get, key=key), write=False)
 
@@ -711,23 +723,23 @@ class Ledger(_LedgerBase[sa.Engine]):
         limit: int = 1000,
         actions: Iterable[str] | None = None,
     ) -> SweepResult:
-        """See :meth:`AsyncLedger.sweep`."""
+        """See [`AsyncLedger.sweep`][notifyonce.AsyncLedger.sweep]."""
         return self._run(self._plan_sweep(mode, max_attempts, limit, actions))
 
     def purge(
         self, *, older_than: dt.timedelta, opaque_finished_before: dt.datetime | None = None
     ) -> int:
-        """See :meth:`AsyncLedger.purge`."""
+        """See [`AsyncLedger.purge`][notifyonce.AsyncLedger.purge]."""
         return self._run(self._plan_purge(older_than, opaque_finished_before))
 
     def last_sent(
         self, subjects: Iterable[Subject], *, since: dt.datetime
     ) -> dict[str, dt.datetime]:
-        """See :meth:`AsyncLedger.last_sent`."""
+        """See [`AsyncLedger.last_sent`][notifyonce.AsyncLedger.last_sent]."""
         texts = normalize_subjects(subjects)
         body = partial(self._core.last_sent, subjects=texts, since=check_aware("since", since))
         return self._run(body, write=False)
 
     def stats(self) -> LedgerStats:
-        """See :meth:`AsyncLedger.stats`."""
+        """See [`AsyncLedger.stats`][notifyonce.AsyncLedger.stats]."""
         return self._run(self._core.stats, write=False)

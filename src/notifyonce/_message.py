@@ -29,7 +29,7 @@ class Message:
             HTTP header. Senders whose receiver can deduplicate pass it on (the webhook
             sender sends it as ``Idempotency-Key``).
 
-    Example:
+    Examples:
         >>> Message("6 hours left", parse_mode="HTML")
         Message(text=<12 chars>, parse_mode='HTML')
     """
@@ -84,21 +84,21 @@ class Receipt:
 
 @runtime_checkable
 class Sender(Protocol):
-    """Anything that can deliver a :class:`Message` to a recipient.
+    """Anything that can deliver a [`Message`][notifyonce.Message] to a recipient.
 
-    Implementations raise :class:`~notifyonce.PermanentSendError` when the provider
-    refused for good, :class:`~notifyonce.TransientSendError` when the message was
-    certainly not delivered, and :class:`~notifyonce.UncertainSendError` when it may have
-    been. Any other exception is treated as uncertain. A sender that is set up wrong
-    (a rejected token, a wrong URL) raises :class:`~notifyonce.SenderConfigError`.
+    Implementations raise [`PermanentSendError`][notifyonce.PermanentSendError] when the provider
+    refused for good, [`TransientSendError`][notifyonce.TransientSendError] when the message was
+    certainly not delivered, and [`UncertainSendError`][notifyonce.UncertainSendError] when it may
+    have been. Any other exception is treated as uncertain. A sender that is set up wrong
+    (a rejected token, a wrong URL) raises [`SenderConfigError`][notifyonce.SenderConfigError].
 
     A sender may also offer ``check(recipient: str, message: Message) -> None``, a plain
-    (not async) method that raises :class:`~notifyonce.ValidationError` when it would
+    (not async) method that raises [`ValidationError`][notifyonce.ValidationError] when it would
     refuse the recipient or the message without sending anything (a malformed chat id, a
     text too long for the provider). The Notifier calls it before claiming, so such a
     notification writes nothing and burns no slot.
 
-    Example:
+    Examples:
         >>> class PrintSender:
         ...     async def send(self, recipient: str, message: Message) -> Receipt:
         ...         print(recipient, len(message.text))

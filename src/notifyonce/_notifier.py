@@ -305,9 +305,10 @@ class Notifier:
 
         For each window open at ``now``, ``select(window, deadlines)`` returns the
         notifications for the subjects whose deadline is in ``deadlines`` (use
-        :func:`window_filter` to select them in SQL), and they are sent under the window's
-        action with :meth:`send_many`. Windows that opened and closed entirely since the
-        previous tick are reported in :attr:`TickReport.missed` and logged at WARNING.
+        [`deadline_filter`][notifyonce.deadline_filter] to select them in SQL), and they
+        are sent under the window's action with [`send_many`][notifyonce.Notifier.send_many].
+        Windows that opened and closed entirely since the previous tick are reported in
+        [`TickReport.missed`][notifyonce.TickReport] and logged at WARNING.
 
         Args:
             schedule: The chain of windows.
@@ -317,13 +318,22 @@ class Notifier:
                 ``tick`` of this Notifier for the same schedule; on the first tick after a
                 start nothing is known, so nothing is reported missed.
 
-        Example:
-            >>> async def select(window, deadlines):  # doctest: +SKIP
-            ...     rows = await session.execute(
-            ...         select(User).where(window_filter(User.trial_ends, window, now)))
-            ...     return [Notification(u.id, u.trial_ends, Message(TEXTS[window.action]))
-            ...             for u in rows.scalars()]
-            >>> await notifier.tick(schedule, select)  # doctest: +SKIP
+        Examples:
+            ```python
+            import sqlalchemy as sa
+
+            async def due_users(window, deadlines):
+                async with Session() as session:
+                    rows = await session.scalars(
+                        sa.select(User).where(deadline_filter(User.trial_ends, deadlines))
+                    )
+                    return [
+                        Notification(user.id, user.trial_ends, Message(TEXTS[window.action]))
+                        for user in rows
+                    ]
+
+            report = await notifier.tick(schedule, due_users)
+            ```
         """
         at = now if now is not None else self._now()
         previous = last_run if last_run is not None else self._last_ticks.get(schedule)

@@ -90,7 +90,7 @@ def classify_ptb_error(
         scrub: Removes the token from descriptions.
 
     Returns:
-        :class:`Moved` for a migration, the SendError to raise, or None when the
+        `Moved` for a migration, the SendError to raise, or None when the
         exception is not python-telegram-bot's (the caller re-raises it).
     """
     if not isinstance(exc, TelegramError):
@@ -144,7 +144,7 @@ class PTBSender(WrappedBotSender):
             application does (``Application`` does both); the sender never shuts it down.
         read_timeout: Seconds to wait for Telegram's answer instead of the bot's default.
 
-    Example:
+    Examples:
         >>> from telegram import Bot
         >>> PTBSender(Bot("123:ABC"))
         PTBSender(bot=<telegram.Bot>, token=<redacted>)

@@ -21,7 +21,7 @@ class QuietHours:
     window closes during the quiet hours, that reminder is skipped for good. Choose
     windows that reach past your quiet hours.
 
-    Example:
+    Examples:
         >>> import datetime as dt
         >>> night = QuietHours(dt.time(22), dt.time(8))
         >>> msk = dt.timezone(dt.timedelta(hours=3))

@@ -50,7 +50,7 @@ class Schedule:
     them all. A valid schedule is immutable and can be shared; each chain of reminders
     (trial, unpaid invoice, win-back) gets its own ``Schedule``.
 
-    Example:
+    Examples:
         >>> from datetime import timedelta as td
         >>> trial = Schedule(
         ...     [Window("trial_6h", opens_before=td(hours=6.5), closes_before=td(hours=5)),
@@ -194,7 +194,7 @@ class Schedule:
 
         A window is open during ``[deadline - opens_before, deadline - closes_before)``.
 
-        Example:
+        Examples:
             >>> from datetime import datetime, timedelta as td, timezone
             >>> s = Schedule([Window("trial_1h", opens_before=td(hours=1),
             ...                      closes_before=td(minutes=20))], period=td(minutes=5))
@@ -255,7 +255,7 @@ class Schedule:
         previous run to report what was skipped (a log line, a metric, a catch-up send of
         your own). Only windows with a non-empty range are returned.
 
-        Example:
+        Examples:
             >>> from datetime import datetime, timedelta as td, timezone
             >>> s = Schedule([Window("trial_1h", opens_before=td(hours=1),
             ...                      closes_before=td(minutes=20))], period=td(minutes=5))

@@ -83,7 +83,7 @@ def window_filter(
 ) -> ColumnElement[bool]:
     """The rows for which ``window`` is open at ``now``: ``window_at(deadline, now) is window``.
 
-    Example:
+    Examples:
         >>> import datetime as dt
         >>> import sqlalchemy as sa
         >>> users = sa.table("users", sa.column("id"),

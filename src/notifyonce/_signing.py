@@ -49,7 +49,7 @@ def sign(body: bytes, secret: str | bytes, timestamp: int) -> str:
     The signed bytes are ``b"<timestamp>." + body``: binding the time into the signature
     lets a receiver refuse a captured request replayed later.
 
-    Example:
+    Examples:
         >>> sign(b'{"text":"hi"}', "s3cret", 1700000000)[:7]
         'sha256='
     """
@@ -75,7 +75,7 @@ def verify_signature(
         body: The request body exactly as received.
         signature: The signature header's value, or None when it is missing.
         timestamp: The timestamp header's value, or None when it is missing.
-        secret: The shared secret given to :class:`~notifyonce.webhook.WebhookSender`.
+        secret: The shared secret given to [`WebhookSender`][notifyonce.webhook.WebhookSender].
         tolerance: Seconds the timestamp may differ from ``now()``; older or future
             requests are refused (a replay, or a badly wrong clock).
         now: The receiver's wall clock.
@@ -84,7 +84,7 @@ def verify_signature(
         True only if both headers are present, the timestamp is within ``tolerance`` and
         the signature matches (compared in constant time).
 
-    Example:
+    Examples:
         >>> body = b'{"recipient":"42"}'
         >>> header = sign(body, "s3cret", 1700000000)
         >>> verify_signature(body, header, "1700000000", "s3cret", now=lambda: 1700000010)

@@ -66,7 +66,7 @@ class Accepted:
 def default_body(recipient: str, message: Message) -> dict[str, Any]:
     """The JSON body WebhookSender posts unless given a ``body_builder``.
 
-    Example:
+    Examples:
         >>> default_body("42", Message("hi", idempotency_key="k1"))["idempotency_key"]
         'k1'
     """
@@ -126,7 +126,7 @@ def classify_webhook_response(
         now: Wall clock for a ``Retry-After`` HTTP-date.
 
     Returns:
-        :class:`Accepted`, or the error the sender should raise.
+        `Accepted`, or the error the sender should raise.
     """
     description = _reason(status)
     if 200 <= status < 300:
@@ -180,7 +180,7 @@ class WebhookSender(HTTPSenderBase):
     **Signature.** With ``secret``, every attempt carries ``X-Notifyonce-Timestamp``
     (Unix seconds) and ``X-Notifyonce-Signature: sha256=<hex>``, the HMAC-SHA256 of
     ``b"<timestamp>." + body``. Receivers check it with
-    :func:`~notifyonce.webhook.verify_signature`.
+    [`verify_signature`][notifyonce.webhook.verify_signature].
 
     **Failures.** 2xx delivers. 408, 409, 425, 429 and 5xx other than 502/504 are
     transient (``retry_after`` from ``Retry-After``, seconds or an HTTP-date); 502/504
@@ -199,9 +199,9 @@ class WebhookSender(HTTPSenderBase):
         timestamp_header: The name of the timestamp header.
         headers: Extra headers (e.g. ``Authorization``); their values are kept secret.
         body_builder: Builds the JSON-serialisable body from ``(recipient, message)``;
-            defaults to :func:`default_body`.
+            defaults to [`default_body`][notifyonce.webhook.default_body].
         client: Your own ``httpx.AsyncClient`` (not closed by the sender).
-        budget: Seconds one :meth:`send` may take in total; also the read timeout.
+        budget: Seconds one `send` may take in total; also the read timeout.
         connect_timeout: Seconds to open a connection.
         write_timeout: Seconds to write a request.
         pool_timeout: Seconds to wait for a free pooled connection.
@@ -215,7 +215,7 @@ class WebhookSender(HTTPSenderBase):
         rng: Returns a float in [0, 1) for jitter.
         wall_clock: Unix time for the signature timestamp and ``Retry-After`` dates.
 
-    Example:
+    Examples:
         >>> sender = WebhookSender("https://hooks.example.com/T0/secret-path?token=abc",
         ...                        secret="s3cret")
         >>> sender

@@ -44,7 +44,7 @@ class DeadlineRange:
     ``[D - opens_before, D - closes_before)`` is open at ``now`` exactly when
     ``now + closes_before < D <= now + opens_before``.
 
-    Example:
+    Examples:
         >>> import datetime as dt
         >>> t = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
         >>> r = DeadlineRange(t, t + dt.timedelta(hours=1))
@@ -80,7 +80,7 @@ class Window:
     Only types are checked here; the bounds are checked by
     [`Schedule`][notifyonce.Schedule], which reports every problem of every window at once.
 
-    Example:
+    Examples:
         >>> import datetime as dt
         >>> w = Window("trial_6h", opens_before=dt.timedelta(hours=6.5),
         ...            closes_before=dt.timedelta(hours=5))
@@ -127,7 +127,7 @@ class Window:
     def deadline_range(self, now: dt.datetime) -> DeadlineRange:
         """The deadlines for which this window is open at ``now``.
 
-        Example:
+        Examples:
             >>> import datetime as dt
             >>> now = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
             >>> w = Window("trial_1h", opens_before=dt.timedelta(hours=1.2),

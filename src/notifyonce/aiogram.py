@@ -4,7 +4,7 @@ Needs the ``aiogram`` extra::
 
     pip install "notifyonce[aiogram]"
 
-Example:
+Examples:
     >>> from aiogram import Bot
     >>> from notifyonce.aiogram import AiogramSender
     >>> sender = AiogramSender(Bot("123:ABC"))

@@ -4,7 +4,7 @@ Needs the ``apprise`` extra::
 
     pip install "notifyonce[apprise]"
 
-Example:
+Examples:
     >>> from notifyonce.apprise import AppriseSender
     >>> sender = AppriseSender(["json://localhost:8080/hooks"])
 """

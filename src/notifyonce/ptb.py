@@ -4,7 +4,7 @@ Needs the ``ptb`` extra::
 
     pip install "notifyonce[ptb]"
 
-Example:
+Examples:
     >>> from telegram import Bot
     >>> from notifyonce.ptb import PTBSender
     >>> sender = PTBSender(Bot("123:ABC"))

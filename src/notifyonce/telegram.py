@@ -4,7 +4,7 @@ Needs the ``telegram`` extra (httpx)::
 
     pip install "notifyonce[telegram]"
 
-Example:
+Examples:
     >>> from notifyonce.telegram import RateLimit, TelegramSender
     >>> TelegramSender("123:ABC", rate_limit=RateLimit(bot_per_second=20))
     TelegramSender(base_url='https://api.telegram.org', token=<redacted>)

@@ -1,13 +1,13 @@
 """Webhook sender and the receiver-side signature check.
 
-:class:`WebhookSender` needs the ``webhook`` extra (httpx)::
+[`WebhookSender`][notifyonce.webhook.WebhookSender] needs the ``webhook`` extra (httpx)::
 
     pip install "notifyonce[webhook]"
 
-:func:`verify_signature` and the header names need nothing beyond the standard library,
-so a receiver can import them without httpx.
+[`verify_signature`][notifyonce.webhook.verify_signature] and the header names need nothing beyond
+the standard library, so a receiver can import them without httpx.
 
-Example:
+Examples:
     >>> from notifyonce.webhook import SIGNATURE_HEADER, verify_signature
     >>> SIGNATURE_HEADER
     'X-Notifyonce-Signature'

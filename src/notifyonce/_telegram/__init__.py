@@ -1,1 +1,1 @@
-"""TelegramSender's implementation; the public names live in :mod:`notifyonce.telegram`."""
+"""TelegramSender's implementation; the public names live in ``notifyonce.telegram``."""

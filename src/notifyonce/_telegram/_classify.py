@@ -4,10 +4,12 @@ No I/O here: the sender calls these functions with what it saw, and the tests ca
 with every case in a table. The rule behind every line is one question: *may the message
 have been delivered?*
 
-- Certainly not delivered and worth retrying -> :class:`TransientSendError`.
-- Certainly not delivered and retrying the same request cannot help -> :class:`PermanentSendError`.
-- Possibly delivered -> :class:`UncertainSendError` (never retried here: Telegram has no
-  idempotency key, so a resend may be a duplicate).
+- Certainly not delivered and worth retrying ->
+  [`TransientSendError`][notifyonce.TransientSendError].
+- Certainly not delivered and retrying the same request cannot help ->
+  [`PermanentSendError`][notifyonce.PermanentSendError].
+- Possibly delivered -> [`UncertainSendError`][notifyonce.UncertainSendError] (never retried
+  here: Telegram has no idempotency key, so a resend may be a duplicate).
 """
 
 from __future__ import annotations
@@ -106,7 +108,7 @@ def classify_response(
         token: Redacted from descriptions should a server echo it.
 
     Returns:
-        :class:`Delivered`, :class:`Migrated`, or the error the sender should raise.
+        `Delivered`, `Migrated`, or the error the sender should raise.
     """
     data = _parse_json(body)
     if data is None:
@@ -186,7 +188,7 @@ def classify_exception(
     request_started: bool | None = None,
     token: str | None = None,
 ) -> SendError:
-    """Classify an exception raised while sending one request (see :mod:`notifyonce._http`).
+    """Classify an exception raised while sending one request (see `_http`).
 
     Args:
         exc: What httpx (or a caller's transport) raised.

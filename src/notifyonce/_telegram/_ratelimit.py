@@ -53,7 +53,7 @@ class RateLimit:
             each other and still stay within every limit in every sliding window. Each
             limit is paced as N per ``W + jitter_allowance`` seconds.
 
-    Example:
+    Examples:
         >>> round(RateLimit(bot_per_second=20).bot_interval, 4)  # (1 + 0.03) / 20
         0.0515
     """

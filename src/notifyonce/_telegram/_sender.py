@@ -83,14 +83,14 @@ class TelegramSender(HTTPSenderBase):
     """Delivers messages with the Telegram Bot API's ``sendMessage``.
 
     One ``httpx.AsyncClient`` is created on the first send and reused for every send and
-    retry (keep-alive), until :meth:`aclose` or the end of ``async with``. A client you
+    retry (keep-alive), until `aclose` or the end of ``async with``. A client you
     pass in is used as is and never closed here.
 
     Every failure is classified by whether the message may have been delivered:
-    :class:`~notifyonce.PermanentSendError` (blocked, chat not found, bad token, bad
-    request), :class:`~notifyonce.TransientSendError` (certainly not delivered; carries
-    ``retry_after`` for 429) or :class:`~notifyonce.UncertainSendError` (the request may
-    have been written: read timeout, connection closed or reset after sending, a 502/504
+    [`PermanentSendError`][notifyonce.PermanentSendError] (blocked, chat not found, bad token, bad
+    request), [`TransientSendError`][notifyonce.TransientSendError] (certainly not delivered;
+    carries ``retry_after`` for 429) or [`UncertainSendError`][notifyonce.UncertainSendError] (the
+    request may have been written: read timeout, connection closed or reset after sending, a 502/504
     from a gateway). Only transient failures are retried, within one ``budget`` per send.
 
     Args:
@@ -98,7 +98,7 @@ class TelegramSender(HTTPSenderBase):
         base_url: The Bot API server.
         client: Your own ``httpx.AsyncClient`` (not closed by the sender). Its limits and
             transport apply; the timeouts below are still set on every request.
-        budget: Seconds one :meth:`send` may take in total, including rate-limit waits,
+        budget: Seconds one `send` may take in total, including rate-limit waits,
             retries and backoff; also the read timeout of each attempt.
         connect_timeout: Seconds to open a connection.
         write_timeout: Seconds to write a request.
@@ -115,7 +115,7 @@ class TelegramSender(HTTPSenderBase):
         sleep: Async sleep (tests inject a fake one).
         rng: Returns a float in [0, 1) for jitter (tests inject a fixed one).
 
-    Example:
+    Examples:
         >>> import asyncio
         >>> from notifyonce import Message
         >>> async def main() -> None:

@@ -4,12 +4,14 @@ Two ways to use them:
 
 * Without Alembic in your project: one call creates or upgrades the table.
 
-  >>> # notifyonce.migrations.upgrade("postgresql+psycopg://app@db/app")
-  >>> # await notifyonce.migrations.upgrade_async(async_engine)
+    ```python
+    notifyonce.migrations.upgrade("postgresql+psycopg://app@db/app")
+    await notifyonce.migrations.upgrade_async(async_engine)
+    ```
 
 * With Alembic: add ``notifyonce:migrations/versions`` to your ``version_locations`` and
-  upgrade the ``notifyonce@head`` branch, or call :func:`upgrade` with the connection
-  from your own ``env.py``. See the Alembic guide in the docs.
+  upgrade the ``notifyonce@head`` branch, or call [`upgrade`][notifyonce.migrations.upgrade] with
+  the connection from your own ``env.py``. See the Alembic guide in the docs.
 
 Our history keeps its own version table (``<table_name>_alembic_version`` by default), so
 it lives beside your application's history without touching it.
@@ -45,8 +47,9 @@ def default_version_table(table_name: str) -> str:
 def settings_from_config(config: Config) -> tuple[str, str | None]:
     """The ledger's ``(table_name, schema)`` for a migration run.
 
-    Read from the attributes :func:`upgrade` sets, else from the ``notifyonce_table_name``
-    and ``notifyonce_schema`` options of your ``alembic.ini`` section, else the defaults.
+    Read from the attributes [`upgrade`][notifyonce.migrations.upgrade] sets, else from the
+    ``notifyonce_table_name`` and ``notifyonce_schema`` options of your ``alembic.ini`` section,
+    else the defaults.
     """
     table = config.attributes.get(_TABLE) or config.get_main_option(_TABLE) or DEFAULT_TABLE_NAME
     schema = config.attributes.get(_SCHEMA) or config.get_main_option(_SCHEMA) or None
@@ -105,8 +108,10 @@ def upgrade(
             ``<table_name>_alembic_version``.
         revision: The revision to upgrade to.
 
-    Example:
-        >>> # notifyonce.migrations.upgrade("sqlite:///bot.sqlite3")
+    Examples:
+        ```python
+        notifyonce.migrations.upgrade("sqlite:///bot.sqlite3")
+        ```
     """
     if isinstance(target, Connection):
         _upgrade_on(target, table_name, schema, version_table, revision)
@@ -147,10 +152,12 @@ async def upgrade_async(
     version_table: str | None = None,
     revision: str = "heads",
 ) -> None:
-    """:func:`upgrade` for an ``AsyncEngine``.
+    """[`upgrade`][notifyonce.migrations.upgrade] for an ``AsyncEngine``.
 
-    Example:
-        >>> # await notifyonce.migrations.upgrade_async(engine, table_name="notifyonce_slots")
+    Examples:
+        ```python
+        await notifyonce.migrations.upgrade_async(engine, table_name="notifyonce_slots")
+        ```
     """
     async with engine.begin() as connection:
         await connection.run_sync(_upgrade_on, table_name, schema, version_table, revision)

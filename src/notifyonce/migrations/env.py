@@ -1,6 +1,6 @@
 """Alembic environment of notifyonce's own migration history.
 
-Used by :func:`notifyonce.migrations.upgrade`, which passes the connection and the ledger's
+Used by [`upgrade`][notifyonce.migrations.upgrade], which passes the connection and the ledger's
 table name, schema and version table in ``config.attributes``. Run from the command line
 (``alembic -c yourfile.ini``), it reads ``sqlalchemy.url`` and the ``notifyonce_*`` options.
 """

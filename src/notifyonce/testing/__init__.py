@@ -1,18 +1,19 @@
 """Test helpers for code that sends with notifyonce.
 
-- :class:`FakeSender`: an in-memory :class:`~notifyonce.Sender` that records every send
-  and plays scripted failures of each class.
-- :class:`BotAPIServer`: a Bot-API-shaped HTTP server on 127.0.0.1 for end-to-end tests of
-  :class:`~notifyonce.telegram.TelegramSender`, aiogram and python-telegram-bot bots
+- [`FakeSender`][notifyonce.testing.FakeSender]: an in-memory [`Sender`][notifyonce.Sender]
+  that records every send and plays scripted failures of each class.
+- [`BotAPIServer`][notifyonce.testing.BotAPIServer]: a Bot-API-shaped HTTP server on
+  127.0.0.1 for end-to-end tests of [`TelegramSender`][notifyonce.telegram.TelegramSender],
+  aiogram and python-telegram-bot bots (standard library only).
+- [`WebhookReceiver`][notifyonce.testing.WebhookReceiver]: a webhook endpoint on 127.0.0.1
+  that processes each ``Idempotency-Key`` once, verifies signatures and fails on cue
   (standard library only).
-- :class:`WebhookReceiver`: a webhook endpoint on 127.0.0.1 that processes each
-  ``Idempotency-Key`` once, verifies signatures and fails on cue (standard library only).
 - pytest fixtures ``fake_sender`` and ``bot_api_server``, registered automatically through
   the ``notifyonce`` pytest plugin.
 
 Nothing here needs httpx.
 
-Example:
+Examples:
     >>> from notifyonce.testing import OK, FakeSender
     >>> from notifyonce import TransientSendError
     >>> sender = FakeSender()

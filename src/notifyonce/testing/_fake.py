@@ -29,7 +29,7 @@ class _Ok:
         return "OK"
 
 
-#: A scripted successful delivery, for :meth:`FakeSender.script`.
+#: A scripted successful delivery, for [`FakeSender.script`][notifyonce.testing.FakeSender.script].
 OK: Final = _Ok()
 
 Outcome: TypeAlias = "_Ok | SendError"
@@ -43,7 +43,7 @@ class _Step:
 
 @dataclass(frozen=True, slots=True)
 class SendRecord:
-    """One call of :meth:`FakeSender.send`.
+    """One call of [`FakeSender.send`][notifyonce.testing.FakeSender.send].
 
     Attributes:
         recipient: The recipient the caller asked for.
@@ -51,7 +51,7 @@ class SendRecord:
         receipt: The receipt returned, or None when the call raised.
         error: The error raised, or None.
         delivered: Whether the simulated provider delivered the message: True for every
-            success, and for an :class:`~notifyonce.UncertainSendError` scripted with
+            success, and for an [`UncertainSendError`][notifyonce.UncertainSendError] scripted with
             ``delivered=True`` (the answer was lost after delivery).
     """
 
@@ -63,7 +63,7 @@ class SendRecord:
 
 
 class FakeSender:
-    """A :class:`~notifyonce.Sender` for tests: records every send, fails on cue.
+    """A [`Sender`][notifyonce.Sender] for tests: records every send, fails on cue.
 
     By default every send succeeds. Script failures per recipient or for the next calls;
     a recipient's own script is used before the shared one.
@@ -72,7 +72,7 @@ class FakeSender:
         latency: Seconds each send takes (awaited with ``sleep``).
         sleep: The async sleep used for latency.
 
-    Example:
+    Examples:
         >>> import asyncio
         >>> from notifyonce import Message, PermanentSendError
         >>> sender = FakeSender()
@@ -119,10 +119,10 @@ class FakeSender:
         """Make the next send (to ``recipient``, or to anyone) raise ``error``.
 
         Args:
-            error: A :class:`~notifyonce.SendError` instance to raise.
+            error: A [`SendError`][notifyonce.SendError] instance to raise.
             recipient: Only for sends to this recipient; None for the next send to anyone.
-            delivered: With an :class:`~notifyonce.UncertainSendError`: the message was
-                delivered and only the answer was lost (what makes duplicates possible).
+            delivered: With an [`UncertainSendError`][notifyonce.UncertainSendError]: the message
+                was delivered and only the answer was lost (what makes duplicates possible).
         """
         self.script(recipient, [error], delivered=delivered)
 
@@ -133,14 +133,16 @@ class FakeSender:
         *,
         delivered: bool = False,
     ) -> None:
-        """Queue outcomes, one per send: :data:`OK` or a :class:`~notifyonce.SendError`.
+        """Queue outcomes, one per send: [`OK`][notifyonce.testing.OK] or a
+        [`SendError`][notifyonce.SendError].
 
         After the queue is used up, sends succeed again.
 
         Args:
             recipient: Whose sends follow the script; None for sends to anyone.
             outcomes: The outcomes in order.
-            delivered: Applies to scripted :class:`~notifyonce.UncertainSendError` items.
+            delivered: Applies to scripted [`UncertainSendError`][notifyonce.UncertainSendError]
+                items.
         """
         steps: list[_Step] = []
         for index, outcome in enumerate(outcomes):

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 @pytest.fixture
 def fake_sender() -> FakeSender:
-    """A fresh :class:`~notifyonce.testing.FakeSender` for each test."""
+    """A fresh [`FakeSender`][notifyonce.testing.FakeSender] for each test."""
     from notifyonce.testing import FakeSender
 
     return FakeSender()
@@ -26,7 +26,7 @@ def fake_sender() -> FakeSender:
 
 @pytest.fixture
 def bot_api_server() -> Iterator[BotAPIServer]:
-    """A running :class:`~notifyonce.testing.BotAPIServer` on 127.0.0.1, stopped afterwards.
+    """A running [`BotAPIServer`][notifyonce.testing.BotAPIServer] on 127.0.0.1, stopped afterwards.
 
     Pass ``bot_api_server.url`` as ``TelegramSender(base_url=...)``.
     """

@@ -39,7 +39,7 @@ class WebhookReply:
         retry_after: A ``Retry-After`` header value, if any.
         delay: Seconds to wait before answering.
 
-    Example:
+    Examples:
         >>> WebhookReply.drop_after_processing().processes
         True
     """
@@ -134,7 +134,7 @@ class WebhookReceiver(LocalServer):
         tolerance: Seconds of timestamp skew accepted by the signature check.
         latency: Seconds added before every answer.
 
-    Example:
+    Examples:
         >>> with WebhookReceiver() as receiver:
         ...     receiver.script([WebhookReply.drop_after_processing()])
         ...     receiver.url.startswith("http://127.0.0.1:")

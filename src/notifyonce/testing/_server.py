@@ -71,7 +71,7 @@ class Reply:
             ``"before_body"`` (close after the headers, before reading the body).
         delivers: Whether the message counts as delivered.
 
-    Example:
+    Examples:
         >>> Reply.flood(3).status, Reply.blocked().delivers
         (429, False)
     """
@@ -134,6 +134,28 @@ class Reply:
     def drop_before_body(cls) -> Reply:
         """Close the connection after the request headers, before reading the body."""
         return cls(drop="before_body", delivers=False)
+
+
+# What the server answers to the calls a bot makes around polling (aiogram's and
+# python-telegram-bot's start-up and shutdown), as Telegram answers them for a bot
+# without a webhook.
+_SIMPLE_METHODS: dict[str, Any] = {
+    "getMe": {
+        "id": 1,
+        "is_bot": True,
+        "first_name": "test",
+        "username": "test_bot",
+        "can_join_groups": True,
+        "can_read_all_group_messages": False,
+        "supports_inline_queries": False,
+    },
+    "deleteWebhook": True,
+    "getWebhookInfo": {"url": "", "has_custom_certificate": False, "pending_update_count": 0},
+    "setMyCommands": True,
+    "deleteMyCommands": True,
+    "close": True,
+    "logOut": True,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +279,7 @@ class _Connection:
 class LocalServer:
     """An HTTP/1.1 server on 127.0.0.1 in a background thread; subclasses answer requests.
 
-    Keeps connections alive and counts them; a subclass implements :meth:`_serve_one`.
+    Keeps connections alive and counts them; a subclass implements `_serve_one`.
     """
 
     def __init__(self) -> None:
@@ -413,15 +435,21 @@ def busiest_window(times: Iterable[float], seconds: float) -> int:
 class BotAPIServer(LocalServer):
     """A Bot-API-shaped server on 127.0.0.1 that records deliveries; scriptable per chat.
 
-    It answers ``POST /bot<token>/sendMessage`` (and ``getMe``), keeps connections alive,
-    and counts TCP connections. Use it as a context manager (sync or async) or through the
-    ``bot_api_server`` pytest fixture.
+    It answers ``POST /bot<token>/sendMessage``, keeps connections alive, and counts TCP
+    connections. It also answers what a polling bot calls around it, so an aiogram
+    ``Dispatcher`` or a python-telegram-bot ``Application`` can run against it:
+    ``getUpdates`` (long polling, with ``offset`` confirming updates, over the updates
+    queued with [`user_says`][notifyonce.testing.BotAPIServer.user_says]), ``getMe``,
+    ``deleteWebhook``, ``getWebhookInfo``, ``setMyCommands``, ``deleteMyCommands``, ``close``
+    and ``logOut``. Every call, in order, is in
+    [`calls`][notifyonce.testing.BotAPIServer.calls]. Use it as a context manager (sync or
+    async) or through the ``bot_api_server`` pytest fixture.
 
     Args:
         token: When set, other tokens get 401 Unauthorized.
         latency: Seconds added before every answer (a network round trip).
 
-    Example:
+    Examples:
         >>> with BotAPIServer(latency=0.0) as server:
         ...     server.script("42", [Reply.blocked()])
         ...     server.url.startswith("http://127.0.0.1:")
@@ -436,6 +464,9 @@ class BotAPIServer(LocalServer):
         self._requests: list[Request] = []
         self._scripts: Scripts[Reply] = Scripts()
         self._message_ids = itertools.count(1)
+        self._calls: list[str] = []
+        self._updates: list[dict[str, Any]] = []
+        self._update_ids = itertools.count(1)
 
     @property
     def url(self) -> str:
@@ -470,12 +501,48 @@ class BotAPIServer(LocalServer):
             (d.at for d in self.deliveries if chat_id is None or d.chat_id == chat_id), seconds
         )
 
+    @property
+    def calls(self) -> list[str]:
+        """The Bot API method of every request received, in order (``getUpdates`` too)."""
+        with self._lock:
+            return list(self._calls)
+
+    def user_says(self, chat_id: int, text: str, *, user_id: int | None = None) -> int:
+        """Queue an update: a user wrote ``text`` in the private chat ``chat_id``.
+
+        Returns the update's ``update_id``. ``getUpdates`` hands it out until a later
+        call's ``offset`` confirms it, as Telegram does.
+        """
+        sender = {"id": user_id or chat_id, "is_bot": False, "first_name": "User"}
+        with self._lock:
+            update_id = next(self._update_ids)
+            message = {
+                "message_id": next(self._message_ids),
+                "date": int(time.time()),
+                "chat": _chat(str(chat_id)),
+                "from": sender,
+                "text": text,
+            }
+            if text.startswith("/"):
+                command = len(text.split()[0])
+                message["entities"] = [{"type": "bot_command", "offset": 0, "length": command}]
+            self._updates.append({"update_id": update_id, "message": message})
+        return update_id
+
+    @property
+    def pending_updates(self) -> int:
+        """Updates queued and not yet confirmed by a ``getUpdates`` offset."""
+        with self._lock:
+            return len(self._updates)
+
     def reset(self) -> None:
-        """Forget deliveries, requests and scripts (connections stay open)."""
+        """Forget deliveries, requests, calls, updates and scripts (connections stay open)."""
         with self._lock:
             self._deliveries.clear()
             self._requests.clear()
             self._scripts.clear()
+            self._calls.clear()
+            self._updates.clear()
 
     # -- HTTP ---------------------------------------------------------------------------
 
@@ -492,6 +559,7 @@ class BotAPIServer(LocalServer):
             return False
         verb, path, headers = request
         length = int(headers.get("content-length", "0"))
+        path, _, query = path.partition("?")
         method = path.rsplit("/", 1)[-1]
         token = path.split("/")[1][3:] if path.startswith("/bot") else None
 
@@ -511,11 +579,23 @@ class BotAPIServer(LocalServer):
 
         if self.token is not None and token != self.token:
             return await self._answer(writer, 401, _api_error(401, "Unauthorized"), keep_alive)
-        if verb != "POST" or method not in ("sendMessage", "getMe"):
+        with self._lock:
+            self._calls.append(method)
+        if verb in ("GET", "POST") and method in _SIMPLE_METHODS:
+            result = {"ok": True, "result": _SIMPLE_METHODS[method]}
+            return await self._answer(writer, 200, json.dumps(result).encode(), keep_alive)
+        if verb in ("GET", "POST") and method == "getUpdates":
+            try:
+                params = dict(parse_qsl(query))
+                params.update(_parse_params(headers.get("content-type", ""), body))
+                updates = await self._get_updates(params)
+            except (ValueError, TypeError):
+                bad = _api_error(400, "Bad Request: wrong getUpdates parameters")
+                return await self._answer(writer, 400, bad, keep_alive)
+            result = {"ok": True, "result": updates}
+            return await self._answer(writer, 200, json.dumps(result).encode(), keep_alive)
+        if verb != "POST" or method != "sendMessage":
             return await self._answer(writer, 404, _api_error(404, "Not Found"), keep_alive)
-        if method == "getMe":
-            me = {"ok": True, "result": {"id": 1, "is_bot": True, "first_name": "test"}}
-            return await self._answer(writer, 200, json.dumps(me).encode(), keep_alive)
 
         try:
             params = _parse_params(headers.get("content-type", ""), body)
@@ -551,3 +631,18 @@ class BotAPIServer(LocalServer):
     def _record(self, request: Request) -> None:
         with self._lock:
             self._requests.append(request)
+
+    async def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Confirm the updates below ``offset``; return the next ones, waiting up to
+        ``timeout`` seconds (long polling) while there are none."""
+        offset = int(params.get("offset") or 0)
+        limit = min(max(int(params.get("limit") or 100), 1), 100)
+        deadline = time.monotonic() + min(max(float(params.get("timeout") or 0), 0.0), 60.0)
+        while True:
+            with self._lock:
+                if offset:
+                    self._updates = [u for u in self._updates if u["update_id"] >= offset]
+                ready = self._updates[:limit]
+            if ready or time.monotonic() >= deadline:
+                return ready
+            await asyncio.sleep(0.02)
