@@ -59,7 +59,10 @@ def check_aware(field: str, value: object) -> dt.datetime:
         raise ValidationTypeError(field, f"must be a datetime, got {type(value).__name__}")
     if value.utcoffset() is None:
         raise ValidationError(field, "naive datetime; pass an aware one")
-    return value.astimezone(dt.timezone.utc)
+    try:
+        return value.astimezone(dt.timezone.utc)
+    except OverflowError:
+        raise ValidationError(field, "is too close to datetime.min or datetime.max") from None
 
 
 def check_claim(value: object) -> Claim:
