@@ -180,7 +180,7 @@ def test_any_aware_datetime_gives_a_key_or_a_validation_error(when: dt.datetime)
     if dt.date(1, 1, 2) <= when.date() <= dt.date(9999, 12, 29):
         assert 20 == len(make_key("a", 1, when).cycle)
     else:
-        with pytest.raises(ValidationError, match="^cycle: "):
+        with pytest.raises(ValidationError, match=r"^cycle: "):
             make_key("a", 1, when)
 
 

@@ -413,7 +413,8 @@ def busiest_window(times: Iterable[float], seconds: float) -> int:
 class BotAPIServer(LocalServer):
     """A Bot-API-shaped server on 127.0.0.1 that records deliveries; scriptable per chat.
 
-    It answers ``POST /bot<token>/sendMessage`` (and ``getMe``), keeps connections alive,
+    It answers ``POST /bot<token>/sendMessage`` (and ``getMe``), 404 for any other path or
+    method (a wrong ``base_url``), 401 for a wrong token, keeps connections alive,
     and counts TCP connections. Use it as a context manager (sync or async) or through the
     ``bot_api_server`` pytest fixture.
 
@@ -492,8 +493,11 @@ class BotAPIServer(LocalServer):
             return False
         verb, path, headers = request
         length = int(headers.get("content-length", "0"))
-        method = path.rsplit("/", 1)[-1]
-        token = path.split("/")[1][3:] if path.startswith("/bot") else None
+        # /bot<token>/<method>: anything else (a wrong base_url) is 404, as on Telegram.
+        parts = path.split("?", 1)[0].split("/")
+        api_path = len(parts) == 3 and parts[1].startswith("bot")
+        method = parts[-1] if api_path else ""
+        token = parts[1][3:] if api_path else None
 
         # Peek at the script before the body for the drop-before-body case: it is keyed on
         # the chat, which is in the body, so only the shared queue can ask for it.
@@ -509,6 +513,8 @@ class BotAPIServer(LocalServer):
         received = time.monotonic()
         keep_alive = headers.get("connection", "").lower() != "close"
 
+        if not api_path:
+            return await self._answer(writer, 404, _api_error(404, "Not Found"), keep_alive)
         if self.token is not None and token != self.token:
             return await self._answer(writer, 401, _api_error(401, "Unauthorized"), keep_alive)
         if verb != "POST" or method not in ("sendMessage", "getMe"):
