@@ -16,8 +16,8 @@ from notifyonce import (
     Message,
     PermanentSendError,
     Receipt,
-    SendError,
     SenderConfigError,
+    SendError,
     TransientSendError,
     UncertainSendError,
 )

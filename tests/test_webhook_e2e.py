@@ -10,8 +10,8 @@ import pytest
 from notifyonce import (
     Message,
     PermanentSendError,
-    SenderConfigError,
     Receipt,
+    SenderConfigError,
     TransientSendError,
     UncertainSendError,
 )
