@@ -114,7 +114,9 @@ def prepare(recipient: object, message: object) -> tuple[str, dict[str, Any]]:
         raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
     check_text(message)
     payload = _payload(message)
-    encode({**payload, "chat_id": _chat_id(recipient)})
+    # Encoded once by field, so an error can say which field cannot be encoded.
+    options = jsonable(dict(message.options), "options")
+    encode({"reply_markup": payload.get("reply_markup"), "options": options})
     return recipient, payload
 
 

@@ -107,11 +107,12 @@ class WrappedBotSender:
         if not isinstance(message, Message):
             raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
         check_text(message)
-        fields: dict[str, object] = {"chat_id": chat_id(target)}
-        if message.reply_markup is not None:
-            fields["reply_markup"] = jsonable(message.reply_markup, "reply_markup")
-        fields.update(jsonable(dict(message.options), "options"))
-        encode(fields)
+        encode(
+            {
+                "reply_markup": jsonable(message.reply_markup, "reply_markup"),
+                "options": jsonable(dict(message.options), "options"),
+            }
+        )
         self._check_request(chat_id(target), message)
         return target
 
