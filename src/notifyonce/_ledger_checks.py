@@ -21,6 +21,7 @@ __all__ = [
     "check_mark_results",
     "check_message_id",
     "check_positive_int",
+    "check_statuses",
     "check_text",
     "normalize_items",
     "normalize_subjects",
@@ -63,6 +64,28 @@ def check_aware(field: str, value: object) -> dt.datetime:
         return value.astimezone(dt.timezone.utc)
     except OverflowError:
         raise ValidationError(field, "is too close to datetime.min or datetime.max") from None
+
+
+def check_statuses(value: object, *, allowed: frozenset[SlotStatus]) -> list[SlotStatus]:
+    """One status or several (SlotStatus members or their values), each in ``allowed``."""
+    items = [value] if isinstance(value, (str, SlotStatus)) else value
+    if not isinstance(items, Iterable):
+        raise ValidationTypeError(
+            "status", f"must be a status or statuses, got {type(value).__name__}"
+        )
+    names = ", ".join(sorted(s.value for s in allowed))
+    statuses: list[SlotStatus] = []
+    for item in items:
+        try:
+            status = SlotStatus(item)
+        except ValueError:
+            raise ValidationError("status", f"{item!r} is not one of: {names}") from None
+        if status not in allowed:
+            raise ValidationError("status", f"{status.value!r} is not one of: {names}")
+        statuses.append(status)
+    if not statuses:
+        raise ValidationError("status", f"name at least one of: {names}")
+    return list(dict.fromkeys(statuses))
 
 
 def check_claim(value: object) -> Claim:
