@@ -519,21 +519,7 @@ class LedgerCore:
             t.c.action == key.action, t.c.cycle == key.cycle, t.c.subject == key.subject
         )
         row = conn.execute(stmt).first()
-        if row is None:
-            return None
-        return SlotRecord(
-            key=SlotKey(row.action, row.subject, row.cycle, row.cycle_at),
-            id=row.id,
-            status=SlotStatus(row.status),
-            attempt=row.attempt,
-            token=row.token,
-            lease_until=row.lease_until,
-            created_at=row.created_at,
-            updated_at=row.updated_at,
-            sent_at=row.sent_at,
-            last_error=row.last_error,
-            message_id=row.message_id,
-        )
+        return None if row is None else _record(row)
 
     def last_sent(
         self, conn: Connection, subjects: Sequence[str], since: dt.datetime

@@ -128,8 +128,9 @@ class TelegramSender(HTTPSenderBase):
     pass in is used as is and never closed here.
 
     Every failure is classified by whether the message may have been delivered:
-    :class:`~notifyonce.PermanentSendError` (blocked, chat not found, bad token, bad
-    request), :class:`~notifyonce.TransientSendError` (certainly not delivered; carries
+    :class:`~notifyonce.PermanentSendError` (blocked, chat not found, bad request),
+    :class:`~notifyonce.SenderConfigError` (a rejected token, a wrong ``base_url``: 401,
+    404, a redirect), :class:`~notifyonce.TransientSendError` (certainly not delivered; carries
     ``retry_after`` for 429) or :class:`~notifyonce.UncertainSendError` (the request may
     have been written: read timeout, connection closed or reset after sending, a 502/504
     from a gateway). Only transient failures are retried, within one ``budget`` per send.
@@ -241,6 +242,7 @@ class TelegramSender(HTTPSenderBase):
         Raises:
             ValidationError: ``recipient`` or ``message`` is invalid (nothing was sent).
             PermanentSendError: Telegram refused for good.
+            SenderConfigError: The token or ``base_url`` is wrong (nothing was sent).
             TransientSendError: Not delivered; ``retry_after`` says when to try again.
             UncertainSendError: May have been delivered.
         """

@@ -62,6 +62,7 @@ class WrappedBotSender:
         Raises:
             ValidationError: ``recipient`` or ``message`` is invalid (nothing was sent).
             PermanentSendError: Telegram refused for good.
+            SenderConfigError: The bot's token or server URL is wrong (nothing was sent).
             TransientSendError: Not delivered; ``retry_after`` says when to try again.
             UncertainSendError: May have been delivered.
         """
