@@ -24,17 +24,34 @@ class FakeClock:
         self.now += seconds
 
 
-class Script:
-    """A MockTransport handler answering from a list; records every request."""
+# The failures httpcore raises before any byte of the request is written.
+_BEFORE_WRITE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.ProxyError)
 
-    def __init__(self, steps: Iterable[Any]) -> None:
+
+class Script:
+    """A MockTransport handler answering from a list; records every request.
+
+    With ``traced`` (the default) it reports progress through the request's ``trace``
+    extension as httpcore does, so a sender can place a failure before or after the
+    write: a connect-phase exception is raised after ``connection.connect_tcp.started``,
+    any other after ``http11.send_request_headers.started``. Without it, it behaves like
+    a foreign transport that says nothing.
+    """
+
+    def __init__(self, steps: Iterable[Any], *, traced: bool = True) -> None:
         self.steps = list(steps)
+        self.traced = traced
         self.requests: list[httpx.Request] = []
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
         step = self.steps.pop(0) if len(self.steps) > 1 else self.steps[0]
+        trace = request.extensions.get("trace")
         if isinstance(step, BaseException):
+            if self.traced and trace is not None:
+                before = isinstance(step, _BEFORE_WRITE)
+                phase = "connection.connect_tcp" if before else "http11.send_request_headers"
+                await trace(f"{phase}.started", {})
             raise step
         if callable(step):
             return step(request)

@@ -17,6 +17,7 @@ from notifyonce import (
     Message,
     PermanentSendError,
     Receipt,
+    SenderConfigError,
     SendError,
     TransientSendError,
     UncertainSendError,
@@ -116,18 +117,34 @@ async def test_second_migration_is_permanent(wrap: Wrapped, bot_api_server: BotA
     [
         (Reply.blocked(), PermanentSendError, 403),
         (Reply.chat_not_found(), PermanentSendError, 400),
-        (Reply.error(401, "Unauthorized"), PermanentSendError, 401),
+        (Reply.error(401, "Unauthorized"), SenderConfigError, 401),
+        (Reply.error(404, "Not Found"), SenderConfigError, 404),
         (Reply.flood(3), TransientSendError, 429),
+        (Reply.error(429, "Too Many Requests: retry after 3"), TransientSendError, 429),
         (Reply.drop_after_delivery(), UncertainSendError, None),
         (Reply.html(502), UncertainSendError, None),
+        (Reply.error(502, "Bad Gateway"), UncertainSendError, 502),
+        (Reply.error(504, "Gateway Timeout"), UncertainSendError, 504),
     ],
-    ids=["blocked", "chat-not-found", "unauthorized", "flood", "dropped", "502-html"],
+    ids=[
+        "blocked",
+        "chat-not-found",
+        "unauthorized",
+        "not-found",
+        "flood",
+        "flood-text-only",
+        "dropped",
+        "502-html",
+        "502-envelope",
+        "504-envelope",
+    ],
 )
 @pytest.mark.filterwarnings("ignore:.*retry_after.*")  # PTB 22 warns when it builds RetryAfter
 async def test_answers_are_classified(
     wrap: Wrapped, bot_api_server: BotAPIServer, reply: Reply, expected: type, code: int | None
 ) -> None:
-    """Refusals are permanent, 429 transient with its wait, a lost answer or 502 uncertain."""
+    """Refusals are permanent, 401/404 a config error, 429 transient with its wait (also
+    when only the description says it), a lost answer or a 502/504 uncertain."""
     bot_api_server.script("42", [reply])
     result = await attempt(wrap(bot_api_server.url))
     assert expected is type(result)

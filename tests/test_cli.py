@@ -13,6 +13,8 @@ import sqlalchemy as sa
 from notifyonce import DeliveryMode, Ledger, SlotStatus
 from notifyonce._cli import main, parse_duration
 
+from ._databases import Backend
+
 UTC = dt.timezone.utc
 
 SCHEDULES = """
@@ -146,7 +148,9 @@ def test_parse_duration(text: str, seconds: int) -> None:
     assert dt.timedelta(seconds=seconds) == parse_duration(text)
 
 
-@pytest.mark.parametrize("text", ["", "30", "d", "1x", "0s", "-5m", "1h 30"])
+@pytest.mark.parametrize(
+    "text", ["", "30", "d", "1x", "0s", "-5m", "1h 30", "1M", "1mo", "12H", "7D", "2W", "30S"]
+)
 def test_parse_duration_rejects_nonsense(text: str) -> None:
     """Anything else is a ValidationError naming the duration."""
     with pytest.raises(ValueError, match="duration"):
@@ -186,3 +190,77 @@ def test_failures_keep_their_exit_codes(
     err = capsys.readouterr().err
     assert err.startswith(("notifyonce: error:", "usage:"))
     assert "hunter2" not in err
+
+
+@pytest.mark.parametrize("text", ["1M", "3mo", "1h1M"])
+def test_a_month_is_refused_not_read_as_minutes(text: str) -> None:
+    """'1M' meant one minute in 0.1.0; months have no fixed length, so it is refused and the
+    message says what to write instead."""
+    with pytest.raises(ValueError, match="months have no fixed length; write days") as info:
+        parse_duration(text)
+    assert "duration" == info.value.field  # type: ignore[attr-defined]
+
+
+def test_upper_case_units_are_refused_naming_the_units() -> None:
+    """Units are case-sensitive: '12H' is refused with the list of units, not guessed."""
+    with pytest.raises(ValueError, match="units are lower-case"):
+        parse_duration("12H")
+
+
+def test_purge_help_lists_the_duration_formats(capsys: pytest.CaptureFixture[str]) -> None:
+    """purge --help shows the duration formats and that there are no months."""
+    with pytest.raises(SystemExit):
+        main(["purge", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "30s, 15m, 12h, 7d, 2w" in out
+    assert "no months" in out
+
+
+def test_purge_with_a_month_exits_2_with_the_advice(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """purge --older-than 1M is a usage error that says how to write a month."""
+    with pytest.raises(SystemExit) as info:
+        main(["purge", "--older-than", "1M"])
+    assert 2 == info.value.code
+    assert "write days (30d)" in capsys.readouterr().err
+
+
+def test_list_and_requeue_unknown_slots(
+    sync_backend: Backend, sync_table: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """list shows the unknown slots; requeue --dry-run changes nothing; requeue releases
+    exactly them, so the next claim sends them again (on every database)."""
+    engine = sa.create_engine(sync_backend.sync_url, poolclass=sa.pool.NullPool)
+    ledger = Ledger(engine, table_name=sync_table)
+    ledger.create_schema()
+    cycle = dt.datetime(2026, 12, 1, 18, tzinfo=UTC)
+    for subject, status in ((1, "unknown"), (2, "unknown"), (3, "sent"), (4, "failed")):
+        claim = ledger.claim_slot("trial_6h", subject, cycle)
+        assert claim is not None
+        if status == "unknown":
+            ledger.mark_unknown(claim, "read timeout")
+        elif status == "failed":
+            ledger.mark_failed(claim, "[401] Unauthorized")
+        else:
+            ledger.mark_sent(claim)
+    common = ["--database-url", sync_backend.sync_url, "--table", sync_table]
+    capsys.readouterr()
+
+    assert 0 == main(["list", "--status", "unknown", *common])
+    listed = capsys.readouterr().out
+    assert 2 == listed.count("trial_6h/")
+    assert "read timeout" in listed
+
+    assert 0 == main(
+        ["requeue", "--action", "trial_6h", "--status", "unknown", "--dry-run", *common]
+    )
+    assert "would requeue 2 unknown slots" in capsys.readouterr().out
+    assert SlotStatus.UNKNOWN == ledger.get("trial_6h", 1, cycle).status  # type: ignore[union-attr]
+
+    argv = ["requeue", "--action", "trial_6h", "--status", "unknown", "--since", "1h", *common]
+    assert 0 == main(argv)
+    assert "requeued 2 unknown slots" in capsys.readouterr().out
+    won = [s for s in (1, 2, 3, 4) if ledger.claim_slot("trial_6h", s, cycle) is not None]
+    assert [1, 2] == won
+    engine.dispose()

@@ -123,3 +123,72 @@ def test_idempotency_key_is_header_safe() -> None:
     assert key.isascii()
     assert 37 == len(key)
     assert all(ch.isalnum() or ch == "-" for ch in key)
+
+
+@pytest.mark.parametrize(
+    ("action", "subject", "cycle", "field"),
+    [
+        ("a\x00b", 1, 1, "action"),
+        ("a", "u\x00", 1, "subject"),
+        ("a", 1, "c\x00", "cycle"),
+        ("a\ud800", 1, 1, "action"),
+        ("a", "u\udfff", 1, "subject"),
+        ("a", 1, "\ud83dc", "cycle"),
+    ],
+)
+def test_nul_and_lone_surrogates_are_refused(
+    action: str, subject: object, cycle: object, field: str
+) -> None:
+    """NUL and a lone surrogate (not encodable as UTF-8) are refused before any SQL."""
+    with pytest.raises(ValidationError) as info:
+        make_key(action, subject, cycle)
+    assert field == info.value.field
+
+
+def test_a_surrogate_pair_spelled_as_one_character_is_fine() -> None:
+    """An astral character (one code point, valid UTF-8) is an ordinary key part."""
+    assert "u\U0001f600" == make_key("a", "u\U0001f600", 1).subject
+
+
+@pytest.mark.parametrize(
+    "cycle",
+    [
+        dt.datetime.min.replace(tzinfo=dt.timezone(dt.timedelta(hours=5))),
+        dt.datetime.max.replace(tzinfo=dt.timezone(dt.timedelta(hours=-5))),
+        dt.datetime(1, 1, 1, 3, tzinfo=UTC),
+        dt.date.max,
+        dt.date.min,
+    ],
+    ids=["min+05", "max-05", "year1", "date-max", "date-min"],
+)
+def test_datetimes_near_the_ends_of_time_are_a_validation_error(cycle: object) -> None:
+    """A cycle whose UTC form (or a date's end) would overflow is refused, naming the field."""
+    with pytest.raises(ValidationError) as info:
+        make_key("a", 1, cycle)
+    assert "cycle" == info.value.field
+
+
+@given(
+    st.datetimes(
+        timezones=st.sampled_from(
+            [UTC, dt.timezone(dt.timedelta(hours=14)), dt.timezone(dt.timedelta(hours=-12))]
+        )
+    )
+)
+def test_any_aware_datetime_gives_a_key_or_a_validation_error(when: dt.datetime) -> None:
+    """No aware datetime makes key normalisation raise anything but ValidationError."""
+    if dt.date(1, 1, 2) <= when.date() <= dt.date(9999, 12, 29):
+        assert 20 == len(make_key("a", 1, when).cycle)
+    else:
+        with pytest.raises(ValidationError, match=r"^cycle: "):
+            make_key("a", 1, when)
+
+
+def test_naive_datetime_advice_does_not_depend_on_the_host() -> None:
+    """The naive-datetime error names the host-independent fixes, never astimezone()."""
+    with pytest.raises(ValidationError) as info:
+        make_key("a", 1, dt.datetime(2026, 12, 1, 18))
+    text = str(info.value)
+    assert "replace(tzinfo=timezone.utc)" in text
+    assert "ZoneInfo" in text
+    assert "astimezone()" not in text.replace("Never value.astimezone()", "")

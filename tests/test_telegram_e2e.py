@@ -16,6 +16,7 @@ from notifyonce import (
     Message,
     PermanentSendError,
     Receipt,
+    SenderConfigError,
     SendError,
     TransientSendError,
     UncertainSendError,
@@ -152,13 +153,24 @@ async def test_refusals_over_the_wire(
     assert 0 == len(bot_api_server.deliveries)
 
 
-async def test_wrong_token_is_permanent() -> None:
-    """The server's 401 for a bad token is a permanent refusal."""
+async def test_wrong_token_is_a_config_error() -> None:
+    """The server's 401 for a bad token says the sender is wrong: SenderConfigError."""
     with BotAPIServer(token="1:right") as server:
         async with sender_for(server) as sender:
-            with pytest.raises(PermanentSendError) as info:
+            with pytest.raises(SenderConfigError) as info:
                 await sender.send("42", Message("x"))
+        assert [] == server.deliveries
     assert 401 == info.value.code
+
+
+async def test_wrong_base_url_is_a_config_error() -> None:
+    """A base_url with a wrong path gets the server's 404: SenderConfigError, nothing sent."""
+    with BotAPIServer() as server:
+        async with TelegramSender(TOKEN, base_url=server.url + "/api", rate_limit=None) as sender:
+            with pytest.raises(SenderConfigError) as info:
+                await sender.send("42", Message("x"))
+        assert [] == server.deliveries
+    assert 404 == info.value.code
 
 
 class SendTimes:

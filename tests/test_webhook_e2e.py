@@ -11,6 +11,7 @@ from notifyonce import (
     Message,
     PermanentSendError,
     Receipt,
+    SenderConfigError,
     TransientSendError,
     UncertainSendError,
 )
@@ -110,10 +111,11 @@ async def test_sequential_sends_reuse_one_connection() -> None:
         assert 1 == receiver.connections_opened
 
 
-async def test_wrong_secret_is_permanent_and_not_processed() -> None:
-    """A receiver that cannot verify the signature answers 401: permanent, nothing processed."""
+async def test_wrong_secret_is_a_config_error_and_not_processed() -> None:
+    """A receiver that cannot verify the signature answers 401: the sender is set up wrong
+    (SenderConfigError), nothing processed."""
     async with WebhookReceiver(secret="another-secret") as receiver, sender_for(receiver) as sender:
-        with pytest.raises(PermanentSendError) as info:
+        with pytest.raises(SenderConfigError) as info:
             await sender.send("1", Message("x", idempotency_key="k"))
         assert 401 == info.value.code
         assert [] == receiver.processed

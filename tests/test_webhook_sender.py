@@ -20,6 +20,7 @@ from notifyonce import (
     PermanentSendError,
     Receipt,
     Sender,
+    SenderConfigError,
     SendError,
     TransientSendError,
     UncertainSendError,
@@ -157,12 +158,12 @@ def test_signature_round_trips(body: bytes, timestamp: int) -> None:
         (201, Accepted),
         (202, Accepted),
         (204, Accepted),
-        (301, PermanentSendError),
-        (307, PermanentSendError),
+        (301, SenderConfigError),
+        (307, SenderConfigError),
         (400, PermanentSendError),
-        (401, PermanentSendError),
+        (401, SenderConfigError),
         (403, PermanentSendError),
-        (404, PermanentSendError),
+        (404, SenderConfigError),
         (410, PermanentSendError),
         (413, PermanentSendError),
         (422, PermanentSendError),
@@ -244,11 +245,11 @@ async def test_429_beyond_budget_raises_with_retry_after() -> None:
     assert 1 == len(script.requests)
 
 
-@pytest.mark.parametrize("status", [400, 403, 404, 502, 504])
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 502, 504])
 async def test_final_answers_are_not_retried(status: int) -> None:
     """Permanent refusals and gateway errors are raised after one request."""
     result, script, _ = await send([httpx.Response(status)])
-    assert isinstance(result, (PermanentSendError, UncertainSendError))
+    assert isinstance(result, (PermanentSendError, UncertainSendError, SenderConfigError))
     assert 1 == len(script.requests)
 
 

@@ -103,6 +103,15 @@ class ConsoleSender:
         return Receipt(recipient, message_id=self._next_id)
 
 
+def as_utc(value: dt.datetime) -> dt.datetime:
+    """A deadline read from the database as an aware datetime.
+
+    SQLite and MySQL read a DateTime column back naive: it holds UTC. PostgreSQL reads a
+    timestamptz back aware, in the session's zone: its offset is kept, never replaced.
+    """
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
 def make_selector(engine: AsyncEngine, now: dt.datetime) -> Callable[..., object]:
     async def select(window: Window, deadlines: DeadlineRange) -> list[Notification]:
         async with engine.connect() as conn:
@@ -114,7 +123,7 @@ def make_selector(engine: AsyncEngine, now: dt.datetime) -> Callable[..., object
             return [
                 Notification(
                     subject=row.id,
-                    cycle=row.trial_ends_at.replace(tzinfo=UTC),  # the cycle: this trial's end
+                    cycle=as_utc(row.trial_ends_at),  # the cycle: this trial's end
                     message=Message(TEXTS[window.action]),
                     recipient=str(row.chat_id),
                 )

@@ -10,6 +10,7 @@ import aiohttp
 from aiogram import Bot
 from aiogram.exceptions import (
     ClientDecodeError,
+    RestartingTelegram,
     TelegramAPIError,
     TelegramBadRequest,
     TelegramConflictError,
@@ -24,6 +25,7 @@ from aiogram.exceptions import (
 )
 from aiogram.methods import SendMessage
 from aiogram.types import LinkPreviewOptions
+from pydantic import ValidationError as PydanticValidationError
 
 from notifyonce._errors import (
     PermanentSendError,
@@ -35,6 +37,7 @@ from notifyonce._errors import (
 )
 from notifyonce._message import Message
 from notifyonce._redact import short
+from notifyonce._status import error_for_status, retry_after_in, status_in
 from notifyonce._telegram._chat import message_fields
 from notifyonce._telegram._wrapped import Moved, WrappedBotSender
 
@@ -82,15 +85,29 @@ def classify_aiogram_error(
         return TransientSendError(description, code=429, retry_after=float(exc.retry_after))
     for klass, code in _REFUSALS:
         if isinstance(exc, klass):
-            return PermanentSendError(description, code=code)
+            return error_for_status(code, description)
     if isinstance(exc, TelegramNetworkError):
         if isinstance(exc.__cause__, _CONNECT_FAILURES):
             return TransientSendError(description)
         # A read timeout (aiogram's total timeout cannot say which phase ran out), a
         # connection dropped or reset after writing: it may have been delivered.
         return UncertainSendError(description)
-    if isinstance(exc, TelegramServerError):  # RestartingTelegram included
-        return TransientSendError(description)
+    if isinstance(exc, RestartingTelegram):
+        return TransientSendError(description)  # the Bot API says it is restarting
+    if isinstance(exc, TelegramServerError):
+        # aiogram keeps only the description of a 5xx answer, not its status: read the
+        # status from it (the Bot API writes "Bad Gateway"); one it cannot name may be a
+        # 502/504, whose request may have been passed on.
+        status = status_in(description)
+        if status is None or status < 500:
+            return UncertainSendError(description)
+        return error_for_status(status, description)
+    if isinstance(exc, TelegramAPIError) and not isinstance(exc, TelegramNetworkError):
+        # An answer aiogram has no class for (a 429 without parameters, a 3xx): the status
+        # named in its text decides, with the wait written there.
+        status = status_in(description)
+        if status is not None:
+            return error_for_status(status, description, retry_after=retry_after_in(description))
     if isinstance(exc, ClientDecodeError):
         # An answer came but was not the Bot API's (a proxy's error page, a cut body).
         return UncertainSendError(description)
@@ -141,13 +158,27 @@ class AiogramSender(WrappedBotSender):
     def __repr__(self) -> str:
         return "AiogramSender(bot=<aiogram.Bot>, token=<redacted>)"
 
-    async def _deliver(self, chat: int | str, message: Message) -> int | None:
+    def _request(self, chat: int | str, message: Message) -> SendMessage:
         fields: dict[str, Any] = {"chat_id": chat, "text": message.text}
         fields.update(message_fields(message, _preview))
         if message.reply_markup is not None:
             fields["reply_markup"] = message.reply_markup
         fields.update(message.options)
-        sent = await self.bot(SendMessage(**fields), request_timeout=self.request_timeout)
+        try:
+            return SendMessage(**fields)
+        except PydanticValidationError as exc:
+            # Names the fields, never their values (the text may be among them).
+            where = sorted({str(e["loc"][0]) for e in exc.errors() if e.get("loc")})
+            raise ValidationTypeError(
+                "message", f"aiogram refuses sendMessage fields: {', '.join(where)}"
+            ) from None
+
+    def _check_request(self, chat: int | str, message: Message) -> None:
+        self._request(chat, message)
+
+    async def _deliver(self, chat: int | str, message: Message) -> int | None:
+        request = self._request(chat, message)
+        sent = await self.bot(request, request_timeout=self.request_timeout)
         return sent.message_id
 
     def _classify(self, exc: Exception) -> Moved | SendError | None:

@@ -117,6 +117,14 @@ class AppriseSender:
     def __repr__(self) -> str:
         return f"AppriseSender(services={len(self.apprise)})"
 
+    def check(self, recipient: str, message: Message) -> None:
+        """Raise :class:`~notifyonce.ValidationError` for a blank recipient or a non-Message
+        (the Notifier calls it before claiming)."""
+        if not isinstance(recipient, str) or not recipient.strip():
+            raise ValidationError("recipient", "must be a non-empty str")
+        if not isinstance(message, Message):
+            raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
+
     async def send(self, recipient: str, message: Message) -> Receipt:
         """Notify every matching service and return a receipt for ``recipient``.
 
@@ -127,10 +135,7 @@ class AppriseSender:
                 services delivered.
             TransientSendError: A service failed and ``failure=TransientSendError``.
         """
-        if not isinstance(recipient, str) or not recipient.strip():
-            raise ValidationError("recipient", "must be a non-empty str")
-        if not isinstance(message, Message):
-            raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
+        self.check(recipient, message)
         options: dict[str, Any] = dict(message.options)
         kwargs: dict[str, Any] = {
             "body": message.text,

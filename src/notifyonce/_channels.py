@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from notifyonce._errors import (
     PermanentSendError,
+    SenderConfigError,
     SendError,
     TransientSendError,
     UncertainSendError,
@@ -93,6 +94,13 @@ def _channels(channels: Mapping[str, Sender] | Iterable[Channel]) -> tuple[Chann
     return items
 
 
+def _check(channel: Channel, recipient: str, message: Message) -> None:
+    """The channel sender's own ``check``, if it has one."""
+    check = getattr(channel.sender, "check", None)
+    if callable(check):
+        check(channel.address(recipient), message)
+
+
 def _as_send_error(exc: BaseException) -> SendError:
     """A channel's failure as a SendError, by the Sender protocol's rules."""
     if isinstance(exc, SendError):
@@ -144,6 +152,8 @@ def _retry_after(errors: Iterable[SendError], pick: Callable[[list[float]], floa
 def combine_fanout(results: Mapping[str, Receipt | SendError]) -> SendError | None:
     """The fan-out rule: None when every channel delivered, else the one error to raise.
 
+    0. Nothing delivered, every failure certain (transient or a config error) and one a
+       config error -> :class:`SenderConfigError`: fix the channel, and all go out.
     1. Any permanent failure -> permanent: all channels can never succeed together, and a
        retry would only repeat the others.
     2. Else any uncertain failure, or a delivery next to a transient failure -> uncertain:
@@ -156,9 +166,16 @@ def combine_fanout(results: Mapping[str, Receipt | SendError]) -> SendError | No
         return None
     delivered = len(errors) < len(results)
     deciding: SendError
+    config = [e for e in errors.values() if isinstance(e, SenderConfigError)]
+    certain = all(isinstance(e, (TransientSendError, SenderConfigError)) for e in errors.values())
+    if config and certain and not delivered:
+        # Nothing went anywhere and a channel is set up wrong: stop the run, fix it.
+        error: SendError = SenderConfigError(_summary("fan-out", results))
+        error.__cause__ = config[0]
+        return error
     if any(isinstance(e, PermanentSendError) for e in errors.values()):
         deciding = next(e for e in errors.values() if isinstance(e, PermanentSendError))
-        error: SendError = PermanentSendError(_summary("fan-out", results))
+        error = PermanentSendError(_summary("fan-out", results))
     elif delivered or any(not isinstance(e, TransientSendError) for e in errors.values()):
         deciding = next(
             (e for e in errors.values() if not isinstance(e, TransientSendError)),
@@ -198,6 +215,12 @@ class FanoutSender:
     def __repr__(self) -> str:
         return f"FanoutSender(channels={[c.name for c in self.channels]!r})"
 
+    def check(self, recipient: str, message: Message) -> None:
+        """Raise the first channel's :class:`~notifyonce.ValidationError`: a fan-out
+        counts as sent only when every channel delivers, so one refusal refuses it."""
+        for channel in self.channels:
+            _check(channel, recipient, message)
+
     async def send(self, recipient: str, message: Message) -> ChannelReceipt:
         """Send to every channel concurrently.
 
@@ -235,7 +258,8 @@ class FallbackSender:
     there by default: the message may have been delivered, and falling back could deliver
     it twice. One slot covers all channels.
 
-    When no channel delivered: uncertain if any channel was uncertain, else transient if
+    When no channel delivered: uncertain if any channel was uncertain, else a
+    :class:`~notifyonce.SenderConfigError` if a channel is set up wrong, else transient if
     any was transient (``retry_after``: the shortest wait), else permanent.
 
     Args:
@@ -261,6 +285,19 @@ class FallbackSender:
 
     def __repr__(self) -> str:
         return f"FallbackSender(channels={[c.name for c in self.channels]!r})"
+
+    def check(self, recipient: str, message: Message) -> None:
+        """Raise :class:`~notifyonce.ValidationError` only when every channel would refuse:
+        a fallback delivers through any one of them."""
+        refusals: list[str] = []
+        for channel in self.channels:
+            try:
+                _check(channel, recipient, message)
+            except ValidationError as exc:
+                refusals.append(f"{channel.name}: {exc.field}")
+            else:
+                return
+        raise ValidationError("recipient", "every channel refuses it (" + "; ".join(refusals) + ")")
 
     async def send(self, recipient: str, message: Message) -> ChannelReceipt:
         """Send through the first channel that delivers.
@@ -289,6 +326,9 @@ class FallbackSender:
         final: SendError
         if any(isinstance(e, UncertainSendError) for e in errors):
             final = UncertainSendError(_summary("fallback", failures))
+        elif any(isinstance(e, SenderConfigError) for e in errors):
+            # Nothing was delivered, and a channel is set up wrong: stop the run, fix it.
+            final = SenderConfigError(_summary("fallback", failures))
         elif any(isinstance(e, TransientSendError) for e in errors):
             final = TransientSendError(
                 _summary("fallback", failures), retry_after=_retry_after(errors, min)

@@ -18,7 +18,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
@@ -44,6 +44,8 @@ EXIT_DATABASE = 3
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _MAX_DURATION = dt.timedelta(days=36525)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+DURATION_UNITS = "s seconds, m minutes, h hours, d days, w weeks"
+_DURATION_HELP = f"a duration such as 30s, 15m, 12h, 7d, 2w or 1h30m ({DURATION_UNITS}; no months)"
 
 # Async drivers (and bare dialect names) map to the sync driver the CLI uses.
 _SYNC_DRIVERS = {
@@ -69,6 +71,10 @@ class _UsageError(Exception):
 def parse_duration(text: str) -> dt.timedelta:
     """Parse ``"30d"``, ``"12h"``, ``"1h30m"``, ``"90s"`` or ``"2w"`` into a timedelta.
 
+    Units are lower-case and exact: ``s`` seconds, ``m`` minutes, ``h`` hours, ``d`` days,
+    ``w`` weeks. There is no month (months differ in length): ``1M`` and ``1mo`` are
+    refused with a message, rather than read as one minute.
+
     Examples:
         >>> parse_duration("1h30m")
         datetime.timedelta(seconds=5400)
@@ -76,10 +82,22 @@ def parse_duration(text: str) -> dt.timedelta:
     Raises:
         ValidationError: the text is not such a duration, or is zero.
     """
-    compact = text.strip().lower().replace(" ", "")
+    compact = text.strip().replace(" ", "")
+    if re.search(r"\d(M|mo)", compact):
+        raise ValidationError(
+            "duration",
+            f"{text!r}: months have no fixed length; write days (30d) or weeks (4w), "
+            "or 'm' for minutes",
+        )
+    if re.search(r"\d[SHDW]", compact):
+        raise ValidationError(
+            "duration", f"{text!r}: units are lower-case ({DURATION_UNITS}), e.g. 12h"
+        )
     parts = _DURATION.findall(compact)
     if not parts or "".join(n + u for n, u in parts) != compact:
-        raise ValidationError("duration", f"{text!r} is not like 30d, 12h, 1h30m or 90s")
+        raise ValidationError(
+            "duration", f"{text!r} is not like 30s, 15m, 12h, 7d, 2w or 1h30m ({DURATION_UNITS})"
+        )
     seconds = sum(float(n) * _UNITS[u] for n, u in parts)
     if seconds <= 0:
         raise ValidationError("duration", f"{text!r} must be longer than zero")
@@ -170,7 +188,7 @@ def _parser() -> argparse.ArgumentParser:
         required=True,
         type=_duration_arg,
         metavar="DURATION",
-        help="age of the cycle, like 30d, 12h, 1h30m, 90s or 2w",
+        help=_DURATION_HELP,
     )
     purge.add_argument(
         "--dry-run",
@@ -182,7 +200,79 @@ def _parser() -> argparse.ArgumentParser:
         "migrate", parents=[db], help="create or upgrade the ledger table (Alembic)"
     )
     migrate.add_argument("--revision", default="head", help="target revision (default: head)")
+    _add_operator_commands(commands, db)
     return parser
+
+
+def _add_operator_commands(
+    commands: argparse._SubParsersAction[Any], db: argparse.ArgumentParser
+) -> None:
+    """``list`` and ``requeue``: look at settled slots, and put them back knowingly."""
+    since_help = (
+        f"only slots whose outcome was recorded since WHEN: {_DURATION_HELP} ago, "
+        "or an ISO 8601 time with its zone"
+    )
+    listing = commands.add_parser(
+        "list",
+        parents=[db],
+        help="list slots with a status (e.g. unknown), newest first",
+        description="List the slots with a status, most recently changed first, with "
+        "their last error. Use it before `requeue` to see what would be sent again.",
+    )
+    listing.add_argument(
+        "--status",
+        required=True,
+        action="append",
+        choices=[s.value for s in SlotStatus],
+        help="the status to list (repeatable)",
+    )
+    listing.add_argument("--action", help="only this action")
+    listing.add_argument("--since", type=_since_arg, metavar="WHEN", help=since_help)
+    listing.add_argument("--limit", type=int, default=100, help="at most this many (default: 100)")
+    listing.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+
+    requeue = commands.add_parser(
+        "requeue",
+        parents=[db],
+        help="put unknown or failed slots back, so the next run sends them",
+        description="Release the slots of one action whose outcome was unknown or failed, "
+        "so the next run claims and sends them again. An unknown slot may have been "
+        "delivered: requeueing it accepts a possible duplicate. Try --dry-run first.",
+    )
+    requeue.add_argument("--action", required=True, help="the action whose slots to put back")
+    requeue.add_argument(
+        "--status",
+        required=True,
+        action="append",
+        choices=["unknown", "failed"],
+        help="which outcome to put back (repeatable)",
+    )
+    requeue.add_argument("--since", type=_since_arg, metavar="WHEN", help=since_help)
+    requeue.add_argument(
+        "--subject",
+        action="append",
+        dest="subjects",
+        metavar="SUBJECT",
+        help="only this subject (repeatable)",
+    )
+    requeue.add_argument(
+        "--dry-run", action="store_true", help="show what would be requeued; change nothing"
+    )
+
+
+def _since_arg(text: str) -> dt.datetime:
+    """``--since``: a duration ago, or an aware ISO 8601 time."""
+    if text[:1].isdigit() and not re.fullmatch(r"\d{4}-.*", text):
+        return dt.datetime.now(dt.timezone.utc) - _duration_arg(text)
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither {_DURATION_HELP} nor an ISO 8601 time"
+        ) from None
+    if when.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no zone: add one, e.g. {text}+00:00")
+    return when
 
 
 def _duration_arg(text: str) -> dt.timedelta:
@@ -363,12 +453,55 @@ def _revisions(ledger: Ledger, table: str, schema: str | None) -> str:
     return ", ".join(sorted(heads))
 
 
+def _list(args: argparse.Namespace) -> int:
+    records = _ledger(args).slots(
+        status=args.status, action=args.action, since=args.since, limit=args.limit
+    )
+    for record in records:
+        row = {
+            "action": record.key.action,
+            "subject": record.key.subject,
+            "cycle": record.key.cycle,
+            "status": record.status.value,
+            "attempt": record.attempt,
+            "updated_at": record.updated_at.isoformat(),
+            "last_error": record.last_error,
+        }
+        if args.json:
+            print(json.dumps(row))
+        else:
+            print(
+                f"{record.status.value:<8}  {record.updated_at:%Y-%m-%d %H:%M:%S}  "
+                f"{record.key}  {record.last_error or ''}".rstrip()
+            )
+    if not records and not args.json:
+        print(f"no {'/'.join(args.status)} slots")
+    return EXIT_OK
+
+
+def _requeue(args: argparse.Namespace) -> int:
+    keys = _ledger(args).requeue(
+        args.action,
+        status=args.status,
+        since=args.since,
+        subjects=args.subjects,
+        dry_run=args.dry_run,
+    )
+    verb = "would requeue" if args.dry_run else "requeued"
+    print(f"{verb} {len(keys)} {'/'.join(args.status)} slots of {args.action!r}")
+    for key in keys:
+        print(f"  {key}")
+    return EXIT_OK
+
+
 _COMMANDS = {
     "check": _check,
     "stats": _stats,
     "sweep": _sweep,
     "purge": _purge,
     "migrate": _migrate,
+    "list": _list,
+    "requeue": _requeue,
 }
 
 

@@ -28,7 +28,7 @@ from notifyonce._errors import (
     ValidationError,
     ValidationTypeError,
 )
-from notifyonce._redact import RedactedTransportError, chain_cause, short
+from notifyonce._redact import RedactedTransportError, chain_cause, scrubbed, short
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -46,6 +46,7 @@ __all__ = [
     "check_seconds",
     "classify_transport_error",
     "parse_retry_after",
+    "scrubbed",
     "short",
 ]
 
@@ -125,6 +126,7 @@ def classify_transport_error(
     exc: BaseException,
     *,
     request_started: bool | None = None,
+    placed: bool = True,
     scrub: Callable[[str], str] = str,
 ) -> SendError:
     """Classify an exception raised while sending one request.
@@ -133,8 +135,12 @@ def classify_transport_error(
         exc: What httpx (or a caller's transport) raised.
         request_started: Whether httpcore reported starting to write the request (from
             its ``trace`` extension). False proves nothing left this process, so any
-            transport failure is transient; True or None (a transport that does not
-            trace, such as ``MockTransport``) falls back to the exception class.
+            transport failure is transient; True makes every failure that is not a
+            programming error uncertain; None (a transport that does not trace) falls
+            back to the exception class when ``placed``.
+        placed: Whether the transport's exception classes say where a failure happened
+            (httpx's own transport, over httpcore). A foreign transport that does not
+            trace cannot be trusted to: its connect errors are uncertain.
         scrub: Removes secrets from the description.
 
     Returns:
@@ -143,6 +149,13 @@ def classify_transport_error(
     error_class = transport_error_class(exc)
     if request_started is False and error_class is UncertainSendError:
         error_class = TransientSendError
+    elif error_class is TransientSendError and (
+        request_started is True or (request_started is None and not placed)
+    ):
+        # The class says "before the write", but the transport said the request had
+        # started, or it cannot say and is not httpx's own: httpx-aiohttp, for one, maps
+        # every aiohttp connection error to ConnectTimeout, a drop after delivery included.
+        error_class = UncertainSendError
     detail = short(str(exc), scrub)
     description = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
     return error_class(description)
@@ -456,9 +469,30 @@ class HTTPSenderBase:
                 return classify_transport_error(read_exc, scrub=scrub), read_exc, False
             return exc.response, None, False
         except Exception as exc:
-            error = classify_transport_error(exc, request_started=progress.evidence, scrub=scrub)
+            error = classify_transport_error(
+                exc,
+                request_started=progress.evidence,
+                placed=self._transport_is_httpx(client),
+                scrub=scrub,
+            )
             return error, exc, isinstance(error, TransientSendError)
         return response, None, False
+
+    def _transport_is_httpx(self, client: httpx.AsyncClient) -> bool:
+        """Whether ``client`` sends through httpx's own transport (httpcore), whose
+        exception classes place a failure before or after the write."""
+        if self._owns_client:
+            return True
+        # A caller's client: look at its transports. Private attributes of httpx, read
+        # defensively: if they move, the answer is "cannot tell", the safe side.
+        transport = getattr(client, "_transport", None)
+        mounts = getattr(client, "_mounts", None)
+        if not isinstance(mounts, dict):
+            return False
+        transports = [transport, *mounts.values()]
+        return all(type(t) is httpx.AsyncHTTPTransport or t is None for t in transports[1:]) and (
+            type(transport) is httpx.AsyncHTTPTransport
+        )
 
     async def _pause(
         self, logger: logging.Logger, what: str, plan: RetryPlan, error: SendError, wait: float

@@ -39,11 +39,23 @@ MAX_SUBJECT_LENGTH = 128
 MAX_CYCLE_LENGTH = 128
 
 # Stored as text so one column serves every kind of cycle. The datetime form is fixed-width
-# ISO 8601 in UTC, so text order is time order inside the unique index.
-_DATETIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+# ISO 8601 in UTC (YYYY-MM-DDTHH:MM:SSZ), so text order is time order inside the unique index.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# A lone surrogate cannot be encoded as UTF-8: the driver would fail mid-statement.
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 # From 00:00 UTC of a date to the end of that date at UTC-12, the last zone to finish it.
 _DATE_ENDS_EVERYWHERE = dt.timedelta(hours=36)
+# The datetimes and dates a cycle may be: far enough from datetime.min/max that converting
+# to UTC and adding a date's 36 hours cannot overflow, and 4-digit years so the text form
+# sorts like time.
+_FIRST_DAY = dt.date(1, 1, 2)
+_LAST_DAY = dt.date(9999, 12, 29)
+_NAIVE_ADVICE = (
+    "naive datetime; pass an aware one. For a value known to be UTC (e.g. read from a "
+    "SQLite or MySQL DATETIME column written in UTC) use value.replace(tzinfo=timezone.utc); "
+    "for local wall-clock time attach its zone, value.replace(tzinfo=ZoneInfo('Europe/Berlin')). "
+    "Never value.astimezone(): it assumes the zone of the host it runs on"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +105,9 @@ def _check_text(field: str, value: str, limit: int) -> str:
     if len(value) > limit:
         raise ValidationError(field, f"is {len(value)} characters long, the limit is {limit}")
     if _CONTROL.search(value):
-        raise ValidationError(field, "must not contain control characters")
+        raise ValidationError(field, "must not contain control characters (NUL included)")
+    if _SURROGATE.search(value):
+        raise ValidationError(field, "must not contain lone surrogates (it cannot be UTF-8)")
     return value
 
 
@@ -142,16 +156,15 @@ def normalize_cycle(cycle: object) -> tuple[str, dt.datetime | None]:
     if isinstance(cycle, dt.datetime):
         offset = cycle.utcoffset()
         if offset is None:
-            raise ValidationError(
-                "cycle",
-                "naive datetime; pass an aware one, e.g. "
-                "datetime(..., tzinfo=timezone.utc) or dt.astimezone()",
-            )
+            raise ValidationError("cycle", _NAIVE_ADVICE)
+        _check_day(cycle.date())
         at = (cycle - offset).replace(tzinfo=dt.timezone.utc, microsecond=0)
-        return at.strftime(_DATETIME_FORMAT), at
+        # isoformat, not strftime: strftime's %Y does not pad years below 1000 on glibc.
+        return at.replace(tzinfo=None).isoformat(timespec="seconds") + "Z", at
     if isinstance(cycle, dt.date):
         # A date's deadline may fall at any hour of that day in any zone: the purge may
         # only treat it as over once the day has ended everywhere.
+        _check_day(cycle)
         midnight = dt.datetime(cycle.year, cycle.month, cycle.day, tzinfo=dt.timezone.utc)
         return cycle.isoformat(), midnight + _DATE_ENDS_EVERYWHERE
     if isinstance(cycle, bool) or not isinstance(cycle, (int, str)):
@@ -165,6 +178,13 @@ def normalize_cycle(cycle: object) -> tuple[str, dt.datetime | None]:
             raise ValidationError("cycle", f"int has more than {MAX_CYCLE_LENGTH} digits")
         return text, None
     return _check_text("cycle", cycle, MAX_CYCLE_LENGTH), None
+
+
+def _check_day(day: dt.date) -> None:
+    if not _FIRST_DAY <= day <= _LAST_DAY:
+        raise ValidationError(
+            "cycle", f"must fall between {_FIRST_DAY} and {_LAST_DAY}, got {day.isoformat()}"
+        )
 
 
 def make_key(action: object, subject: object, cycle: object) -> SlotKey:

@@ -28,11 +28,13 @@ from ._keys import Cycle, SlotKey, Subject, make_key, normalize_action
 from ._ledger_checks import (
     ClaimOptions,
     check_aware,
+    check_bool,
     check_claim,
     check_lease,
     check_mark_results,
     check_message_id,
     check_positive_int,
+    check_statuses,
     check_text,
     normalize_items,
     normalize_subjects,
@@ -50,6 +52,8 @@ Body = Callable[[Connection], T]
 
 
 EngineT = TypeVar("EngineT", AsyncEngine, sa.Engine)
+# What requeue may put back: settled outcomes, never a live claim or a delivery.
+_REQUEUEABLE = frozenset({SlotStatus.UNKNOWN, SlotStatus.FAILED})
 
 
 def raise_type(field: str, expected: str, value: object) -> NoReturn:
@@ -132,6 +136,30 @@ class _LedgerBase(Generic[EngineT]):
             opaque_finished_before=None
             if opaque_finished_before is None
             else check_aware("opaque_finished_before", opaque_finished_before),
+        )
+
+    def _plan_requeue(
+        self, action: object, status: object, since: object, subjects: object, dry_run: object
+    ) -> Body[list[SlotKey]]:
+        return partial(
+            self._core.requeue,
+            action=normalize_action(action),
+            statuses=check_statuses(status, allowed=_REQUEUEABLE),
+            since=None if since is None else check_aware("since", since),
+            subjects=None if subjects is None else normalize_subjects(subjects),
+            dry_run=check_bool("dry_run", dry_run),
+        )
+
+    def _plan_slots(
+        self, status: object, action: object, since: object, subjects: object, limit: object
+    ) -> Body[list[SlotRecord]]:
+        return partial(
+            self._core.slots,
+            action=None if action is None else normalize_action(action),
+            statuses=check_statuses(status, allowed=frozenset(SlotStatus)),
+            since=None if since is None else check_aware("since", since),
+            subjects=None if subjects is None else normalize_subjects(subjects),
+            limit=check_positive_int("limit", limit),
         )
 
     @property
@@ -594,6 +622,60 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         """Counts per action and status, live claims and expired leases."""
         return await self._run(self._core.stats, write=False)
 
+    async def requeue(
+        self,
+        action: str,
+        *,
+        status: SlotStatus | str | Iterable[SlotStatus | str],
+        since: dt.datetime | None = None,
+        subjects: Iterable[Subject] | None = None,
+        dry_run: bool = False,
+    ) -> list[SlotKey]:
+        """Put settled slots back, so the next run sends them: a deliberate resend.
+
+        For an operator who fixed the cause: after a wrong token or a receiver outage
+        recorded slots as ``unknown`` or ``failed``, requeue exactly those and the next
+        claim wins them again. An ``unknown`` slot may have been delivered, so requeueing
+        it accepts a possible duplicate: look at them first (:meth:`slots`, or
+        ``dry_run=True``). Live claims and sent slots are never touched.
+
+        Args:
+            action: The action whose slots to put back.
+            status: ``"unknown"``, ``"failed"`` or both (SlotStatus values work too).
+            since: Only slots whose outcome was recorded at or after this aware datetime.
+            subjects: Only these subjects.
+            dry_run: Change nothing; return what would be requeued.
+
+        Returns:
+            The keys of the slots released (or that would be, with ``dry_run``).
+
+        Example:
+            >>> # keys = await ledger.requeue("trial_6h", status="unknown", since=outage_start)
+        """
+        body = self._plan_requeue(action, status, since, subjects, dry_run)
+        return await self._run(body, write=not dry_run)
+
+    async def slots(
+        self,
+        *,
+        status: SlotStatus | str | Iterable[SlotStatus | str],
+        action: str | None = None,
+        since: dt.datetime | None = None,
+        subjects: Iterable[Subject] | None = None,
+        limit: int = 100,
+    ) -> list[SlotRecord]:
+        """The slots with a status (e.g. every ``unknown`` one), most recently changed first.
+
+        Args:
+            status: One status or several (``"unknown"``, ``SlotStatus.FAILED``, ...).
+            action: Only this action's slots.
+            since: Only slots that changed at or after this aware datetime.
+            subjects: Only these subjects.
+            limit: At most this many records.
+        """
+        body = self._plan_slots(status, action, since, subjects, limit)
+        return await self._run(body, write=False)
+
 
 class Ledger(_LedgerBase[sa.Engine]):
     """The claim ledger on a sync ``Engine``: [`AsyncLedger`][notifyonce.AsyncLedger] for sync code.
@@ -743,3 +825,28 @@ class Ledger(_LedgerBase[sa.Engine]):
     def stats(self) -> LedgerStats:
         """See [`AsyncLedger.stats`][notifyonce.AsyncLedger.stats]."""
         return self._run(self._core.stats, write=False)
+
+    def requeue(
+        self,
+        action: str,
+        *,
+        status: SlotStatus | str | Iterable[SlotStatus | str],
+        since: dt.datetime | None = None,
+        subjects: Iterable[Subject] | None = None,
+        dry_run: bool = False,
+    ) -> list[SlotKey]:
+        """See :meth:`AsyncLedger.requeue`."""
+        body = self._plan_requeue(action, status, since, subjects, dry_run)
+        return self._run(body, write=not dry_run)
+
+    def slots(
+        self,
+        *,
+        status: SlotStatus | str | Iterable[SlotStatus | str],
+        action: str | None = None,
+        since: dt.datetime | None = None,
+        subjects: Iterable[Subject] | None = None,
+        limit: int = 100,
+    ) -> list[SlotRecord]:
+        """See :meth:`AsyncLedger.slots`."""
+        return self._run(self._plan_slots(status, action, since, subjects, limit), write=False)

@@ -22,6 +22,7 @@ __all__ = [
     "check_mark_results",
     "check_message_id",
     "check_positive_int",
+    "check_statuses",
     "check_text",
     "normalize_items",
     "normalize_subjects",
@@ -61,7 +62,32 @@ def check_aware(field: str, value: object) -> dt.datetime:
         raise ValidationTypeError(field, f"must be a datetime, got {type(value).__name__}")
     if value.utcoffset() is None:
         raise ValidationError(field, "naive datetime; pass an aware one")
-    return value.astimezone(dt.timezone.utc)
+    try:
+        return value.astimezone(dt.timezone.utc)
+    except OverflowError:
+        raise ValidationError(field, "is too close to datetime.min or datetime.max") from None
+
+
+def check_statuses(value: object, *, allowed: frozenset[SlotStatus]) -> list[SlotStatus]:
+    """One status or several (SlotStatus members or their values), each in ``allowed``."""
+    items = [value] if isinstance(value, (str, SlotStatus)) else value
+    if not isinstance(items, Iterable):
+        raise ValidationTypeError(
+            "status", f"must be a status or statuses, got {type(value).__name__}"
+        )
+    names = ", ".join(sorted(s.value for s in allowed))
+    statuses: list[SlotStatus] = []
+    for item in items:
+        try:
+            status = SlotStatus(item)
+        except ValueError:
+            raise ValidationError("status", f"{item!r} is not one of: {names}") from None
+        if status not in allowed:
+            raise ValidationError("status", f"{status.value!r} is not one of: {names}")
+        statuses.append(status)
+    if not statuses:
+        raise ValidationError("status", f"name at least one of: {names}")
+    return list(dict.fromkeys(statuses))
 
 
 def check_claim(value: object) -> Claim:

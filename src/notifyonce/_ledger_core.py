@@ -627,21 +627,7 @@ class LedgerCore:
             t.c.action == key.action, t.c.cycle == key.cycle, t.c.subject == key.subject
         )
         row = conn.execute(stmt).first()
-        if row is None:
-            return None
-        return SlotRecord(
-            key=SlotKey(row.action, row.subject, row.cycle, row.cycle_at),
-            id=row.id,
-            status=SlotStatus(row.status),
-            attempt=row.attempt,
-            token=row.token,
-            lease_until=row.lease_until,
-            created_at=row.created_at,
-            updated_at=row.updated_at,
-            sent_at=row.sent_at,
-            last_error=row.last_error,
-            message_id=row.message_id,
-        )
+        return None if row is None else _record(row)
 
     def last_sent(
         self, conn: Connection, subjects: Sequence[str], since: dt.datetime
@@ -747,6 +733,93 @@ class LedgerCore:
                 old, sa.and_(t.c.cycle_at.is_(None), t.c.updated_at < opaque_finished_before)
             )
         return int(conn.execute(sa.delete(t).where(old, sa.not_(held))).rowcount)
+
+    # ---- operator's tools: finding and requeueing settled slots ------------------------
+
+    def _settled(
+        self,
+        action: str | None,
+        statuses: Sequence[SlotStatus],
+        since: dt.datetime | None,
+        subjects: Sequence[str] | None,
+    ) -> sa.ColumnElement[bool]:
+        """The rows ``slots`` lists and ``requeue`` puts back: one filter for both."""
+        t = self.table
+        cond: sa.ColumnElement[bool] = t.c.status.in_([s.value for s in statuses])
+        if action is not None:
+            cond = sa.and_(cond, t.c.action == action)
+        if since is not None:
+            cond = sa.and_(cond, t.c.updated_at >= since)
+        if subjects is not None:
+            cond = sa.and_(cond, t.c.subject.in_(subjects))
+        return cond
+
+    def slots(
+        self,
+        conn: Connection,
+        action: str | None,
+        statuses: Sequence[SlotStatus],
+        since: dt.datetime | None,
+        subjects: Sequence[str] | None,
+        limit: int,
+    ) -> list[SlotRecord]:
+        """Up to ``limit`` rows with these statuses, most recently changed first."""
+        t = self.table
+        stmt = (
+            sa.select(t)
+            .where(self._settled(action, statuses, since, subjects))
+            .order_by(t.c.updated_at.desc(), t.c.id.desc())
+            .limit(limit)
+        )
+        return [_record(row) for row in conn.execute(stmt)]
+
+    def requeue(
+        self,
+        conn: Connection,
+        action: str,
+        statuses: Sequence[SlotStatus],
+        since: dt.datetime | None,
+        subjects: Sequence[str] | None,
+        dry_run: bool,
+    ) -> list[SlotKey]:
+        """Release the rows of ``action`` with these statuses so the next claim wins them.
+
+        Only settled statuses are accepted by the callers (UNKNOWN, FAILED): a live claim
+        is never touched, and the UPDATE re-checks the filter, so a row that changed in
+        between is left alone. ``attempt`` and ``last_error`` are kept for the record.
+        """
+        t = self.table
+        cond = self._settled(action, statuses, since, subjects)
+        found = sa.select(t.c.id, t.c.action, t.c.subject, t.c.cycle, t.c.cycle_at).where(cond)
+        found = found.order_by(t.c.id)
+        if not dry_run and self.dialect != "sqlite":
+            found = found.with_for_update()
+        rows = conn.execute(found).all()
+        keys = [SlotKey(r.action, r.subject, r.cycle, r.cycle_at) for r in rows]
+        if dry_run or not rows:
+            return keys
+        ids = [r.id for r in rows]
+        released = {"status": SlotStatus.RELEASED.value, "updated_at": self.now()}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            conn.execute(sa.update(t).where(t.c.id.in_(chunk), cond).values(released))
+        return keys
+
+
+def _record(row: Any) -> SlotRecord:
+    return SlotRecord(
+        key=SlotKey(row.action, row.subject, row.cycle, row.cycle_at),
+        id=row.id,
+        status=SlotStatus(row.status),
+        attempt=row.attempt,
+        token=row.token,
+        lease_until=row.lease_until,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        sent_at=row.sent_at,
+        last_error=row.last_error,
+        message_id=row.message_id,
+    )
 
 
 def _fresh_tokens(count: int) -> list[int]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import re
 import warnings
 from collections.abc import Callable
 
@@ -23,7 +22,6 @@ from telegram.error import (
 )
 
 from notifyonce._errors import (
-    PermanentSendError,
     SendError,
     TransientSendError,
     UncertainSendError,
@@ -33,6 +31,7 @@ from notifyonce._errors import (
 from notifyonce._http import transport_error_class
 from notifyonce._message import Message
 from notifyonce._redact import short
+from notifyonce._status import error_for_status, retry_after_in, status_in
 from notifyonce._telegram._chat import message_fields
 from notifyonce._telegram._wrapped import Moved, WrappedBotSender
 
@@ -43,13 +42,9 @@ __all__ = ["PTBSender", "classify_ptb_error"]
 _REFUSALS: tuple[tuple[type[TelegramError], int], ...] = (
     (BadRequest, 400),
     (Forbidden, 403),
-    (InvalidToken, 401),
     (EndPointNotFound, 404),
     (Conflict, 409),
 )
-# "Bad Gateway (502)": the phrase and status PTB puts in the message of an answer it
-# could not parse as the Bot API's.
-_STATUS_IN_MESSAGE = re.compile(r"\((\d{3})\)")
 
 
 def _seconds(exc: RetryAfter) -> float:
@@ -64,15 +59,6 @@ def _seconds(exc: RetryAfter) -> float:
     if isinstance(value, dt.timedelta):
         return value.total_seconds()
     return float(value)  # type: ignore[arg-type]
-
-
-def _unparsed_answer(status: int, description: str) -> SendError:
-    """An answer without the Bot API's envelope (a proxy, a load balancer)."""
-    if status in (502, 504):
-        return UncertainSendError(description, code=status)  # the upstream may have sent it
-    if status >= 500 or status in (408, 429):
-        return TransientSendError(description, code=status)
-    return PermanentSendError(description, code=status)
 
 
 def classify_ptb_error(
@@ -101,24 +87,27 @@ def classify_ptb_error(
         return Moved(str(exc.new_chat_id), description)
     if isinstance(exc, RetryAfter):
         return TransientSendError(description, code=429, retry_after=_seconds(exc))
+    if isinstance(exc, InvalidToken):
+        # PTB raises it for 401 and 404 alike (both: the token or the URL is wrong).
+        return error_for_status(status_in(exc.message) or 401, description)
     for klass, code in _REFUSALS:
         if isinstance(exc, klass):
-            return PermanentSendError(description, code=code)
+            return error_for_status(code, description)
     cause = exc.__cause__
     if isinstance(exc, NetworkError):
         if isinstance(cause, httpx.HTTPError):
             return transport_error_class(cause)(description)
         if isinstance(exc, TimedOut):  # a custom request class: no way to tell the phase
             return UncertainSendError(description)
-        if isinstance(cause, TelegramError):  # the answer was not the Bot API's JSON
-            found = _STATUS_IN_MESSAGE.search(exc.message)
-            if found:
-                return _unparsed_answer(int(found.group(1)), description)
-            return UncertainSendError(description)
-        if cause is None:
-            # Telegram answered with an error envelope PTB has no class for: a 5xx (or a
-            # rare 413/429 without parameters). The Bot API did not send the message.
-            return TransientSendError(description)
+        if cause is None or isinstance(cause, TelegramError):
+            # An answer PTB has no class for: an error envelope (a 5xx, a 413, a 429
+            # without parameters), or one it could not parse ("Bad Gateway (502)"). PTB
+            # keeps only the text; the status named there decides. 502/504 are uncertain,
+            # and so is an answer whose status cannot be read.
+            status = status_in(exc.message)
+            if status is None or 200 <= status < 300:
+                return UncertainSendError(description)
+            return error_for_status(status, description, retry_after=retry_after_in(description))
         return UncertainSendError(description)  # "Unknown error in HTTP implementation"
     # "Invalid server response" to a 2xx, and anything newer: may have been sent.
     return UncertainSendError(description)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from notifyonce._errors import SendError
 
-__all__ = ["RedactedTransportError", "chain_cause", "redact", "short"]
+__all__ = ["RedactedTransportError", "chain_cause", "redact", "scrubbed", "short"]
 
 # The token sits in the path: /bot<token>/<method>. Redacting the whole segment needs no
 # registry of live tokens and also covers tokens of other senders in the same process.
@@ -45,3 +45,15 @@ def chain_cause(error: SendError, cause: BaseException | None, scrub: Callable[[
         return
     error.__cause__ = RedactedTransportError(f"{type(cause).__name__}: {scrub(str(cause))}")
     error.__suppress_context__ = True
+
+
+def scrubbed(error: SendError) -> SendError:
+    """``error`` without the frames it was raised through and without an implicit context.
+
+    A sender raises this instead of the error it caught from its own send loop: those
+    frames hold the payload (the message text) and the raw transport exception in their
+    locals, which error reporters that record local variables would capture. The cause
+    stays when it is a redacted stand-in (see :func:`chain_cause`).
+    """
+    error.__context__ = None
+    return error.with_traceback(None)

@@ -13,10 +13,8 @@ from typing import Any
 import httpx
 
 from notifyonce._errors import (
-    PermanentSendError,
     SendError,
     TransientSendError,
-    UncertainSendError,
     ValidationError,
     ValidationTypeError,
 )
@@ -33,6 +31,7 @@ from notifyonce._http import (
     Secrets,
     chain_cause,
     parse_retry_after,
+    scrubbed,
 )
 from notifyonce._message import Message, Receipt
 from notifyonce._signing import (
@@ -42,6 +41,7 @@ from notifyonce._signing import (
     secret_bytes,
     sign,
 )
+from notifyonce._status import error_for_status
 
 __all__ = ["Accepted", "BodyBuilder", "WebhookSender", "classify_webhook_response", "default_body"]
 
@@ -49,11 +49,6 @@ logger = logging.getLogger("notifyonce.webhook")
 
 #: Builds the JSON-serialisable body of one send from the recipient and the message.
 BodyBuilder = Callable[[str, Message], Any]
-
-# 408 (the server did not read the request in time), 409 (a request with the same
-# idempotency key is still being processed), 425 (too early, e.g. TLS early data) and 429
-# (rate limited) say the request was not acted on: retrying later can succeed.
-_RETRYABLE_4XX = frozenset({408, 409, 425, 429})
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,16 +126,10 @@ def classify_webhook_response(
     description = _reason(status)
     if 200 <= status < 300:
         return Accepted(_message_id(body))
+    # 409: a request with the same idempotency key is still being processed: retryable.
+    # 401, 404, 405, 3xx: the URL or the credentials are wrong (SenderConfigError).
     retry_after = parse_retry_after(headers.get("retry-after"), now=now)
-    if status in (502, 504):
-        # A gateway says it forwarded the request and the upstream failed or was slow:
-        # the receiver may have processed it before the gateway gave up.
-        return UncertainSendError(description, code=status)
-    if status >= 500 or status in _RETRYABLE_4XX:
-        # The receiver (or its front end) answered that it did not accept the request.
-        return TransientSendError(description, code=status, retry_after=retry_after)
-    # 1xx/3xx (redirects are not followed: a wrong URL), 400, 401, 403, 404, 410, 413, 422...
-    return PermanentSendError(description, code=status)
+    return error_for_status(status, description, retry_after=retry_after)
 
 
 class _Credentials:
@@ -184,9 +173,11 @@ class WebhookSender(HTTPSenderBase):
 
     **Failures.** 2xx delivers. 408, 409, 425, 429 and 5xx other than 502/504 are
     transient (``retry_after`` from ``Retry-After``, seconds or an HTTP-date); 502/504
-    from a gateway are uncertain (the receiver may have processed it); other 4xx and 3xx
-    are permanent. Connect errors, refusals and pool timeouts are transient; a timeout or
-    reset after the request was written is uncertain.
+    from a gateway are uncertain (the receiver may have processed it); 401, 404, 405 and
+    3xx mean the URL or the credentials are wrong (:class:`~notifyonce.SenderConfigError`);
+    other 4xx are permanent. Connect errors, refusals and pool timeouts are transient; a
+    timeout or reset after the request was written, or a failure of a transport that
+    cannot tell where it happened, is uncertain.
 
     **Secrets.** The secret, your ``headers``' values and the URL's path, query and
     credentials never appear in logs, reprs or exception messages; the repr shows only
@@ -337,10 +328,10 @@ class WebhookSender(HTTPSenderBase):
                 "message", f"the webhook body is not JSON-serialisable ({type(exc).__name__})"
             ) from None
 
-    def _headers_for(self, body: bytes, message: Message) -> dict[str, str]:
+    def _headers_for(self, body: bytes, key: str | None) -> dict[str, str]:
         headers = {**self._credentials.headers, "content-type": "application/json"}
-        if message.idempotency_key is not None:
-            headers[IDEMPOTENCY_HEADER] = message.idempotency_key
+        if key is not None:
+            headers[IDEMPOTENCY_HEADER] = key
         if self._credentials.key is not None:
             timestamp = int(self._wall_clock())
             headers[self.timestamp_header] = str(timestamp)
@@ -364,10 +355,32 @@ class WebhookSender(HTTPSenderBase):
         Raises:
             ValidationError: ``recipient`` or ``message`` is invalid (nothing was sent).
             PermanentSendError: The receiver refused for good (4xx other than
-                408/409/425/429, or a redirect).
+                401/404/405 and 408/409/425/429).
+            SenderConfigError: The URL or the credentials are wrong (401, 404, 405, 3xx).
             TransientSendError: Not delivered; ``retry_after`` says when to try again.
             UncertainSendError: May have been delivered.
         """
+        body = self._prepare(recipient, message)
+        key = message.idempotency_key
+        try:
+            return await self._send(recipient, body, key, self._budget(budget))
+        except SendError as exc:
+            error = exc
+        # Error reporters record the locals of every frame an exception passed through:
+        # leave them neither the body (the message text) nor the raw transport exception.
+        del message, body
+        raise scrubbed(error)
+
+    def check(self, recipient: str, message: Message) -> None:
+        """Raise :class:`~notifyonce.ValidationError` if this send would be refused before
+        any request: a blank recipient, a bad idempotency key, a body that is not JSON.
+
+        The Notifier calls it before claiming, so such a notification burns no slot.
+        """
+        self._prepare(recipient, message)
+
+    def _prepare(self, recipient: object, message: object) -> bytes:
+        """The encoded body, after every check that needs no request."""
         if not isinstance(recipient, str):
             raise ValidationTypeError("recipient", f"must be a str, got {type(recipient).__name__}")
         if not recipient.strip():
@@ -379,9 +392,10 @@ class WebhookSender(HTTPSenderBase):
             raise ValidationError(
                 "idempotency_key", "must be a non-empty printable ASCII str (a header) or None"
             )
-        budget = self._budget(budget)
+        return self._encode(recipient, message)
+
+    async def _send(self, recipient: str, body: bytes, key: str | None, budget: float) -> Receipt:
         client = self._get_client()
-        body = self._encode(recipient, message)
         deadline = self._clock() + budget
         plan = self._retry_plan(deadline)
 
@@ -393,7 +407,7 @@ class WebhookSender(HTTPSenderBase):
                 client,
                 self._credentials.url,
                 body,
-                self._headers_for(body, message),
+                self._headers_for(body, key),
                 remaining,
                 self._secrets.scrub,
             )

@@ -8,8 +8,12 @@ have been delivered?*
   [`TransientSendError`][notifyonce.TransientSendError].
 - Certainly not delivered and retrying the same request cannot help ->
   [`PermanentSendError`][notifyonce.PermanentSendError].
+- The sender itself is wrong (a rejected token, a wrong ``base_url``) ->
+  [`SenderConfigError`][notifyonce.SenderConfigError].
 - Possibly delivered -> [`UncertainSendError`][notifyonce.UncertainSendError] (never retried
   here: Telegram has no idempotency key, so a resend may be a duplicate).
+
+What a status means is decided once for every HTTP sender, in ``notifyonce._status``.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from notifyonce._errors import PermanentSendError, SendError, TransientSendError, UncertainSendError
+from notifyonce._errors import SendError, TransientSendError
 from notifyonce._http import EXCEPTION_CLASSES, classify_transport_error
 from notifyonce._redact import redact, short
+from notifyonce._status import MAX_RETRY_AFTER, error_for_status, retry_after_in
 
 __all__ = [
     "EXCEPTION_CLASSES",
@@ -79,11 +84,6 @@ def _retry_after_header(headers: Mapping[str, str]) -> float | None:
     return seconds if seconds >= 0 else None
 
 
-#: The longest flood wait taken from an answer; a larger (or infinite) one is capped so a
-#: malformed answer cannot block a chat for the sender's lifetime.
-MAX_RETRY_AFTER = 3600.0
-
-
 def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -131,18 +131,13 @@ def classify_response(
     retry_after = _number(parameters.get("retry_after"))
     if code == 429 or retry_after is not None:
         if retry_after is None:
-            retry_after = _retry_after_header(headers)
+            # Without `parameters` the wait is only in the text (or a proxy's header).
+            retry_after = retry_after_in(description) or _retry_after_header(headers)
         return TransientSendError(description, code=code, retry_after=retry_after)
-    if code in (502, 504):
-        # A gateway error in the Bot API's own envelope: the request may have reached the
-        # server behind it before the gateway gave up.
-        return UncertainSendError(description, code=code)
-    if code >= 500:
-        # The Bot API itself answered with an error envelope: it did not send the message.
-        return TransientSendError(description, code=code)
-    # 400 (bad request, chat not found), 401/404 (bad token), 403 (blocked, kicked,
-    # deactivated) and every other refusal: the same request would be refused again.
-    return PermanentSendError(description, code=code)
+    # 401/404 (bad token, wrong base_url): the sender is wrong, not the message. 502/504:
+    # a gateway may have passed the request on. Other 5xx: the Bot API answered that it
+    # did not send. 400 (chat not found), 403 (blocked): refused for good.
+    return error_for_status(code, description)
 
 
 def _delivered(result: object) -> Delivered:
@@ -161,21 +156,9 @@ def _delivered(result: object) -> Delivered:
 def _classify_non_api(status: int, headers: Mapping[str, str]) -> SendError:
     """An answer without the Bot API envelope: a proxy, a load balancer or a wrong URL."""
     description = f"HTTP {status} without a Bot API answer"
-    if status in (502, 504):
-        # A gateway says it forwarded the request and the upstream failed or was slow:
-        # the Bot API may have sent the message before the gateway gave up.
-        return UncertainSendError(description, code=status)
-    if status >= 500 or status in (408, 429):
-        # 500/503 and other 5xx without an envelope come from the front end itself
-        # (overload, maintenance): it did not hand the request on. 408: it never read it.
-        return TransientSendError(
-            description, code=status, retry_after=_retry_after_header(headers)
-        )
-    if 200 <= status < 300:
-        # Something answered "OK" without saying what happened: it may have been sent.
-        return UncertainSendError(description, code=status)
-    # 3xx (we never follow redirects: a wrong base_url), 401/404 (bad token), other 4xx.
-    return PermanentSendError(description, code=status)
+    # 500/503 without an envelope come from the front end itself (overload, maintenance):
+    # it did not hand the request on. 3xx: we never follow redirects, a wrong base_url.
+    return error_for_status(status, description, retry_after=_retry_after_header(headers))
 
 
 # --------------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
@@ -30,6 +29,7 @@ from notifyonce._http import (
     RedactedTransportError,
     add_log_scrubber,
     chain_cause,
+    scrubbed,
 )
 from notifyonce._message import Message, Receipt
 
@@ -37,6 +37,7 @@ from ._chat import chat_id as _chat_id
 from ._chat import message_fields
 from ._chat import validate_recipient as _validate_recipient
 from ._classify import Delivered, Migrated, classify_response, redact
+from ._payload import check_text, encode, jsonable
 from ._ratelimit import AsyncRateLimiter, RateLimit
 
 __all__ = [
@@ -51,7 +52,29 @@ __all__ = [
 
 logger = logging.getLogger("notifyonce.telegram")
 
-_TOKEN = re.compile(r"[^\s/?#]+")
+# "<bot id>:<secret>", as @BotFather gives it: the bot id is digits, the secret letters,
+# digits, "-" and "_".
+_TOKEN = re.compile(r"[0-9]+:[A-Za-z0-9_-]+")
+_BOT_PREFIX = re.compile(r"bot[0-9]+:")
+
+
+def check_token(token: object) -> str:
+    """``token`` if it has a bot token's shape; the error never shows the token."""
+    if not isinstance(token, str):
+        raise ValidationTypeError("token", f"must be a str, got {type(token).__name__}")
+    if _TOKEN.fullmatch(token):
+        return token
+    if _BOT_PREFIX.match(token) and _TOKEN.fullmatch(token[3:]):
+        raise ValidationError(
+            "token",
+            "starts with 'bot': that prefix belongs to the URL (/bot<token>/sendMessage); "
+            "pass the token alone, as @BotFather gives it ('123456:ABC...')",
+        )
+    raise ValidationError(
+        "token",
+        "is not a bot token: expected '<bot id>:<secret>' as @BotFather gives it "
+        "('123456:ABC...'), digits, a colon, then letters, digits, '-' or '_'",
+    )
 
 
 class _Secret:
@@ -74,9 +97,27 @@ def _payload(message: Message) -> dict[str, Any]:
     payload: dict[str, Any] = {"text": message.text}
     payload.update(message_fields(message, lambda disabled: {"is_disabled": disabled}))
     if message.reply_markup is not None:
-        payload["reply_markup"] = message.reply_markup
-    payload.update(message.options)
+        # An aiogram keyboard (a pydantic model) becomes the dict the Bot API expects.
+        payload["reply_markup"] = jsonable(message.reply_markup, "reply_markup")
+    payload.update(jsonable(dict(message.options), "options"))
     return payload
+
+
+def prepare(recipient: object, message: object) -> tuple[str, dict[str, Any]]:
+    """The checked recipient and ``sendMessage`` payload; a ValidationError otherwise.
+
+    Everything that can fail before the request is written fails here: a malformed chat
+    id, a text too long for Telegram, a value the JSON encoder cannot handle.
+    """
+    recipient = _validate_recipient(recipient)
+    if not isinstance(message, Message):
+        raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
+    check_text(message)
+    payload = _payload(message)
+    # Encoded once by field, so an error can say which field cannot be encoded.
+    options = jsonable(dict(message.options), "options")
+    encode({"reply_markup": payload.get("reply_markup"), "options": options})
+    return recipient, payload
 
 
 class TelegramSender(HTTPSenderBase):
@@ -87,10 +128,12 @@ class TelegramSender(HTTPSenderBase):
     pass in is used as is and never closed here.
 
     Every failure is classified by whether the message may have been delivered:
-    [`PermanentSendError`][notifyonce.PermanentSendError] (blocked, chat not found, bad token, bad
-    request), [`TransientSendError`][notifyonce.TransientSendError] (certainly not delivered;
-    carries ``retry_after`` for 429) or [`UncertainSendError`][notifyonce.UncertainSendError] (the
-    request may have been written: read timeout, connection closed or reset after sending, a 502/504
+    [`PermanentSendError`][notifyonce.PermanentSendError] (blocked, chat not found, bad
+    request), [`SenderConfigError`][notifyonce.SenderConfigError] (a rejected token, a wrong
+    ``base_url``: 401, 404, a redirect), [`TransientSendError`][notifyonce.TransientSendError]
+    (certainly not delivered; carries ``retry_after`` for 429) or
+    [`UncertainSendError`][notifyonce.UncertainSendError] (the request may have been written:
+    read timeout, connection closed or reset after sending, a 502/504
     from a gateway). Only transient failures are retried, within one ``budget`` per send.
 
     Args:
@@ -144,10 +187,7 @@ class TelegramSender(HTTPSenderBase):
         sleep: Callable[[float], Awaitable[object]] = DEFAULT_SLEEP,
         rng: Callable[[], float] = DEFAULT_RNG,
     ) -> None:
-        if not isinstance(token, str):
-            raise ValidationTypeError("token", f"must be a str, got {type(token).__name__}")
-        if not _TOKEN.fullmatch(token):
-            raise ValidationError("token", "must be a non-empty bot token without spaces or '/'")
+        token = check_token(token)
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValidationError("base_url", "must be an http:// or https:// URL")
         if rate_limit is not None and not isinstance(rate_limit, RateLimit):
@@ -203,17 +243,34 @@ class TelegramSender(HTTPSenderBase):
         Raises:
             ValidationError: ``recipient`` or ``message`` is invalid (nothing was sent).
             PermanentSendError: Telegram refused for good.
+            SenderConfigError: The token or ``base_url`` is wrong (nothing was sent).
             TransientSendError: Not delivered; ``retry_after`` says when to try again.
             UncertainSendError: May have been delivered.
         """
-        recipient = _validate_recipient(recipient)
-        if not isinstance(message, Message):
-            raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
-        budget = self._budget(budget)
+        target, payload = prepare(recipient, message)
+        try:
+            return await self._send(target, payload, self._budget(budget))
+        except SendError as exc:
+            error = exc
+        # Error reporters record the locals of every frame an exception passed through:
+        # leave them neither the text nor the raw transport exception (its URL holds the
+        # token).
+        del message, payload
+        raise scrubbed(error)
+
+    def check(self, recipient: str, message: Message) -> None:
+        """Raise :class:`~notifyonce.ValidationError` if Telegram would refuse this send
+        for its recipient or message alone (nothing is sent).
+
+        A malformed chat id, a text longer than Telegram's 4096 characters (counted as
+        Telegram counts them), or options the JSON encoder cannot handle. The Notifier
+        calls it before claiming, so such a notification burns no slot.
+        """
+        prepare(recipient, message)
+
+    async def _send(self, target: str, payload: dict[str, Any], budget: float) -> Receipt:
         client = self._get_client()
-        payload = _payload(message)
         deadline = self._clock() + budget
-        target = recipient
         migrated_to: str | None = None
         plan = self._retry_plan(deadline)
 
@@ -260,7 +317,7 @@ class TelegramSender(HTTPSenderBase):
         self, client: httpx.AsyncClient, payload: dict[str, Any], remaining: float
     ) -> tuple[Delivered | Migrated | SendError, BaseException | None, bool]:
         """One HTTP request; returns (outcome, exception to chain, certain transport failure)."""
-        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+        body = encode(payload)
         response, cause, certain = await self._post(
             client,
             self._secret.url,

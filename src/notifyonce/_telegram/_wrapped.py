@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 from notifyonce._errors import PermanentSendError, SendError, ValidationTypeError
 from notifyonce._message import Message, Receipt
-from notifyonce._redact import chain_cause, redact, short
+from notifyonce._redact import chain_cause, redact, scrubbed, short
 
 from ._chat import chat_id, validate_recipient
+from ._payload import check_text, encode, jsonable
 
 __all__ = ["Moved", "WrappedBotSender"]
 
@@ -61,12 +62,11 @@ class WrappedBotSender:
         Raises:
             ValidationError: ``recipient`` or ``message`` is invalid (nothing was sent).
             PermanentSendError: Telegram refused for good.
+            SenderConfigError: The bot's token or server URL is wrong (nothing was sent).
             TransientSendError: Not delivered; ``retry_after`` says when to try again.
             UncertainSendError: May have been delivered.
         """
-        target = validate_recipient(recipient)
-        if not isinstance(message, Message):
-            raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
+        target = self._prepare(recipient, message)
         migrated_to: str | None = None
         while True:
             error: SendError | None = None
@@ -88,8 +88,37 @@ class WrappedBotSender:
                     error = outcome
                 chain_cause(error, exc, self._scrub)
             if error is not None:
-                raise error  # outside the except block: no implicit context to leak
+                # Outside the except block: no implicit context to leak. Error reporters
+                # record the locals of every frame: leave them no message text.
+                del message
+                raise scrubbed(error)
             return Receipt(target, message_id, migrated_to)
+
+    def check(self, recipient: str, message: Message) -> None:
+        """Raise :class:`~notifyonce.ValidationError` if Telegram would refuse this send
+        for its recipient or message alone (nothing is sent): a malformed chat id, a text
+        too long for Telegram, a keyboard or option that cannot be serialised.
+
+        The Notifier calls it before claiming, so such a notification burns no slot.
+        """
+        self._prepare(recipient, message)
+
+    def _prepare(self, recipient: object, message: object) -> str:
+        target = validate_recipient(recipient)
+        if not isinstance(message, Message):
+            raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
+        check_text(message)
+        encode(
+            {
+                "reply_markup": jsonable(message.reply_markup, "reply_markup"),
+                "options": jsonable(dict(message.options), "options"),
+            }
+        )
+        self._check_request(chat_id(target), message)
+        return target
+
+    def _check_request(self, chat: int | str, message: Message) -> None:
+        """Build the library's request without sending it; a ValidationError if it refuses."""
 
 
 logger = logging.getLogger("notifyonce.telegram")

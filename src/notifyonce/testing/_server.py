@@ -435,9 +435,10 @@ def busiest_window(times: Iterable[float], seconds: float) -> int:
 class BotAPIServer(LocalServer):
     """A Bot-API-shaped server on 127.0.0.1 that records deliveries; scriptable per chat.
 
-    It answers ``POST /bot<token>/sendMessage``, keeps connections alive, and counts TCP
-    connections. It also answers what a polling bot calls around it, so an aiogram
-    ``Dispatcher`` or a python-telegram-bot ``Application`` can run against it:
+    It answers ``POST /bot<token>/sendMessage``, 404 for any path that is not
+    ``/bot<token>/<method>`` (a wrong ``base_url``), 401 for a wrong token, keeps
+    connections alive, and counts TCP connections. It also answers what a polling bot
+    calls around it, so an aiogram ``Dispatcher`` or a python-telegram-bot ``Application`` can run against it:
     ``getUpdates`` (long polling, with ``offset`` confirming updates, over the updates
     queued with [`user_says`][notifyonce.testing.BotAPIServer.user_says]), ``getMe``,
     ``deleteWebhook``, ``getWebhookInfo``, ``setMyCommands``, ``deleteMyCommands``, ``close``
@@ -560,8 +561,11 @@ class BotAPIServer(LocalServer):
         verb, path, headers = request
         length = int(headers.get("content-length", "0"))
         path, _, query = path.partition("?")
-        method = path.rsplit("/", 1)[-1]
-        token = path.split("/")[1][3:] if path.startswith("/bot") else None
+        # /bot<token>/<method>: anything else (a wrong base_url) is 404, as on Telegram.
+        parts = path.split("/")
+        api_path = len(parts) == 3 and parts[1].startswith("bot")
+        method = parts[-1] if api_path else ""
+        token = parts[1][3:] if api_path else None
 
         # Peek at the script before the body for the drop-before-body case: it is keyed on
         # the chat, which is in the body, so only the shared queue can ask for it.
@@ -577,6 +581,8 @@ class BotAPIServer(LocalServer):
         received = time.monotonic()
         keep_alive = headers.get("connection", "").lower() != "close"
 
+        if not api_path:
+            return await self._answer(writer, 404, _api_error(404, "Not Found"), keep_alive)
         if self.token is not None and token != self.token:
             return await self._answer(writer, 401, _api_error(401, "Unauthorized"), keep_alive)
         with self._lock:
