@@ -10,7 +10,15 @@ from collections.abc import AsyncIterator
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from notifyonce import AsyncLedger, Message, Notifier, Outcome, SlotStatus, UncertainSendError
+from notifyonce import (
+    AsyncLedger,
+    Message,
+    Notifier,
+    Outcome,
+    SlotStatus,
+    UncertainSendError,
+    ValidationError,
+)
 from notifyonce._telegram._classify import MAX_RETRY_AFTER, classify_response
 from notifyonce.telegram import TelegramSender
 from notifyonce.testing import BotAPIServer
@@ -79,16 +87,18 @@ async def test_closed_sender_releases_the_slot(async_engine: AsyncEngine, async_
     assert SlotStatus.RELEASED == record.status
 
 
-async def test_refused_recipient_fails_the_slot(
+async def test_refused_recipient_is_refused_before_the_claim(
     async_engine: AsyncEngine, async_table: str
 ) -> None:
-    """A recipient the sender refuses before sending is FAILED, not UNKNOWN."""
+    """A recipient the sender's check refuses raises ValidationError and writes no row."""
     ledger = AsyncLedger(async_engine, table_name=async_table)
     await ledger.create_schema()
     with BotAPIServer() as server:
         async with TelegramSender(TOKEN, base_url=server.url, rate_limit=None) as sender:
-            outcome = await Notifier(ledger, sender).send_once(
-                "a", 1, "c", Message("hi"), recipient="not a chat"
-            )
+            with pytest.raises(ValidationError) as info:
+                await Notifier(ledger, sender).send_once(
+                    "a", 1, "c", Message("hi"), recipient="not a chat"
+                )
         assert [] == server.deliveries
-    assert Outcome.FAILED == outcome
+    assert "recipient" == info.value.field
+    assert None is await ledger.get("a", 1, "c")
