@@ -438,8 +438,8 @@ class BotAPIServer(LocalServer):
     It answers ``POST /bot<token>/sendMessage``, 404 for any path that is not
     ``/bot<token>/<method>`` (a wrong ``base_url``), 401 for a wrong token, keeps
     connections alive, and counts TCP connections. It also answers what a polling bot
-    calls around it, so an aiogram ``Dispatcher`` or a python-telegram-bot ``Application`` can run against it:
-    ``getUpdates`` (long polling, with ``offset`` confirming updates, over the updates
+    calls around it, so an aiogram ``Dispatcher`` or a python-telegram-bot
+    ``Application`` can run against it: ``getUpdates`` (long polling, with ``offset`` confirming updates, over the updates
     queued with [`user_says`][notifyonce.testing.BotAPIServer.user_says]), ``getMe``,
     ``deleteWebhook``, ``getWebhookInfo``, ``setMyCommands``, ``deleteMyCommands``, ``close``
     and ``logOut``. Every call, in order, is in
