@@ -439,10 +439,11 @@ class BotAPIServer(LocalServer):
     ``/bot<token>/<method>`` (a wrong ``base_url``), 401 for a wrong token, keeps
     connections alive, and counts TCP connections. It also answers what a polling bot
     calls around it, so an aiogram ``Dispatcher`` or a python-telegram-bot
-    ``Application`` can run against it: ``getUpdates`` (long polling, with ``offset`` confirming updates, over the updates
-    queued with [`user_says`][notifyonce.testing.BotAPIServer.user_says]), ``getMe``,
-    ``deleteWebhook``, ``getWebhookInfo``, ``setMyCommands``, ``deleteMyCommands``, ``close``
-    and ``logOut``. Every call, in order, is in
+    ``Application`` can run against it: ``getUpdates`` (long polling, with ``offset``
+    confirming updates, over the updates queued with
+    [`user_says`][notifyonce.testing.BotAPIServer.user_says]), ``getMe``,
+    ``deleteWebhook``, ``getWebhookInfo``, ``setMyCommands``, ``deleteMyCommands``,
+    ``close`` and ``logOut``. Every call, in order, is in
     [`calls`][notifyonce.testing.BotAPIServer.calls]. Use it as a context manager (sync or
     async) or through the ``bot_api_server`` pytest fixture.
 
