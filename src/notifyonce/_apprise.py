@@ -118,7 +118,8 @@ class AppriseSender:
         return f"AppriseSender(services={len(self.apprise)})"
 
     def check(self, recipient: str, message: Message) -> None:
-        """Raise :class:`~notifyonce.ValidationError` for a blank recipient or a non-Message
+        """Raise [`ValidationError`][notifyonce.ValidationError] for a blank recipient or a
+        non-Message
         (the Notifier calls it before claiming)."""
         if not isinstance(recipient, str) or not recipient.strip():
             raise ValidationError("recipient", "must be a non-empty str")

@@ -153,7 +153,8 @@ def combine_fanout(results: Mapping[str, Receipt | SendError]) -> SendError | No
     """The fan-out rule: None when every channel delivered, else the one error to raise.
 
     0. Nothing delivered, every failure certain (transient or a config error) and one a
-       config error -> :class:`SenderConfigError`: fix the channel, and all go out.
+       config error -> [`SenderConfigError`][notifyonce.SenderConfigError]: fix the channel, and
+       all go out.
     1. Any permanent failure -> permanent: all channels can never succeed together, and a
        retry would only repeat the others.
     2. Else any uncertain failure, or a delivery next to a transient failure -> uncertain:
@@ -216,7 +217,7 @@ class FanoutSender:
         return f"FanoutSender(channels={[c.name for c in self.channels]!r})"
 
     def check(self, recipient: str, message: Message) -> None:
-        """Raise the first channel's :class:`~notifyonce.ValidationError`: a fan-out
+        """Raise the first channel's [`ValidationError`][notifyonce.ValidationError]: a fan-out
         counts as sent only when every channel delivers, so one refusal refuses it."""
         for channel in self.channels:
             _check(channel, recipient, message)
@@ -259,7 +260,8 @@ class FallbackSender:
     it twice. One slot covers all channels.
 
     When no channel delivered: uncertain if any channel was uncertain, else a
-    :class:`~notifyonce.SenderConfigError` if a channel is set up wrong, else transient if
+    [`SenderConfigError`][notifyonce.SenderConfigError] if a channel is set up wrong, else
+    transient if
     any was transient (``retry_after``: the shortest wait), else permanent.
 
     Args:
@@ -287,7 +289,8 @@ class FallbackSender:
         return f"FallbackSender(channels={[c.name for c in self.channels]!r})"
 
     def check(self, recipient: str, message: Message) -> None:
-        """Raise :class:`~notifyonce.ValidationError` only when every channel would refuse:
+        """Raise [`ValidationError`][notifyonce.ValidationError] only when every channel would
+        refuse:
         a fallback delivers through any one of them."""
         refusals: list[str] = []
         for channel in self.channels:

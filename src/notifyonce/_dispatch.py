@@ -118,7 +118,7 @@ def decide_error(exc: Exception, mode: DeliveryMode, attempt: int, max_attempts:
     PermanentSendError                    FAILED, never retried
     TransientSendError, SenderConfigError released: certainly not delivered
     ValidationError                       FAILED: refused before sending, for good
-    UncertainSendError, anything else     uncertain (see :func:`decide_uncertain`)
+    UncertainSendError, anything else     uncertain (see `decide_uncertain`)
     ====================================  ==============================================
     """
     if isinstance(exc, PermanentSendError):

@@ -636,7 +636,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         For an operator who fixed the cause: after a wrong token or a receiver outage
         recorded slots as ``unknown`` or ``failed``, requeue exactly those and the next
         claim wins them again. An ``unknown`` slot may have been delivered, so requeueing
-        it accepts a possible duplicate: look at them first (:meth:`slots`, or
+        it accepts a possible duplicate: look at them first (`slots`, or
         ``dry_run=True``). Live claims and sent slots are never touched.
 
         Args:
@@ -649,7 +649,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         Returns:
             The keys of the slots released (or that would be, with ``dry_run``).
 
-        Example:
+        Examples:
             >>> # keys = await ledger.requeue("trial_6h", status="unknown", since=outage_start)
         """
         body = self._plan_requeue(action, status, since, subjects, dry_run)
@@ -778,7 +778,7 @@ class Ledger(_LedgerBase[sa.Engine]):
         return self._run(partial(self._core.mark_many, results=check_mark_results(results)))
 
     def renew(self, claims: Iterable[Claim], *, lease: dt.timedelta | None = None) -> list[bool]:
-        """See :meth:`AsyncLedger.renew`."""
+        """See [`AsyncLedger.renew`][notifyonce.AsyncLedger.renew]."""
         return self._run(self._plan_renew(claims, lease))
 
     def not_claimable(
@@ -789,7 +789,7 @@ class Ledger(_LedgerBase[sa.Engine]):
         take_expired: bool = False,
         max_attempts: int | None = None,
     ) -> list[SlotKey]:
-        """See :meth:`AsyncLedger.not_claimable`."""
+        """See [`AsyncLedger.not_claimable`][notifyonce.AsyncLedger.not_claimable]."""
         return self._run(self._plan_lookup(action, items, take_expired, max_attempts), write=False)
 
     def get(self, action: str, subject: Subject, cycle: Cycle) -> SlotRecord | None:
@@ -835,7 +835,7 @@ class Ledger(_LedgerBase[sa.Engine]):
         subjects: Iterable[Subject] | None = None,
         dry_run: bool = False,
     ) -> list[SlotKey]:
-        """See :meth:`AsyncLedger.requeue`."""
+        """See [`AsyncLedger.requeue`][notifyonce.AsyncLedger.requeue]."""
         body = self._plan_requeue(action, status, since, subjects, dry_run)
         return self._run(body, write=not dry_run)
 
@@ -848,5 +848,5 @@ class Ledger(_LedgerBase[sa.Engine]):
         subjects: Iterable[Subject] | None = None,
         limit: int = 100,
     ) -> list[SlotRecord]:
-        """See :meth:`AsyncLedger.slots`."""
+        """See [`AsyncLedger.slots`][notifyonce.AsyncLedger.slots]."""
         return self._run(self._plan_slots(status, action, since, subjects, limit), write=False)

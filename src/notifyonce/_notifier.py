@@ -61,11 +61,12 @@ Selector: TypeAlias = Callable[
 
 @dataclass
 class TickReport:
-    """The outcome of one :meth:`Notifier.tick`: one report per open window.
+    """The outcome of one [`Notifier.tick`][notifyonce.Notifier.tick]: one report per open window.
 
     Attributes:
         now: The time the tick ran for.
-        reports: A :class:`Report` per window action, for every window open at ``now``.
+        reports: A [`Report`][notifyonce.Report] per window action, for every window open at
+            ``now``.
         missed: Windows whose whole span fell between the previous tick and this one,
             with the deadlines that missed them (the job was down for longer than the
             window). They are skipped, never sent late; this list is how you see them.
@@ -97,14 +98,14 @@ class Notifier:
         ledger: Where slots are claimed and outcomes recorded.
         sender: What delivers the messages (``TelegramSender``, ``FakeSender``, ...).
         mode: What to do when a send may or may not have been delivered; see
-            :class:`DeliveryMode`.
+            [`DeliveryMode`][notifyonce.DeliveryMode].
         max_attempts: In at-least-once mode, how many times one slot may be tried in all
             (the bound on duplicates). Ignored in at-most-once mode.
-        concurrency: How many sends :meth:`send_many` keeps in flight, and so the most
+        concurrency: How many sends `send_many` keeps in flight, and so the most
             claims a run ever holds whose request was not written yet (what a crash can
             cost). A slot is claimed only when its send can start: after the sender's
             rate-limit turn when the sender offers ``turn(recipient)``.
-        batch_size: How many notifications :meth:`send_many` reads ahead and checks per
+        batch_size: How many notifications `send_many` reads ahead and checks per
             statement (quiet hours, spacing, which slots are already finished). It bounds
             the memory of a streamed run; it does not bound what a crash costs.
         min_spacing: If set, a subject that was sent anything (under any action) within
@@ -114,17 +115,18 @@ class Notifier:
             (best effort, unlike the slot itself, which is exact).
         quiet_hours: If set, notifications whose subject is in quiet hours (in the
             notification's ``timezone``) are skipped without claiming, so a later run
-            inside the window sends them; see :class:`QuietHours`.
+            inside the window sends them; see [`QuietHours`][notifyonce.QuietHours].
         sweep_every: How often the Notifier sweeps expired leases before a run (None: never;
             then call ``ledger.sweep`` yourself).
         dry_run: Claim nothing, send nothing, record nothing; report what would happen.
-        keep_results: Which results a :class:`Report` keeps: True every one, False none
+        keep_results: Which results a [`Report`][notifyonce.Report] keeps: True every one, False
+            none
             (``counts`` is always complete), None (the default) every one for a list and
             only those that need attention (``FAILED``, ``UNKNOWN``, ``RETRY``,
             ``LEASE_LOST``) for a stream, so that a streamed run's memory stays flat.
-        on_result: Called with every :class:`Result`, e.g. to feed metrics.
+        on_result: Called with every [`Result`][notifyonce.Result], e.g. to feed metrics.
 
-    Example:
+    Examples:
         >>> import asyncio
         >>> from sqlalchemy.ext.asyncio import create_async_engine
         >>> from notifyonce import AsyncLedger, Message, Notifier
@@ -258,11 +260,13 @@ class Notifier:
         Args:
             action: The reminder's name shared by all of them.
             notifications: A list, any iterable, or an async iterable of
-                :class:`Notification`. A list is validated whole before anything is
+                [`Notification`][notifyonce.Notification]. A list is validated whole before
+                anything is
                 written; a stream is validated batch by batch.
 
         Returns:
-            A :class:`Report` with the counts per outcome and, by default, every result.
+            A [`Report`][notifyonce.Report] with the counts per outcome and, by default, every
+            result.
 
         Raises:
             ValidationError: Bad input (including a recipient or message the sender's

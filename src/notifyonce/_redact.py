@@ -53,7 +53,7 @@ def scrubbed(error: SendError) -> SendError:
     A sender raises this instead of the error it caught from its own send loop: those
     frames hold the payload (the message text) and the raw transport exception in their
     locals, which error reporters that record local variables would capture. The cause
-    stays when it is a redacted stand-in (see :func:`chain_cause`).
+    stays when it is a redacted stand-in (see `chain_cause`).
     """
     error.__context__ = None
     return error.with_traceback(None)

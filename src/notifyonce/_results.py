@@ -25,12 +25,12 @@ class Notification:
 
     Args:
         subject: Who it is for (a user or chat id).
-        cycle: Which cycle (e.g. the end of the paid period); see :func:`make_key`.
+        cycle: Which cycle (e.g. the end of the paid period); see [`make_key`][notifyonce.make_key].
         message: What to send.
         recipient: Where to send it; defaults to ``str(subject)``.
         timezone: The subject's time zone, for the Notifier's ``quiet_hours``.
 
-    Example:
+    Examples:
         >>> n = Notification(42, "2026-12", Message("6 hours left"))
         >>> n.target
         '42'
@@ -86,7 +86,7 @@ class Result:
 
 @dataclass
 class Report:
-    """The outcome of a :meth:`Notifier.send_many` run.
+    """The outcome of a [`Notifier.send_many`][notifyonce.Notifier.send_many] run.
 
     Attributes:
         counts: Number of notifications per outcome (every outcome is present).

@@ -5,12 +5,14 @@ status of an answer that did not deliver, so a 502 means the same thing whicheve
 made the request. Pure functions, standard library only.
 
 - 3xx, 401, 404, 405: the sender is set up wrong (a bad token, a wrong URL or method; we
-  never follow redirects) -> :class:`SenderConfigError`. Every send would fail alike.
+  never follow redirects) -> [`SenderConfigError`][notifyonce.SenderConfigError]. Every send would
+  fail alike.
 - 408, 409, 425, 429, and 5xx other than 502/504: the server said it did not act on the
-  request -> :class:`TransientSendError`.
+  request -> [`TransientSendError`][notifyonce.TransientSendError].
 - 502, 504: a gateway forwarded the request and the upstream failed or was slow; the
-  upstream may have acted on it -> :class:`UncertainSendError`.
-- Every other 4xx: the same request would be refused again -> :class:`PermanentSendError`.
+  upstream may have acted on it -> [`UncertainSendError`][notifyonce.UncertainSendError].
+- Every other 4xx: the same request would be refused again ->
+[`PermanentSendError`][notifyonce.PermanentSendError].
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def error_for_status(
         description: What the provider said, already free of secrets.
         retry_after: Seconds the provider asked to wait (429, 503), if it said.
 
-    Example:
+    Examples:
         >>> type(error_for_status(502, "Bad Gateway")).__name__
         'UncertainSendError'
     """
@@ -77,7 +79,7 @@ def error_for_status(
 def retry_after_in(description: str) -> float | None:
     """The seconds in a description like ``"Too Many Requests: retry after 3"``, or None.
 
-    Example:
+    Examples:
         >>> retry_after_in("Too Many Requests: retry after 3")
         3.0
     """
@@ -92,7 +94,7 @@ def status_in(description: str) -> int | None:
     description that starts with a status phrase (``"Gateway Timeout"``,
     ``"Too Many Requests: retry after 3"``).
 
-    Example:
+    Examples:
         >>> status_in("Bad Gateway"), status_in("Forbidden: bot was blocked by the user")
         (502, 403)
     """

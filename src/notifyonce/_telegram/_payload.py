@@ -1,7 +1,8 @@
 """A message checked the way Telegram will check it, before any claim or request.
 
 Everything here runs before the request is written, so a failure is certain: nothing was
-sent, and :meth:`TelegramSender.check` lets the Notifier refuse the notification before it
+sent, and [`TelegramSender.check`][notifyonce.telegram.TelegramSender.check] lets the Notifier
+refuse the notification before it
 claims a slot. Standard library only; models of aiogram and python-telegram-bot are
 recognised by their methods (``model_dump``, ``to_dict``), never imported.
 """
@@ -43,7 +44,7 @@ def visible_length(text: str, parse_mode: str | None) -> int:
     Exact for plain text and HTML; for Markdown a lower bound (markup characters and link
     targets removed), so a text refused here is too long for Telegram too.
 
-    Example:
+    Examples:
         >>> visible_length("<b>6 hours</b> &amp; left", "HTML")
         14
     """

@@ -259,7 +259,7 @@ class TelegramSender(HTTPSenderBase):
         raise scrubbed(error)
 
     def check(self, recipient: str, message: Message) -> None:
-        """Raise :class:`~notifyonce.ValidationError` if Telegram would refuse this send
+        """Raise [`ValidationError`][notifyonce.ValidationError] if Telegram would refuse this send
         for its recipient or message alone (nothing is sent).
 
         A malformed chat id, a text longer than Telegram's 4096 characters (counted as

@@ -95,7 +95,7 @@ class WrappedBotSender:
             return Receipt(target, message_id, migrated_to)
 
     def check(self, recipient: str, message: Message) -> None:
-        """Raise :class:`~notifyonce.ValidationError` if Telegram would refuse this send
+        """Raise [`ValidationError`][notifyonce.ValidationError] if Telegram would refuse this send
         for its recipient or message alone (nothing is sent): a malformed chat id, a text
         too long for Telegram, a keyboard or option that cannot be serialised.
 
