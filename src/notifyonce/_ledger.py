@@ -650,7 +650,9 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
             The keys of the slots released (or that would be, with ``dry_run``).
 
         Examples:
-            >>> # keys = await ledger.requeue("trial_6h", status="unknown", since=outage_start)
+            ```python
+            keys = await ledger.requeue("trial_6h", status="unknown", since=outage_start)
+            ```
         """
         body = self._plan_requeue(action, status, since, subjects, dry_run)
         return await self._run(body, write=not dry_run)
