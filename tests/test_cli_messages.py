@@ -157,7 +157,7 @@ def test_purge_dry_run_counts_and_deletes_nothing(
     [
         ("stats", ["(default: notifyonce_slots)", "postgresql://user:password@host/db"]),
         ("sweep", ["(default: at-most-once)", "(default: 3)"]),
-        ("purge", ["like 30d, 12h, 1h30m, 90s or 2w", "--dry-run"]),
+        ("purge", ["such as 30s, 15m, 12h, 7d, 2w or 1h30m", "no months", "--dry-run"]),
         ("check", ["(default: 72)"]),
         ("migrate", ["(default: head)"]),
     ],
