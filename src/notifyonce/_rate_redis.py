@@ -57,7 +57,7 @@ if chat_interval > 0 then
   redis.call('HSET', KEYS[3], 'tat', tostring(at + chat_interval))
   keep(KEYS[3])
 end
-return {1, tostring(at - now)}
+return {1, tostring(at - now), tostring(at)}
 """
 )
 
@@ -127,7 +127,7 @@ class RedisRateStore:
         bot = self._key(request.bot, "b")
         lane = self._key(request.bot, "p") if request.lane == PAID_LANE else bot
         chat = self._key(request.bot, "c:", request.chat)
-        booked, wait = await self._take(
+        answer = await self._take(
             keys=[bot, lane, chat],
             args=[
                 repr(request.lane_interval),
@@ -135,7 +135,9 @@ class RedisRateStore:
                 repr(infinite_wait(request.max_wait)),
             ],
         )
-        return Turn(max(float(wait), 0.0), bool(int(booked)))
+        booked = bool(int(answer[0]))
+        at = float(answer[2]) if booked else None
+        return Turn(max(float(answer[1]), 0.0), booked, at)
 
     async def flood_wait(self, bot: str, chat: str, retry_after: float) -> None:
         """Record a 429: delay ``chat``, or the whole bot when another chat is waiting."""

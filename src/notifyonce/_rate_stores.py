@@ -113,11 +113,13 @@ class Turn:
             asking again (not booked).
         booked: True when the start is this send's; False when nothing was booked: the
             chat is still paced or in a flood wait, or the start is beyond ``max_wait``.
+        at: The start on the store's own clock (seconds), when booked.
         handle: Store-specific, given back to :meth:`RateStore.give_back`.
     """
 
     wait: float
     booked: bool
+    at: float | None = None
     handle: object = None
 
 
@@ -210,7 +212,7 @@ def turn_from(
         max_wait=request.max_wait,
     )
     if at is not None:
-        return Turn(at - now, booked=True)
+        return Turn(at - now, booked=True, at=at)
     hold = hold_until(now, bot, chat)
     if hold > now:
         return Turn(hold - now, booked=False)
@@ -255,7 +257,8 @@ class MemoryRateStore:
         state = self._state(request.bot, request.lane, request.limit)
         now = self._clock()
         reservation = state.reserve(request.chat, now, request.max_wait)
-        return Turn(reservation.at - now, reservation.booked, (state, reservation))
+        at = reservation.at if reservation.booked else None
+        return Turn(reservation.at - now, reservation.booked, at, (state, reservation))
 
     async def flood_wait(self, bot: str, chat: str, retry_after: float) -> None:
         """Delay ``chat`` on every calendar of ``bot``."""
