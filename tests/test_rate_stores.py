@@ -253,3 +253,14 @@ def test_memory_store_keeps_todays_calendar() -> None:
     waits = [asyncio.run(store.take_turn(request(str(n + 1), RateLimit()))).wait for n in range(3)]
     assert [0.0, 1.03 / 30, 2 * 1.03 / 30] == pytest.approx(waits)
     assert math.isclose(RateLimit().bot_interval, 1.03 / 30)
+
+
+async def test_purge_deletes_only_idle_rows(shared_store: RateStore) -> None:
+    """purge() deletes rows whose times have all passed and keeps the bot's pending start."""
+    if not isinstance(shared_store, SQLRateStore):
+        pytest.skip("Redis keys expire by themselves")
+    unpaced_chats = RateLimit(bot_per_second=1.0, private_chat_per_second=None)
+    await shared_store.take_turn(request("5", unpaced_chats))
+    assert 1 == await shared_store.purge(idle=0.0)  # the chat's row; the bot's start is ahead
+    second = await shared_store.take_turn(request("6", unpaced_chats))
+    assert second.wait > 0.9
