@@ -40,4 +40,14 @@ if [ -z "${NOTIFYONCE_TEST_MYSQL_URL:-}" ] && [ -x /usr/sbin/mariadbd ]; then
     echo "export NOTIFYONCE_TEST_MYSQL_URL=mysql://root@127.0.0.1:3306/test"
   fi
 fi
+redis_up() { redis-cli -h 127.0.0.1 -p 6379 ping; }
+if [ -z "${NOTIFYONCE_TEST_REDIS_URL:-}" ] && command -v redis-cli >/dev/null 2>&1; then
+  if ! redis_up >/dev/null 2>&1 && ! pgrep -x redis-server >/dev/null 2>&1 && command -v redis-server >/dev/null 2>&1; then
+    log "starting Redis"
+    redis-server --bind 127.0.0.1 --port 6379 --daemonize yes >&2 || true
+  fi
+  if wait_for Redis redis_up; then
+    echo "export NOTIFYONCE_TEST_REDIS_URL=redis://127.0.0.1:6379/0"
+  fi
+fi
 exit 0

@@ -152,3 +152,28 @@ def drop_table(backend: Backend, table: str) -> None:
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
     finally:
         engine.dispose()
+
+
+REDIS_ENV = "NOTIFYONCE_TEST_REDIS_URL"
+
+
+def redis_url() -> str:
+    """The test Redis's URL, skipping (or failing in CI) when it does not answer."""
+    example = "redis://127.0.0.1:6379/0"
+    url = os.environ.get(REDIS_ENV)
+    if not url:
+        _unavailable("Redis", REDIS_ENV, example)
+        raise AssertionError("unreachable")  # _unavailable skips or fails
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except Exception as exc:  # any client error means "cannot use it"
+        reason = f"Redis at {url} did not answer ({type(exc).__name__})"
+        if IN_CI:
+            pytest.fail(f"CI=true and {reason}", pytrace=False)
+        pytest.skip(f"{reason}; set {REDIS_ENV} (e.g. {REDIS_ENV}={example}) or run `make test`")
+    finally:
+        client.close()
+    return url

@@ -508,3 +508,28 @@ async def test_a_worker_with_a_fast_clock_does_not_take_over(
     assert 5 == second.counts[Outcome.DUPLICATE]
     assert 5 == (await first).counts[Outcome.SENT]
     assert [] == fast.handed
+
+
+async def test_telegram_sender_turns_gate_the_claims(
+    async_engine: AsyncEngine, async_table: str
+) -> None:
+    """Through TelegramSender's rate limit, slots waiting for their turn are never claimed."""
+    from notifyonce.telegram import RateLimit, TelegramSender
+    from notifyonce.testing import BotAPIServer
+
+    ledger = AsyncLedger(async_engine, table_name=async_table)
+    await ledger.create_schema()
+    most_claimed = 0
+    with BotAPIServer() as server:
+        limit = RateLimit(bot_per_second=5)
+        async with TelegramSender("123:abc", base_url=server.url, rate_limit=limit) as sender:
+            work = items(12, start=1)
+            run = asyncio.create_task(Notifier(ledger, sender).send_many(ACTION, work))
+            while not run.done():
+                most_claimed = max(most_claimed, (await statuses(ledger))["claimed"])
+                await asyncio.sleep(0.02)
+            report = await run
+        assert 12 == len(server.deliveries)
+    assert 12 == report.counts[Outcome.SENT]
+    # 16 workers wait for turns at 5 a second; only the one whose turn came holds a claim.
+    assert most_claimed <= 2

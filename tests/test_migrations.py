@@ -48,7 +48,13 @@ def tables(sync_backend: Backend) -> Iterator[tuple[Backend, str, str]]:
     yield sync_backend, created, migrated
     engine = sa.create_engine(sync_backend.sync_url, poolclass=sa.pool.NullPool)
     with engine.begin() as conn:
-        for name in (created, migrated, migrations.default_version_table(migrated)):
+        for name in (
+            created,
+            migrated,
+            migrations.default_version_table(migrated),
+            f"{created}_rate",
+            f"{migrated}_rate_limits",
+        ):
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
     engine.dispose()
 
@@ -71,6 +77,39 @@ def test_migration_builds_the_same_table_as_create_schema(
         assert None is ledger.claim_slot("a", 1, dt.date(2026, 12, 1))
         assert claim is not None
         assert ledger.mark_sent(claim)
+    finally:
+        engine.dispose()
+
+
+def test_migration_builds_the_same_rate_table_as_create_schema(
+    tables: tuple[Backend, str, str],
+) -> None:
+    """Revision 0002 builds SQLRateStore's table as create_schema() does, beside the ledger."""
+    import asyncio
+
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from notifyonce.ratelimit import SQLRateStore
+
+    backend, created, migrated = tables
+
+    async def create() -> None:
+        async_engine = create_async_engine(backend.async_url)
+        try:
+            await SQLRateStore(async_engine, table_name=f"{created}_rate").create_schema()
+        finally:
+            await async_engine.dispose()
+
+    asyncio.run(create())
+    engine = sa.create_engine(backend.sync_url)
+    try:
+        migrations.upgrade(engine, table_name=migrated)
+        inspector = sa.inspect(engine)
+        expected = _shape(inspector, f"{created}_rate")
+        actual = _shape(inspector, f"{migrated}_rate_limits")
+        assert expected["columns"] == actual["columns"]
+        assert expected["pk"] == actual["pk"] == ("scope",)
+        assert expected["indexes"] == actual["indexes"]
     finally:
         engine.dispose()
 
@@ -105,7 +144,7 @@ def test_schema_option_places_table_and_version_table_in_the_schema() -> None:
         migrated = Ledger(engine, table_name="slots_m", schema=schema)
         assert migrated.claim_slot("a", 1, "c") is not None
         names = set(sa.inspect(engine).get_table_names(schema=schema))
-        assert {"slots_c", "slots_m", "slots_m_alembic_version"} == names
+        assert {"slots_c", "slots_m", "slots_m_alembic_version", "slots_m_rate_limits"} == names
     finally:
         with engine.begin() as conn:
             conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))

@@ -52,6 +52,9 @@ class RateLimit:
         jitter_allowance: Seconds by which requests may be delayed in transit relative to
             each other and still stay within every limit in every sliding window. Each
             limit is paced as N per ``W + jitter_allowance`` seconds.
+        paid_broadcast_per_second: Messages per second of the paid broadcast lane (Telegram
+            allows up to 1,000 with ``allow_paid_broadcast``, charged in Stars); used only
+            by a sender created with ``allow_paid_broadcast=True``.
 
     Examples:
         >>> round(RateLimit(bot_per_second=20).bot_interval, 4)  # (1 + 0.03) / 20
@@ -62,9 +65,11 @@ class RateLimit:
     private_chat_per_second: float | None = 1.0
     group_per_minute: float | None = 20.0
     jitter_allowance: float = 0.03
+    paid_broadcast_per_second: float | None = 1000.0
 
     def __post_init__(self) -> None:
-        for name in ("bot_per_second", "private_chat_per_second", "group_per_minute"):
+        names = ("bot_per_second", "private_chat_per_second", "group_per_minute")
+        for name in (*names, "paid_broadcast_per_second"):
             value = getattr(self, name)
             if value is None:
                 continue

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 import httpx
@@ -32,13 +34,21 @@ from notifyonce._http import (
     scrubbed,
 )
 from notifyonce._message import Message, Receipt
+from notifyonce._rate_stores import (
+    BOT_LANE,
+    PAID_LANE,
+    MemoryRateStore,
+    RateStore,
+    SharedRateLimiter,
+    bot_key,
+)
 
 from ._chat import chat_id as _chat_id
 from ._chat import message_fields
 from ._chat import validate_recipient as _validate_recipient
 from ._classify import Delivered, Migrated, classify_response, redact
 from ._payload import check_text, encode, jsonable
-from ._ratelimit import AsyncRateLimiter, RateLimit
+from ._ratelimit import RateLimit
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -55,6 +65,11 @@ logger = logging.getLogger("notifyonce.telegram")
 # "<bot id>:<secret>", as @BotFather gives it: the bot id is digits, the secret letters,
 # digits, "-" and "_".
 _TOKEN = re.compile(r"[0-9]+:[A-Za-z0-9_-]+")
+# A turn taken by TelegramSender.turn for (sender, chat) in this task, not yet used by a
+# send. Task-local: concurrent sends of one sender never share a turn.
+_GRANTED: ContextVar[tuple[int, str] | None] = ContextVar("notifyonce_turn", default=None)
+# The longest a turn is waited for (seconds): the cap on a flood wait.
+_TURN_MAX_WAIT = 3600.0
 _BOT_PREFIX = re.compile(r"bot[0-9]+:")
 
 
@@ -120,6 +135,31 @@ def prepare(recipient: object, message: object) -> tuple[str, dict[str, Any]]:
     return recipient, payload
 
 
+def _limiter(
+    token: str,
+    rate_limit: RateLimit | None,
+    rate_store: RateStore | None,
+    allow_paid_broadcast: bool,
+    clock: Callable[[], float],
+    sleep: Callable[[float], Awaitable[object]],
+) -> SharedRateLimiter | None:
+    """The sender's limiter, after checking the rate options."""
+    if rate_limit is not None and not isinstance(rate_limit, RateLimit):
+        raise ValidationTypeError("rate_limit", "must be a RateLimit or None")
+    if rate_store is not None and not isinstance(rate_store, RateStore):
+        raise ValidationTypeError(
+            "rate_store", "must be a rate store (MemoryRateStore, SQLRateStore, RedisRateStore)"
+        )
+    if not isinstance(allow_paid_broadcast, bool):
+        raise ValidationTypeError("allow_paid_broadcast", "must be a bool")
+    if rate_limit is None:
+        if rate_store is not None:
+            raise ValidationError("rate_store", "needs a rate_limit (rate_limit=None disables it)")
+        return None
+    store = MemoryRateStore(clock=clock) if rate_store is None else rate_store
+    return SharedRateLimiter(rate_limit, store, bot_key(token), clock=clock, sleep=sleep)
+
+
 class TelegramSender(HTTPSenderBase):
     """Delivers messages with the Telegram Bot API's ``sendMessage``.
 
@@ -149,6 +189,15 @@ class TelegramSender(HTTPSenderBase):
         limits: Connection pool limits of the sender's own client; size
             ``max_connections`` and ``max_keepalive_connections`` to your concurrency.
         rate_limit: Telegram's limits, on by default; None disables the limiter.
+        rate_store: Where the limiter keeps its state: by default in this process only
+            (a :class:`~notifyonce.ratelimit.MemoryRateStore`); pass a
+            :class:`~notifyonce.ratelimit.SQLRateStore` or
+            :class:`~notifyonce.ratelimit.RedisRateStore` to share the bot's budget with
+            every worker and host. When the store fails, nothing is sent
+            (:class:`~notifyonce.ratelimit.RateStoreUnavailableError`).
+        allow_paid_broadcast: Send with ``allow_paid_broadcast`` (Telegram's paid lane,
+            charged in Stars) and pace by ``rate_limit.paid_broadcast_per_second``
+            instead of ``bot_per_second``. Off unless asked for.
         max_retries: Retries after the first attempt for transient failures.
         backoff_base: Backoff before retry n is uniform in ``[0, min(backoff_max,
             backoff_base * 2**n)]`` (full jitter). The first retry after a connection-level
@@ -180,6 +229,8 @@ class TelegramSender(HTTPSenderBase):
         pool_timeout: float = POOL_TIMEOUT,
         limits: httpx.Limits = DEFAULT_LIMITS,
         rate_limit: RateLimit | None = RateLimit(),  # noqa: B008 (frozen, shared safely)
+        rate_store: RateStore | None = None,
+        allow_paid_broadcast: bool = False,
         max_retries: int = 3,
         backoff_base: float = 0.5,
         backoff_max: float = 8.0,
@@ -190,8 +241,6 @@ class TelegramSender(HTTPSenderBase):
         token = check_token(token)
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValidationError("base_url", "must be an http:// or https:// URL")
-        if rate_limit is not None and not isinstance(rate_limit, RateLimit):
-            raise ValidationTypeError("rate_limit", "must be a RateLimit or None")
         self._configure(
             client=client,
             budget=budget,
@@ -208,9 +257,8 @@ class TelegramSender(HTTPSenderBase):
         )
         self.base_url = base_url.rstrip("/")
         self._secret = _Secret(token, f"{self.base_url}/bot{token}/sendMessage")
-        self._limiter = (
-            None if rate_limit is None else AsyncRateLimiter(rate_limit, clock=clock, sleep=sleep)
-        )
+        self._limiter = _limiter(token, rate_limit, rate_store, allow_paid_broadcast, clock, sleep)
+        self._lane = PAID_LANE if allow_paid_broadcast else BOT_LANE
 
     def __repr__(self) -> str:
         return f"TelegramSender(base_url={self.base_url!r}, token=<redacted>)"
@@ -218,7 +266,7 @@ class TelegramSender(HTTPSenderBase):
     @property
     def rate_limit(self) -> RateLimit | None:
         """The limits in force, or None when the limiter is off."""
-        return None if self._limiter is None else self._limiter.state.limit
+        return None if self._limiter is None else self._limiter.limit
 
     async def __aenter__(self) -> TelegramSender:
         return self
@@ -268,8 +316,44 @@ class TelegramSender(HTTPSenderBase):
         """
         prepare(recipient, message)
 
+    @contextlib.asynccontextmanager
+    async def turn(self, recipient: str) -> AsyncIterator[None]:
+        """Wait for ``recipient``'s rate-limit turn; the first send to it inside uses it.
+
+        The Notifier claims a slot only inside its recipient's turn, so claims never wait
+        in the limiter: a crash then costs the sends under way, not every claim queued
+        behind the rate limit. Without a limiter this waits for nothing.
+
+        Raises:
+            RateStoreUnavailableError: The rate store failed (nothing may be sent).
+            TransientSendError: The next turn is more than an hour away.
+        """
+        if self._limiter is None:
+            yield
+            return
+        target = _validate_recipient(recipient)
+        needed = await self._limiter.acquire(target, max_wait=_TURN_MAX_WAIT, lane=self._lane)
+        if needed is not None:
+            raise TransientSendError(
+                f"rate limit: the next turn is {needed:.0f} s away", retry_after=needed
+            )
+        granted = _GRANTED.set((id(self), target))
+        try:
+            yield
+        finally:
+            _GRANTED.reset(granted)
+
+    def _granted(self, target: str) -> bool:
+        """Whether this task holds an unused turn for ``target`` (and use it up)."""
+        if _GRANTED.get() != (id(self), target):
+            return False
+        _GRANTED.set(None)
+        return True
+
     async def _send(self, target: str, payload: dict[str, Any], budget: float) -> Receipt:
         client = self._get_client()
+        if self._lane == PAID_LANE:
+            payload["allow_paid_broadcast"] = True
         deadline = self._clock() + budget
         migrated_to: str | None = None
         plan = self._retry_plan(deadline)
@@ -277,8 +361,10 @@ class TelegramSender(HTTPSenderBase):
         while True:
             payload["chat_id"] = _chat_id(target)
             remaining = deadline - self._clock()
-            if self._limiter is not None:
-                needed = await self._limiter.acquire(target, max_wait=max(remaining, 0.0))
+            if self._limiter is not None and not self._granted(target):
+                needed = await self._limiter.acquire(
+                    target, max_wait=max(remaining, 0.0), lane=self._lane
+                )
                 if needed is not None:
                     raise TransientSendError(
                         f"rate limit: the next slot is {needed:.2f} s away, beyond the budget",
@@ -305,7 +391,7 @@ class TelegramSender(HTTPSenderBase):
             wait = plan.next_wait(error, certain_transport=certain_transport)
             flood = error.retry_after if isinstance(error, TransientSendError) else None
             if flood is not None and self._limiter is not None:
-                self._limiter.flood_wait(target, flood)
+                await self._limiter.flood_wait(target, flood)
                 if wait is not None:
                     wait = 0.0  # the limiter waits before the next attempt
             if wait is None:

@@ -30,13 +30,20 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from notifyonce._table import DEFAULT_TABLE_NAME
 
-__all__ = ["SCRIPT_LOCATION", "settings_from_config", "upgrade", "upgrade_async"]
+__all__ = [
+    "SCRIPT_LOCATION",
+    "rate_table_from_config",
+    "settings_from_config",
+    "upgrade",
+    "upgrade_async",
+]
 
 SCRIPT_LOCATION = "notifyonce:migrations"
 
 _TABLE = "notifyonce_table_name"
 _SCHEMA = "notifyonce_schema"
 _VERSION_TABLE = "notifyonce_version_table"
+_RATE_TABLE = "notifyonce_rate_table_name"
 
 
 def default_version_table(table_name: str) -> str:
@@ -56,8 +63,25 @@ def settings_from_config(config: Config) -> tuple[str, str | None]:
     return table, schema
 
 
+def rate_table_from_config(config: Config) -> str:
+    """The rate table's name for a migration run (``SQLRateStore``'s table).
+
+    The ``notifyonce_rate_table_name`` attribute or option, else the default beside the
+    ledger table: ``notifyonce_rate_limits``, or ``<ledger table>_rate_limits`` beside a
+    ledger table of another name.
+    """
+    from notifyonce._rate_sql import default_rate_table
+
+    explicit = config.attributes.get(_RATE_TABLE) or config.get_main_option(_RATE_TABLE)
+    return explicit or default_rate_table(settings_from_config(config)[0])
+
+
 def _config(
-    connection: Connection, table_name: str, schema: str | None, version_table: str | None
+    connection: Connection,
+    table_name: str,
+    schema: str | None,
+    version_table: str | None,
+    rate_table_name: str | None = None,
 ) -> Config:
     config = Config()
     config.set_main_option("script_location", SCRIPT_LOCATION)
@@ -65,6 +89,7 @@ def _config(
     config.attributes[_TABLE] = table_name
     config.attributes[_SCHEMA] = schema
     config.attributes[_VERSION_TABLE] = version_table or default_version_table(table_name)
+    config.attributes[_RATE_TABLE] = rate_table_name
     return config
 
 
@@ -74,6 +99,7 @@ def _upgrade_on(
     schema: str | None,
     version_table: str | None,
     revision: str,
+    rate_table_name: str | None = None,
 ) -> None:
     import alembic.context
     import alembic.op
@@ -82,7 +108,8 @@ def _upgrade_on(
     # uninstall Alembic's module-level `context`/`op` proxies on exit; put theirs back.
     outer = [getattr(module, "_proxy", None) for module in (alembic.context, alembic.op)]
     try:
-        command.upgrade(_config(connection, table_name, schema, version_table), revision)
+        config = _config(connection, table_name, schema, version_table, rate_table_name)
+        command.upgrade(config, revision)
     finally:
         for proxy in outer:
             if proxy is not None:
@@ -96,6 +123,7 @@ def upgrade(
     schema: str | None = None,
     version_table: str | None = None,
     revision: str = "heads",
+    rate_table_name: str | None = None,
 ) -> None:
     """Create or upgrade the ledger table to ``revision`` (the latest by default).
 
@@ -107,6 +135,9 @@ def upgrade(
         version_table: Where this history records its revision; defaults to
             ``<table_name>_alembic_version``.
         revision: The revision to upgrade to.
+        rate_table_name: The table of ``SQLRateStore`` (created by revision
+            ``notifyonce_0002``); defaults to ``notifyonce_rate_limits`` beside the default
+            ledger table, ``<table_name>_rate_limits`` beside another.
 
     Examples:
         ```python
@@ -114,12 +145,16 @@ def upgrade(
         ```
     """
     if isinstance(target, Connection):
-        _upgrade_on(target, table_name, schema, version_table, revision)
+        _upgrade_on(target, table_name, schema, version_table, revision, rate_table_name)
         return
     if isinstance(target, (str, URL)):
         url = make_url(target)
         if url.get_dialect().is_async:
-            asyncio.run(_upgrade_async_url(url, table_name, schema, version_table, revision))
+            asyncio.run(
+                _upgrade_async_url(
+                    url, table_name, schema, version_table, revision, rate_table_name
+                )
+            )
             return
         engine = sa.create_engine(url)
         try:
@@ -129,12 +164,13 @@ def upgrade(
                 schema=schema,
                 version_table=version_table,
                 revision=revision,
+                rate_table_name=rate_table_name,
             )
         finally:
             engine.dispose()
         return
     with target.begin() as connection:
-        _upgrade_on(connection, table_name, schema, version_table, revision)
+        _upgrade_on(connection, table_name, schema, version_table, revision, rate_table_name)
 
 
 async def _upgrade_async_url(url: URL, *args: Any) -> None:
@@ -151,6 +187,7 @@ async def upgrade_async(
     schema: str | None = None,
     version_table: str | None = None,
     revision: str = "heads",
+    rate_table_name: str | None = None,
 ) -> None:
     """[`upgrade`][notifyonce.migrations.upgrade] for an ``AsyncEngine``.
 
@@ -160,4 +197,6 @@ async def upgrade_async(
         ```
     """
     async with engine.begin() as connection:
-        await connection.run_sync(_upgrade_on, table_name, schema, version_table, revision)
+        await connection.run_sync(
+            _upgrade_on, table_name, schema, version_table, revision, rate_table_name
+        )

@@ -432,6 +432,9 @@ def busiest_window(times: Iterable[float], seconds: float) -> int:
     return best
 
 
+_UNSCRIPTED = Reply.ok()  # compared by identity: "no scripted reply"
+
+
 class BotAPIServer(LocalServer):
     """A Bot-API-shaped server on 127.0.0.1 that records deliveries; scriptable per chat.
 
@@ -450,6 +453,10 @@ class BotAPIServer(LocalServer):
     Args:
         token: When set, other tokens get 401 Unauthorized.
         latency: Seconds added before every answer (a network round trip).
+        bot_per_second: When set, enforce Telegram's bot-wide limit as a real server
+            would: a ``sendMessage`` that would make more than this many deliveries in the
+            second before it is answered 429 with ``retry_after=flood_retry_after``.
+        flood_retry_after: The ``retry_after`` of those 429 answers.
 
     Examples:
         >>> with BotAPIServer(latency=0.0) as server:
@@ -458,10 +465,19 @@ class BotAPIServer(LocalServer):
         True
     """
 
-    def __init__(self, *, token: str | None = None, latency: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        token: str | None = None,
+        latency: float = 0.0,
+        bot_per_second: int | None = None,
+        flood_retry_after: int = 1,
+    ) -> None:
         super().__init__()
         self.token = token
         self.latency = latency
+        self.bot_per_second = bot_per_second
+        self.flood_retry_after = flood_retry_after
         self._deliveries: list[Delivery] = []
         self._requests: list[Request] = []
         self._scripts: Scripts[Reply] = Scripts()
@@ -548,9 +564,23 @@ class BotAPIServer(LocalServer):
 
     # -- HTTP ---------------------------------------------------------------------------
 
-    def _next_reply(self, chat_id: str | None) -> Reply:
+    def _next_reply(self, chat_id: str | None, received: float) -> Reply:
         with self._lock:
-            return self._scripts.pop(chat_id, Reply.ok())
+            reply = self._scripts.pop(chat_id, _UNSCRIPTED)
+            if reply is not _UNSCRIPTED:
+                return reply
+            if self.bot_per_second is not None and self._recent(received) >= self.bot_per_second:
+                return Reply.flood(self.flood_retry_after)
+            return Reply.ok()
+
+    def _recent(self, now: float) -> int:
+        """Deliveries in the second before ``now`` (the caller holds the lock)."""
+        count = 0
+        for delivery in reversed(self._deliveries):
+            if delivery.at <= now - 1.0:
+                break
+            count += 1
+        return count
 
     async def _serve_one(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection: int
@@ -612,7 +642,7 @@ class BotAPIServer(LocalServer):
             bad = _api_error(400, "Bad Request: message text is empty")
             return await self._answer(writer, 400, bad, keep_alive)
 
-        reply = self._next_reply(chat_id)
+        reply = self._next_reply(chat_id, received)
         self._record(Request(method, chat_id, received, connection, reply))
         message_id = 0
         if reply.delivers:

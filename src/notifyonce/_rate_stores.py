@@ -1,0 +1,381 @@
+"""Where the limiter's state lives: the store protocol, the in-memory store, the turn rule.
+
+A *turn* is permission for one send to start after a wait. Shared stores (SQL, Redis) keep
+one row or hash per scope and decide a turn with the generic cell rate algorithm (GCRA) in
+its pacing form: each scope has a *theoretical arrival time* ``tat``, the earliest start of
+its next send. A turn for a send to ``chat`` on a lane (the bot's 30/s, or the paid
+broadcast lane):
+
+1. waits, without booking anything, while the chat's ``tat``, the chat's flood wait or the
+   bot's flood wait is in the future (so a chat being paced never holds a bot slot);
+2. otherwise starts at ``at = max(now, lane.tat)`` and moves ``lane.tat`` to
+   ``at + lane_interval`` and ``chat.tat`` to ``at + chat_interval``; or books nothing
+   when ``at`` is beyond the caller's ``max_wait``.
+
+The 429 rule (the same as the in-memory limiter's): a flood wait delays its chat; a second
+chat flooding while the first one's wait still runs makes it bot-wide.
+
+:func:`decide_turn` and :func:`decide_flood` are that rule as pure functions; the SQL store
+runs them between reading and writing rows it holds locked, the Redis store runs the same
+rule as one Lua script, and the tests compare both with the functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from notifyonce._errors import TransientSendError, ValidationError, ValidationTypeError
+from notifyonce._telegram._ratelimit import RateLimit, RateLimitState, Reservation
+
+__all__ = [
+    "BOT_LANE",
+    "PAID_LANE",
+    "MemoryRateStore",
+    "RateStore",
+    "RateStoreUnavailableError",
+    "ScopeState",
+    "SharedRateLimiter",
+    "Turn",
+    "TurnRequest",
+    "bot_key",
+    "decide_flood",
+    "decide_turn",
+]
+
+logger = logging.getLogger("notifyonce.ratelimit")
+
+BOT_LANE = "bot"
+PAID_LANE = "paid"
+
+
+def bot_key(token: str) -> str:
+    """The budget key of a bot: the numeric id before the token's colon.
+
+    A token without a numeric id gets a digest instead, so the token itself is never
+    stored.
+
+    Example:
+        >>> bot_key("123456:ABC-secret")
+        '123456'
+    """
+    head, _, _ = token.partition(":")
+    if head.isdigit() and 0 < len(head) <= 20:
+        return head
+    return "h" + hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnRequest:
+    """What a sender asks a store for: a turn for one send.
+
+    Attributes:
+        bot: The bot's budget key (see :func:`bot_key`).
+        chat: The recipient (a chat id string or ``@channel``).
+        lane: ``"bot"`` (the bot's own per-second budget) or ``"paid"`` (paid broadcasts).
+        limit: The limits in force; the store derives the intervals from it.
+        max_wait: Seconds the caller can wait; a start further away is not booked.
+    """
+
+    bot: str
+    chat: str
+    lane: str
+    limit: RateLimit
+    max_wait: float
+
+    @property
+    def lane_interval(self) -> float:
+        """Seconds between two starts on the request's lane (0 when unlimited)."""
+        if self.lane == PAID_LANE:
+            paid = self.limit.paid_broadcast_per_second
+            return 0.0 if paid is None else (1 + self.limit.jitter_allowance) / paid
+        return self.limit.bot_interval
+
+    @property
+    def chat_interval(self) -> float:
+        """Seconds between two starts to the request's chat (0 when unlimited)."""
+        return self.limit.chat_interval(self.chat)
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """A store's answer.
+
+    Attributes:
+        wait: Seconds from now until the send may start (booked), or until it is worth
+            asking again (not booked).
+        booked: True when the start is this send's; False when nothing was booked: the
+            chat is still paced or in a flood wait, or the start is beyond ``max_wait``.
+        at: The start on the store's own clock (seconds), when booked.
+        handle: Store-specific, given back to :meth:`RateStore.give_back`.
+    """
+
+    wait: float
+    booked: bool
+    at: float | None = None
+    handle: object = None
+
+
+@runtime_checkable
+class RateStore(Protocol):
+    """Where the limiter keeps its state. Every method is atomic for the bot it names."""
+
+    #: Seconds added to the limit's ``jitter_allowance`` when pacing through this store:
+    #: its varying round trips spread the start times further.
+    extra_jitter: float
+
+    async def take_turn(self, request: TurnRequest) -> Turn:
+        """Book the earliest start for the request's send, or say how long to wait."""
+        ...
+
+    async def flood_wait(self, bot: str, chat: str, retry_after: float) -> None:
+        """Record a 429 answer: delay ``chat`` (or the whole bot) by ``retry_after`` s."""
+        ...
+
+    async def give_back(self, turn: Turn) -> None:
+        """Return a booked start that will not be used (may be a no-op)."""
+        ...
+
+
+@dataclass(slots=True)
+class ScopeState:
+    """One scope's row: a bot, a lane or a chat (times in the store's clock, seconds)."""
+
+    tat: float = 0.0
+    flood_until: float = 0.0
+    flood_chat: str | None = None  # bot rows: the chat whose flood wait ends last
+    chat_flood_until: float = 0.0  # bot rows: when that chat's flood wait ends
+
+
+def decide_turn(
+    now: float,
+    bot: ScopeState,
+    lane: ScopeState,
+    chat: ScopeState,
+    *,
+    lane_interval: float,
+    chat_interval: float,
+    max_wait: float,
+) -> float | None:
+    """Apply the turn rule; returns the start (mutating ``lane`` and ``chat``) or None.
+
+    None means nothing was booked; the wait is then :func:`hold_until` - now (the chat is
+    not ready) or ``lane.tat`` - now (beyond ``max_wait``). ``lane`` may be ``bot``.
+    """
+    if hold_until(now, bot, chat) > now:
+        return None
+    at = max(now, lane.tat)
+    if at - now > max_wait:
+        return None
+    if lane_interval > 0:
+        lane.tat = at + lane_interval
+    if chat_interval > 0:
+        chat.tat = at + chat_interval
+    return at
+
+
+def hold_until(now: float, bot: ScopeState, chat: ScopeState) -> float:
+    """When the chat may next start, ignoring the lane's pacing."""
+    return max(now, chat.tat, chat.flood_until, bot.flood_until)
+
+
+def decide_flood(
+    now: float, bot: ScopeState, chat_key: str, chat: ScopeState, seconds: float
+) -> None:
+    """Apply the 429 rule to ``bot`` and ``chat`` (mutating both)."""
+    deadline = now + max(seconds, 0.0)
+    chat.flood_until = max(chat.flood_until, deadline)
+    if bot.chat_flood_until > now and bot.flood_chat not in (None, chat_key):
+        bot.flood_until = max(bot.flood_until, deadline, bot.chat_flood_until)
+    if deadline >= bot.chat_flood_until or bot.chat_flood_until <= now:
+        bot.flood_chat, bot.chat_flood_until = chat_key, deadline
+
+
+def turn_from(
+    now: float, bot: ScopeState, lane: ScopeState, chat: ScopeState, request: TurnRequest
+) -> Turn:
+    """The Turn for ``request`` given the rows as read (mutates them when booked)."""
+    at = decide_turn(
+        now,
+        bot,
+        lane,
+        chat,
+        lane_interval=request.lane_interval,
+        chat_interval=request.chat_interval,
+        max_wait=request.max_wait,
+    )
+    if at is not None:
+        return Turn(at - now, booked=True, at=at)
+    hold = hold_until(now, bot, chat)
+    if hold > now:
+        return Turn(hold - now, booked=False)
+    return Turn(max(now, lane.tat) - now, booked=False)
+
+
+class MemoryRateStore:
+    """The limiter's state in this process only: the default of every sender.
+
+    Each (bot, lane, limits) gets its own calendar (see ``RateLimitState``): a send waiting
+    for its chat books a later bot slot and other chats fill the slots before it. Share one
+    instance between senders of one bot in one process; across processes or hosts use
+    :class:`~notifyonce.ratelimit.SQLRateStore` or :class:`~notifyonce.ratelimit.RedisRateStore`.
+
+    Args:
+        clock: Monotonic clock (tests inject a fake one).
+
+    Example:
+        >>> store = MemoryRateStore()
+    """
+
+    extra_jitter = 0.0
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._states: dict[tuple[str, str, RateLimit], RateLimitState] = {}
+
+    def _state(self, bot: str, lane: str, limit: RateLimit) -> RateLimitState:
+        key = (bot, lane, limit)
+        state = self._states.get(key)
+        if state is None:
+            lane_limit = limit
+            if lane == PAID_LANE:
+                lane_limit = dataclasses.replace(
+                    limit, bot_per_second=limit.paid_broadcast_per_second
+                )
+            state = self._states[key] = RateLimitState(lane_limit)
+        return state
+
+    async def take_turn(self, request: TurnRequest) -> Turn:
+        """Book the earliest start on this process's calendar."""
+        state = self._state(request.bot, request.lane, request.limit)
+        now = self._clock()
+        reservation = state.reserve(request.chat, now, request.max_wait)
+        at = reservation.at if reservation.booked else None
+        return Turn(reservation.at - now, reservation.booked, at, (state, reservation))
+
+    async def flood_wait(self, bot: str, chat: str, retry_after: float) -> None:
+        """Delay ``chat`` on every calendar of ``bot``."""
+        now = self._clock()
+        for (state_bot, _, _), state in self._states.items():
+            if state_bot == bot:
+                state.flood_wait(chat, retry_after, now)
+
+    async def give_back(self, turn: Turn) -> None:
+        """Free the calendar slot of a turn that will not be used."""
+        if isinstance(turn.handle, tuple):
+            state, reservation = turn.handle
+            if isinstance(state, RateLimitState) and isinstance(reservation, Reservation):
+                state.cancel(reservation)
+
+
+class RateStoreUnavailableError(TransientSendError):
+    """The rate store could not be asked for a turn, so nothing was sent (fail closed)."""
+
+
+class SharedRateLimiter:
+    """Takes turns from a store for one sender; sleeps on the sender's clock."""
+
+    def __init__(
+        self,
+        limit: RateLimit,
+        store: RateStore,
+        bot: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    ) -> None:
+        self.limit = limit
+        extra = getattr(store, "extra_jitter", 0.0)
+        # The pacing limit: the store's own spread added to the caller's allowance.
+        self._pacing = (
+            dataclasses.replace(limit, jitter_allowance=min(limit.jitter_allowance + extra, 0.5))
+            if extra
+            else limit
+        )
+        self.store = store
+        self.bot = bot
+        self._clock = clock
+        self._sleep = sleep
+        self._asking = asyncio.Lock()
+
+    async def acquire(self, chat: str, max_wait: float, *, lane: str = BOT_LANE) -> float | None:
+        """Wait for this send's turn; return None, or the seconds needed if beyond ``max_wait``.
+
+        Raises:
+            RateStoreUnavailableError: The store failed; the caller must not send.
+        """
+        start = self._clock()
+        # Waking up late (a busy event loop) would bunch this send with the next booked
+        # ones; half the jitter allowance is tolerated, beyond that the send asks again.
+        tolerance = self._pacing.jitter_allowance / 2
+        while True:
+            remaining = max_wait - (self._clock() - start)
+            request = TurnRequest(
+                bot=self.bot, chat=chat, lane=lane, limit=self._pacing, max_wait=max(remaining, 0.0)
+            )
+            # One request at a time per sender: the sender's concurrent sends would only
+            # queue on the store's lock, and the time spent queueing there is time the
+            # store's "now" cannot see.
+            async with self._asking:
+                turn = await self._ask(self.store.take_turn(request))
+            if not turn.booked and turn.wait > remaining:
+                return turn.wait
+            delay = turn.wait
+            due = self._clock() + delay
+            if delay <= 0:
+                if turn.booked:
+                    return None
+                continue
+            try:
+                await self._sleep(delay)
+            except BaseException:
+                if turn.booked:
+                    await asyncio.shield(self._give_back(turn))
+                raise
+            if turn.booked:
+                if self._clock() - due <= tolerance:
+                    return None
+                await self._give_back(turn)
+
+    async def flood_wait(self, chat: str, retry_after: float) -> None:
+        """Record a 429 for ``chat`` in the store (a failing store is logged, not raised)."""
+        try:
+            await self.store.flood_wait(self.bot, chat, retry_after)
+        except Exception as exc:  # the next turn fails closed anyway
+            logger.warning("rate store: could not record a flood wait (%s)", type(exc).__name__)
+
+    async def _give_back(self, turn: Turn) -> None:
+        try:
+            await self.store.give_back(turn)
+        except Exception as exc:  # a slot not given back only costs throughput
+            logger.debug("rate store: could not give a turn back (%s)", type(exc).__name__)
+
+    @staticmethod
+    async def _ask(call: Awaitable[Turn]) -> Turn:
+        try:
+            return await call
+        except Exception as exc:
+            raise RateStoreUnavailableError(
+                f"rate store unavailable ({type(exc).__name__}); nothing was sent"
+            ) from exc
+
+
+def infinite_wait(seconds: float) -> float:
+    """``seconds``, or a large finite number for infinity (stores keep finite numbers)."""
+    return seconds if math.isfinite(seconds) else 1e12
+
+
+def check_extra_jitter(value: object) -> float:
+    """``value`` if it is a number of seconds in [0, 0.5), else a ValidationError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValidationTypeError("extra_jitter", f"must be a number, got {type(value).__name__}")
+    if not 0 <= value < 0.5:
+        raise ValidationError("extra_jitter", "must be >= 0 and < 0.5 seconds")
+    return float(value)

@@ -1,0 +1,266 @@
+"""The rate stores: the turn rule, atomic turns under concurrency, shared flood waits,
+failing closed, the paid lane and per-bot budgets."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import math
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from notifyonce import Message, TransientSendError, ValidationError
+from notifyonce._rate_stores import ScopeState, decide_flood, turn_from
+from notifyonce.ratelimit import (
+    MemoryRateStore,
+    RateLimit,
+    RateStore,
+    RateStoreUnavailableError,
+    RedisRateStore,
+    SQLRateStore,
+    TurnRequest,
+    bot_key,
+)
+from notifyonce.telegram import TelegramSender
+
+from ._databases import drop_table, make_backend, redis_url
+from ._fakes import FakeClock
+from .conftest import ASYNC_BACKENDS
+
+SLOW_BOT = RateLimit(bot_per_second=1.0, jitter_allowance=0.0)
+
+
+def request(chat: str, limit: RateLimit = SLOW_BOT, bot: str = "1", **kw: Any) -> TurnRequest:
+    return TurnRequest(bot=bot, chat=chat, lane=kw.get("lane", "bot"), limit=limit, max_wait=1e6)
+
+
+# -- the rule ---------------------------------------------------------------------------
+
+arrivals = st.lists(
+    st.tuples(
+        st.floats(min_value=0, max_value=0.2, allow_nan=False),
+        st.sampled_from(["1", "2", "3", "-100", "@news", *(str(n) for n in range(10, 40))]),
+    ),
+    min_size=1,
+    max_size=80,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(arrivals)
+def test_turn_rule_keeps_every_spacing(sends: list[tuple[float, str]]) -> None:
+    """Whatever the arrivals, bot starts are a bot interval apart and each chat's starts a
+    chat interval apart; every send starts no earlier than it arrived."""
+    limit = RateLimit()
+    bot, lane_rows, chats = ScopeState(), None, {}  # lane is the bot row
+    now = 0.0
+    starts: list[tuple[float, str]] = []
+    for gap, chat in sends:
+        now += gap
+        asked = now
+        while True:
+            row = chats.setdefault(chat, ScopeState())
+            turn = turn_from(asked, bot, lane_rows or bot, row, request(chat, limit))
+            if turn.booked:
+                starts.append((asked + turn.wait, chat))
+                break
+            asked += turn.wait
+        assert starts[-1][0] >= now
+    times = sorted(t for t, _ in starts)
+    assert all(b - a >= limit.bot_interval - 1e-9 for a, b in itertools.pairwise(times))
+    for chat in {c for _, c in starts}:
+        own = sorted(t for t, c in starts if c == chat)
+        gap = limit.chat_interval(chat)
+        assert all(b - a >= gap - 1e-9 for a, b in itertools.pairwise(own))
+
+
+def test_second_chat_flooding_makes_the_flood_bot_wide() -> None:
+    """One chat's 429 holds only that chat; a second chat's 429 during it holds the bot."""
+    bot, seven, eight, nine = ScopeState(), ScopeState(), ScopeState(), ScopeState()
+    decide_flood(0.0, bot, "7", seven, 5.0)
+    assert (5.0, 0.0) == (seven.flood_until, bot.flood_until)
+    decide_flood(1.0, bot, "8", eight, 2.0)
+    assert 5.0 == bot.flood_until
+    turn = turn_from(1.0, bot, bot, nine, request("9"))
+    assert (False, 4.0) == (turn.booked, turn.wait)
+
+
+# -- every store ------------------------------------------------------------------------
+
+
+@pytest.fixture(params=[*ASYNC_BACKENDS, pytest.param("redis", id="redis")])
+async def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RateStore]:
+    """Each shared store: SQLRateStore on every database, and RedisRateStore."""
+    if request.param == "redis":
+        import redis.asyncio
+
+        client = redis.asyncio.Redis.from_url(redis_url())
+        prefix = f"nfo_t_{uuid.uuid4().hex[:12]}:"
+        yield RedisRateStore(client, prefix=prefix)
+        keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()
+        return
+    backend = make_backend(request.param, tmp_path)
+    options = {} if backend.dialect == "sqlite" else {"pool_size": 20, "max_overflow": 20}
+    engine = create_async_engine(backend.async_url, **options)
+    table = backend.unique_table()
+    store = SQLRateStore(engine, table_name=table)
+    await store.create_schema()
+    yield store
+    await engine.dispose()
+    drop_table(backend, table)
+
+
+async def test_concurrent_turns_never_share_a_start(shared_store: RateStore) -> None:
+    """Thirty turns asked at once on 1 msg/s: thirty distinct starts one second apart."""
+    turns = await asyncio.gather(*(shared_store.take_turn(request(str(n + 1))) for n in range(30)))
+    assert all(turn.booked for turn in turns)
+    starts = sorted(turn.at for turn in turns if turn.at is not None)
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert 29 == len(gaps)
+    assert [1.0] * 29 == pytest.approx(gaps)
+
+
+async def test_store_paces_a_chat_and_holds_its_flood_wait(shared_store: RateStore) -> None:
+    """A chat's second turn waits its interval without booking; a 429 holds the chat, and a
+    second chat's 429 holds the whole bot."""
+    limit = RateLimit()
+    first = await shared_store.take_turn(request("7", limit))
+    again = await shared_store.take_turn(request("7", limit))
+    assert (True, False) == (first.booked, again.booked)
+    assert 0.9 < again.wait <= 1.03
+    await shared_store.flood_wait("1", "8", 3.0)
+    held = await shared_store.take_turn(request("8", limit))
+    other = await shared_store.take_turn(request("9", limit))
+    assert (False, True) == (held.booked, other.booked)
+    assert 2.9 < held.wait <= 3.0
+    await shared_store.flood_wait("1", "10", 1.0)
+    bot_wide = await shared_store.take_turn(request("11", limit))
+    assert not bot_wide.booked
+    assert 2.8 < bot_wide.wait <= 3.0
+
+
+async def test_each_bot_has_its_own_budget(shared_store: RateStore) -> None:
+    """Two bots on one store: the second bot's first turn does not wait for the first's."""
+    await shared_store.take_turn(request("5", bot="111"))
+    second_of_first = await shared_store.take_turn(request("6", bot="111"))
+    first_of_other = await shared_store.take_turn(request("6", bot="222"))
+    assert second_of_first.wait > 0.9
+    assert 0.0 == first_of_other.wait
+
+
+async def test_beyond_max_wait_nothing_is_booked(shared_store: RateStore) -> None:
+    """A start further away than max_wait is reported and left for the next caller."""
+    await shared_store.take_turn(request("5"))
+    refused = await shared_store.take_turn(
+        TurnRequest(bot="1", chat="6", lane="bot", limit=SLOW_BOT, max_wait=0.5)
+    )
+    taken = await shared_store.take_turn(request("6"))
+    assert (False, True) == (refused.booked, taken.booked)
+    assert 0.5 < refused.wait
+    assert abs(refused.wait - taken.wait) < 0.2
+
+
+# -- the sender on a store ---------------------------------------------------------------
+
+OK = {"ok": True, "result": {"message_id": 1, "date": 0, "chat": {"id": 1, "type": "private"}}}
+
+
+def recording_client(bodies: list[dict[str, Any]]) -> httpx.AsyncClient:
+    def handler(req: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(req.content))
+        return httpx.Response(200, json=OK)
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(handler))
+
+
+@pytest.mark.parametrize("store", ["sql", "redis"])
+async def test_unreachable_store_fails_closed(store: str) -> None:
+    """When the store does not answer, the send raises RateStoreUnavailableError (transient)
+    and nothing reaches Telegram."""
+    if store == "sql":
+        rate_store: RateStore = SQLRateStore(
+            create_async_engine("postgresql+asyncpg://nobody@127.0.0.1:9/none")
+        )
+    else:
+        import redis.asyncio
+
+        rate_store = RedisRateStore(redis.asyncio.Redis(host="127.0.0.1", port=9))
+    bodies: list[dict[str, Any]] = []
+    client = recording_client(bodies)
+    async with client, TelegramSender("1:x", client=client, rate_store=rate_store) as sender:
+        with pytest.raises(RateStoreUnavailableError) as info:
+            await sender.send("42", Message("x"))
+    assert isinstance(info.value, TransientSendError)
+    assert [] == bodies
+
+
+async def test_paid_lane_is_opt_in_and_paced_by_its_own_cap() -> None:
+    """Only a sender made with allow_paid_broadcast sets the flag, and it is paced at the
+    paid cap (100 sends: 0.1 s at 1,000/s) instead of 30/s."""
+    clock = FakeClock()
+    bodies: list[dict[str, Any]] = []
+    client = recording_client(bodies)
+    options: dict[str, Any] = {"client": client, "clock": clock, "sleep": clock.sleep}
+    async with client:
+        async with TelegramSender("1:x", allow_paid_broadcast=True, **options) as paid:
+            for n in range(100):
+                await paid.send(str(n + 1), Message("x"))
+        assert 0.1 < clock.now < 0.11
+        async with TelegramSender("2:y", **options) as plain:
+            await plain.send("1", Message("x"))
+    assert [True] * 100 + [None] == [b.get("allow_paid_broadcast") for b in bodies]
+
+
+def test_bot_key_is_the_numeric_id_and_never_the_token() -> None:
+    """The budget key is the token's bot id; a token without one is digested, not stored."""
+    assert "123456" == bot_key("123456:AAE-secret")
+    odd = bot_key("not-a-telegram-token")
+    assert odd.startswith("h")
+    assert "token" not in odd
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"rate_store": object()}, "rate_store"),
+        ({"rate_store": MemoryRateStore(), "rate_limit": None}, "rate_store"),
+        ({"allow_paid_broadcast": "yes"}, "allow_paid_broadcast"),
+    ],
+)
+def test_bad_rate_options_name_the_field(options: dict[str, Any], field: str) -> None:
+    """A wrong rate_store or allow_paid_broadcast is refused, naming the option."""
+    with pytest.raises(ValidationError) as info:
+        TelegramSender("1:x", **options)
+    assert field == info.value.field
+
+
+def test_memory_store_keeps_todays_calendar() -> None:
+    """The default store is the in-process calendar: 30 sends at once start 1.03 / 30 apart."""
+    clock = FakeClock()
+    store = MemoryRateStore(clock=clock)
+    waits = [asyncio.run(store.take_turn(request(str(n + 1), RateLimit()))).wait for n in range(3)]
+    assert [0.0, 1.03 / 30, 2 * 1.03 / 30] == pytest.approx(waits)
+    assert math.isclose(RateLimit().bot_interval, 1.03 / 30)
+
+
+async def test_purge_deletes_only_idle_rows(shared_store: RateStore) -> None:
+    """purge() deletes rows whose times have all passed and keeps the bot's pending start."""
+    if not isinstance(shared_store, SQLRateStore):
+        pytest.skip("Redis keys expire by themselves")
+    unpaced_chats = RateLimit(bot_per_second=1.0, private_chat_per_second=None)
+    await shared_store.take_turn(request("5", unpaced_chats))
+    assert 1 == await shared_store.purge(idle=0.0)  # the chat's row; the bot's start is ahead
+    second = await shared_store.take_turn(request("6", unpaced_chats))
+    assert second.wait > 0.9
