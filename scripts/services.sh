@@ -18,7 +18,7 @@ wait_for() { # name, command...
 }
 
 pg_up() { pg_isready -q -h 127.0.0.1 -p 5432; }
-my_up() { mariadb-admin --protocol=tcp -h127.0.0.1 -P3306 -uroot ping || mysqladmin --protocol=tcp -h127.0.0.1 -P3306 -uroot ping; }
+my_up() { mariadb-admin --protocol=tcp -h127.0.0.1 -P3306 -uroot ping >/dev/null 2>&1 || mysqladmin --protocol=tcp -h127.0.0.1 -P3306 -uroot ping >/dev/null 2>&1; }
 
 if [ -z "${NOTIFYONCE_TEST_POSTGRES_URL:-}" ] && command -v pg_isready >/dev/null 2>&1; then
   if ! pg_up && ! pgrep -x postgres >/dev/null 2>&1 && [ -d /etc/postgresql ] && command -v pg_ctlcluster >/dev/null 2>&1; then
@@ -49,5 +49,13 @@ if [ -z "${NOTIFYONCE_TEST_REDIS_URL:-}" ] && command -v redis-cli >/dev/null 2>
   if wait_for Redis redis_up; then
     echo "export NOTIFYONCE_TEST_REDIS_URL=redis://127.0.0.1:6379/0"
   fi
+fi
+amqp_up() { (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; }
+if ! amqp_up && command -v rabbitmq-server >/dev/null 2>&1; then
+  if ! pgrep -f beam.smp >/dev/null 2>&1; then
+    log "starting RabbitMQ"
+    rabbitmq-server -detached >&2 || true
+  fi
+  wait_for RabbitMQ amqp_up || true
 fi
 exit 0

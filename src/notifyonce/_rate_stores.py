@@ -305,6 +305,11 @@ class SharedRateLimiter:
         self._sleep = sleep
         self._asking = asyncio.Lock()
 
+    @property
+    def tolerance(self) -> float:
+        """How late (seconds) a send may leave after its booked start and keep the limits."""
+        return self._pacing.jitter_allowance / 2
+
     async def acquire(self, chat: str, max_wait: float, *, lane: str = BOT_LANE) -> float | None:
         """Wait for this send's turn; return None, or the seconds needed if beyond ``max_wait``.
 

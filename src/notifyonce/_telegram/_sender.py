@@ -67,7 +67,7 @@ logger = logging.getLogger("notifyonce.telegram")
 _TOKEN = re.compile(r"[0-9]+:[A-Za-z0-9_-]+")
 # A turn taken by TelegramSender.turn for (sender, chat) in this task, not yet used by a
 # send. Task-local: concurrent sends of one sender never share a turn.
-_GRANTED: ContextVar[tuple[int, str] | None] = ContextVar("notifyonce_turn", default=None)
+_GRANTED: ContextVar[tuple[int, str, float] | None] = ContextVar("notifyonce_turn", default=None)
 # The longest a turn is waited for (seconds): the cap on a flood wait.
 _TURN_MAX_WAIT = 3600.0
 _BOT_PREFIX = re.compile(r"bot[0-9]+:")
@@ -337,18 +337,25 @@ class TelegramSender(HTTPSenderBase):
             raise TransientSendError(
                 f"rate limit: the next turn is {needed:.0f} s away", retry_after=needed
             )
-        granted = _GRANTED.set((id(self), target))
+        granted = _GRANTED.set((id(self), target, self._clock()))
         try:
             yield
         finally:
             _GRANTED.reset(granted)
 
     def _granted(self, target: str) -> bool:
-        """Whether this task holds an unused turn for ``target`` (and use it up)."""
-        if _GRANTED.get() != (id(self), target):
+        """Whether this task holds a fresh, unused turn for ``target`` (and use it up).
+
+        A turn is good only as long as a late wake-up would be: a send that leaves later
+        than that (the claim in between was slow) could bunch with the next turns, so it
+        takes a new one instead.
+        """
+        granted = _GRANTED.get()
+        if granted is None or granted[:2] != (id(self), target):
             return False
         _GRANTED.set(None)
-        return True
+        assert self._limiter is not None
+        return self._clock() - granted[2] <= self._limiter.tolerance
 
     async def _send(self, target: str, payload: dict[str, Any], budget: float) -> Receipt:
         client = self._get_client()
