@@ -124,6 +124,61 @@ async def test_fake_sender_validates_input() -> None:
     assert [] == sender.records
 
 
+async def test_lost_answer_is_recorded_as_delivered() -> None:
+    """lose_answer: the message is delivered and recorded, then the send is uncertain."""
+    sender = FakeSender()
+    sender.lose_answer(recipient="7")
+    with pytest.raises(UncertainSendError):
+        await sender.send("7", Message("x"))
+    await sender.send("7", Message("y"))
+    assert ["x", "y"] == sender.texts
+    assert [None, Receipt("7", 1)] == [r.receipt for r in sender.records]
+
+
+async def test_delivery_is_recorded_before_the_answer_returns() -> None:
+    """With answer_latency, a send cancelled on the way back was delivered all the same."""
+    sender = FakeSender(answer_latency=30)
+    task = asyncio.create_task(sender.send("7", Message("x")))
+    await sender.wait_in_flight(1)
+    assert (["x"], 1) == (sender.texts, sender.in_flight)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert (["x"], 0) == (sender.texts, sender.in_flight)
+
+
+async def test_held_answers_wait_until_released() -> None:
+    """hold_answers: deliveries happen, answers (and scripted errors) wait for release."""
+    sender = FakeSender()
+    sender.fail_next(PermanentSendError("Forbidden: bot was blocked", code=403), recipient="2")
+    sender.hold_answers()
+    tasks = [asyncio.create_task(sender.send(r, Message("x"))) for r in ("1", "2")]
+    await sender.wait_in_flight(2)
+    assert ([True, False], [False, False]) == (
+        [r.delivered for r in sender.records],
+        [t.done() for t in tasks],
+    )
+    sender.release_answers()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert [Receipt("1", 1), PermanentSendError] == [results[0], type(results[1])]
+    assert 0 == sender.in_flight
+    await sender.send("3", Message("x"))  # released for good
+
+
+async def test_wait_in_flight_gives_up_loudly() -> None:
+    """wait_in_flight raises TimeoutError, naming the counts, when too few are in flight."""
+    with pytest.raises(TimeoutError, match="0 sends in flight after 0.05s, expected 1"):
+        await FakeSender().wait_in_flight(1, timeout=0.05)
+
+
+def test_answer_latency_is_checked() -> None:
+    """A negative or non-number answer_latency names the field."""
+    with pytest.raises(ValidationError, match="answer_latency"):
+        FakeSender(answer_latency=-1)
+    with pytest.raises(ValidationTypeError, match="answer_latency"):
+        FakeSender(answer_latency="1")  # type: ignore[arg-type]
+
+
 def _post(url: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
