@@ -24,17 +24,19 @@ from notifyonce import (
 )
 from notifyonce.testing import BotAPIServer, Reply
 
-pytest.importorskip("aiogram")
-pytest.importorskip("telegram")
+from ._optional import require
 
-from aiogram import Bot as AiogramBot
-from aiogram.client.session.aiohttp import AiohttpSession
-from aiogram.client.telegram import TelegramAPIServer
-from telegram import Bot as PTBBot
-from telegram.error import NetworkError, RetryAfter, TimedOut
+require("aiogram", "aiogram")
+require("telegram", "ptb")
 
-from notifyonce.aiogram import AiogramSender
-from notifyonce.ptb import PTBSender, classify_ptb_error
+from aiogram import Bot as AiogramBot  # noqa: E402
+from aiogram.client.session.aiohttp import AiohttpSession  # noqa: E402
+from aiogram.client.telegram import TelegramAPIServer  # noqa: E402
+from telegram import Bot as PTBBot  # noqa: E402
+from telegram.error import NetworkError, RetryAfter, TimedOut  # noqa: E402
+
+from notifyonce.aiogram import AiogramSender  # noqa: E402
+from notifyonce.ptb import PTBSender, classify_ptb_error  # noqa: E402
 
 TOKEN = "123456:SECRET-wrapper_token"
 TEXT = "the secret text"

@@ -167,7 +167,7 @@ async def test_held_answers_wait_until_released() -> None:
 
 async def test_wait_in_flight_gives_up_loudly() -> None:
     """wait_in_flight raises TimeoutError, naming the counts, when too few are in flight."""
-    with pytest.raises(TimeoutError, match="0 sends in flight after 0.05s, expected 1"):
+    with pytest.raises(TimeoutError, match=r"0 sends in flight after 0\.05s, expected 1"):
         await FakeSender().wait_in_flight(1, timeout=0.05)
 
 

@@ -2,10 +2,9 @@
 
 Two ways to use them:
 
-* Without Alembic in your project: one call creates or upgrades the table.
-
-  >>> # notifyonce.migrations.upgrade("postgresql+psycopg://app@db/app")
-  >>> # await notifyonce.migrations.upgrade_async(async_engine)
+* Without Alembic in your project: one call creates or upgrades the table, with
+  :func:`upgrade` (a URL, an Engine or a Connection) or :func:`upgrade_async` (an
+  AsyncEngine); their docs have runnable examples.
 
 * With Alembic: add ``notifyonce:migrations/versions`` to your ``version_locations`` and
   upgrade the ``notifyonce@head`` branch, or call :func:`upgrade` with the connection
@@ -106,7 +105,12 @@ def upgrade(
         revision: The revision to upgrade to.
 
     Example:
-        >>> # notifyonce.migrations.upgrade("sqlite:///bot.sqlite3")
+        >>> import sqlalchemy as sa
+        >>> engine = sa.create_engine("sqlite://")  # or "postgresql+psycopg://app@db/app"
+        >>> upgrade(engine)
+        >>> sa.inspect(engine).has_table("notifyonce_slots")
+        True
+        >>> engine.dispose()
     """
     if isinstance(target, Connection):
         _upgrade_on(target, table_name, schema, version_table, revision)
@@ -150,7 +154,13 @@ async def upgrade_async(
     """:func:`upgrade` for an ``AsyncEngine``.
 
     Example:
-        >>> # await notifyonce.migrations.upgrade_async(engine, table_name="notifyonce_slots")
+        >>> import asyncio
+        >>> from sqlalchemy.ext.asyncio import create_async_engine
+        >>> async def main() -> None:
+        ...     engine = create_async_engine("sqlite+aiosqlite://")
+        ...     await upgrade_async(engine, table_name="bot_slots")
+        ...     await engine.dispose()
+        >>> asyncio.run(main())
     """
     async with engine.begin() as connection:
         await connection.run_sync(_upgrade_on, table_name, schema, version_table, revision)
