@@ -19,7 +19,7 @@ from notifyonce import (
     ValidationError,
     ValidationTypeError,
 )
-from notifyonce.testing import OK, BotAPIServer, FakeSender, Reply
+from notifyonce.testing import OK, BotAPIServer, FakeSender, Reply, Request
 
 
 async def test_fake_sender_records_deliveries(fake_sender: FakeSender) -> None:
@@ -201,6 +201,25 @@ def test_bot_api_server_from_sync_code(bot_api_server: BotAPIServer) -> None:
     status, _ = _post(f"{bot_api_server.url}/bot1:abc/sendPhoto", {"chat_id": 4})
     assert 404 == status
     assert ["4"] == [d.chat_id for d in bot_api_server.deliveries]
+
+
+def test_on_request_runs_while_the_send_is_in_flight() -> None:
+    """on_request sees each sendMessage after its delivery and before any answer is written,
+    with the bot id (never the secret) of the token that sent it."""
+    seen: list[tuple[int | None, str | None, int, bool]] = []
+    answered: list[bool] = []
+
+    def hook(request: Request) -> None:
+        seen.append((request.bot_id, request.chat_id, len(server.deliveries), bool(answered)))
+
+    with BotAPIServer(on_request=hook) as server:
+        server.script("5", [Reply.blocked()])
+        for bot, chat in (("77:secret-a", 4), ("x:secret-b", 5)):
+            _post(f"{server.url}/bot{bot}/sendMessage", {"chat_id": chat, "text": "hi"})
+            answered.append(True)
+        _post(f"{server.url}/bot77:secret-a/getMe", {})
+    assert [(77, "4", 1, False), (None, "5", 1, True)] == seen
+    assert "secret" not in repr(server.requests)
 
 
 def test_public_names() -> None:
