@@ -52,7 +52,7 @@ async def main(config: dict[str, Any]) -> int:
         sender,
         mode=DeliveryMode(str(config["mode"])),
         max_attempts=int(config["max_attempts"]),
-        sweep_every=dt.timedelta(seconds=0.2),
+        sweep_every=dt.timedelta(seconds=float(config.get("sweep_every", 0.2))),
         keep_results=False,
         **options,  # type: ignore[arg-type]
     )

@@ -138,6 +138,7 @@ def test_bad_or_missing_url_exits_2(
         ("at-least-once", "0 now unknown, 1 released", SlotStatus.RELEASED),
         ("at-most-once", "1 now unknown, 0 released", SlotStatus.UNKNOWN),
     ],
+    ids=["at-least-once", "at-most-once"],
 )
 def test_sweep_follows_the_mode_given(
     db_url: str, mode: str, said: str, status: SlotStatus, capsys: pytest.CaptureFixture[str]

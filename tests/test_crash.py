@@ -92,7 +92,9 @@ class Workers:
         """The server's hook: when armed, kill the worker whose send this is, right now."""
         with self._lock:
             proc = self._procs.get(request.bot_id) if request.bot_id is not None else None
-            if not self._armed or proc is None or proc.returncode is not None:
+            if not (self._armed and request.reply.delivers) or proc is None:
+                return
+            if proc.returncode is not None:
                 return
             # The server has delivered and not answered: the worker is mid-send.
             os.kill(proc.pid, signal.SIGKILL)
