@@ -339,6 +339,7 @@ def main() -> int:
             print(f"  {result}: {mutant.name} ({mutant.file}: {mutant.pattern})")
     if args.write_docs:
         command = "python scripts/mutants.py" + (f" -m '{args.marker}'" if args.marker else "")
+        command += " --every-failure" if args.every_failure else ""
         write_docs(rows, command)
     return 0 if caught == len(rows) else 1
 
