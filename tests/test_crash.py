@@ -132,14 +132,14 @@ class Workers:
         self,
         workers: int,
         kills: int,
-        seed: int,
+        randomness: int,
         pause: tuple[float, float] = (0.15, 0.5),
         patience: float = 1.0,
     ) -> list[int]:
         """Start ``workers``, make ``kills`` kills (even ones aimed mid-send, waiting up to
         ``patience`` seconds for a send; odd ones at a random moment), restarting each
         victim; return the exit codes of the last ones."""
-        rng = random.Random(seed)
+        rng = random.Random(randomness)
         for _ in range(workers):
             await self.spawn()
         for _ in range(3000):  # the first kill waits for the first send (bounded: 30 s)
@@ -182,10 +182,10 @@ async def slot_attempts(backend: Backend, table: str) -> dict[str, int]:
 
 
 def flaky_server(
-    seed: int, chats: int, drop: float, flood: float, latency: float, hook: Any = None
+    randomness: int, chats: int, drop: float, flood: float, latency: float, hook: Any = None
 ) -> BotAPIServer:
     """A server whose first answer to a chat is sometimes lost after delivery, or a 429."""
-    rng = random.Random(seed)
+    rng = random.Random(randomness)
     server = BotAPIServer(latency=latency, on_request=hook).start()
     for chat in range(1, chats + 1):
         roll = rng.random()
@@ -232,7 +232,7 @@ async def test_parallel_worker_processes_send_each_slot_once(backend: Backend, t
             "subjects": SUBJECTS, "seconds": 60, "batch_size": 8, "concurrency": 8,
         }  # fmt: skip
         await setup_table(backend, table)
-        codes = await Workers(config).run(workers=4, kills=0, seed=0)
+        codes = await Workers(config).run(workers=4, kills=0, randomness=0)
         assert [0, 0, 0, 0] == codes
         counts = Counter(d.chat_id for d in server.deliveries)
         assert {str(s): 1 for s in range(1, SUBJECTS + 1)} == dict(counts)
@@ -255,7 +255,7 @@ class Storm:
     options: dict[str, object]  # worker options: lease, max_attempts, batch_size, ...
 
     async def run(
-        self, backend: Backend, table: str, mode: str, seed: int
+        self, backend: Backend, table: str, mode: str, randomness: int
     ) -> tuple[Figures, Counter[str]]:
         """Run it; return the figures and the deliveries per chat, as the server saw them."""
         config = {
@@ -264,12 +264,14 @@ class Storm:
         }  # fmt: skip
         workers = Workers(config)
         hook = workers.on_request
-        server = flaky_server(seed, self.chats, self.drop, self.flood, self.latency, hook)
+        server = flaky_server(randomness, self.chats, self.drop, self.flood, self.latency, hook)
         try:
             config["server"] = server.url
             await setup_table(backend, table)
             started = time.monotonic()
-            codes = await workers.run(self.workers, self.kills, seed, self.pause, self.patience)
+            codes = await workers.run(
+                self.workers, self.kills, randomness, self.pause, self.patience
+            )
             figures = Figures.of(server, self.chats, workers, started)
             print(f"storm {mode}: {figures}")  # shown with -s, and in the failure report
             assert all(code == 0 for code in codes), (codes, figures)
@@ -281,7 +283,7 @@ class Storm:
 # 40 chats, 6 kills (3 aimed mid-send), a quarter of first answers dropped, 15% 429s.
 SMALL = Storm(
     chats=SUBJECTS, workers=3, kills=6, drop=0.25, flood=0.15, latency=0.03,
-    pause=(0.15, 0.5), patience=3.0,
+    pause=(0.05, 0.3), patience=3.0,
     options={"lease": 1.5, "max_attempts": 10, "seconds": 45, "batch_size": 8,
              "concurrency": 8},
 )  # fmt: skip
@@ -289,7 +291,7 @@ SMALL = Storm(
 
 async def test_sigkill_at_most_once_never_duplicates(backend: Backend, table: str) -> None:
     """At most once: workers killed mid-send and at random; no chat ever gets two messages."""
-    figures, _ = await SMALL.run(backend, table, "at_most_once", seed=11)
+    figures, _ = await SMALL.run(backend, table, "at_most_once", randomness=11)
     assert figures.mid_send >= 1, figures  # at least one kill provably landed mid-send
     assert 0 == figures.duplicates, figures
     # A lost chat is an UNKNOWN, never a dup: at most the victim's batch (8) per kill.
@@ -299,8 +301,8 @@ async def test_sigkill_at_most_once_never_duplicates(backend: Backend, table: st
 async def test_sigkill_at_least_once_loses_nothing(backend: Backend, table: str) -> None:
     """At least once: workers killed mid-send and at random; every chat is served, and
     duplicates are bounded by the uncertain outcomes."""
-    figures, counts = await SMALL.run(backend, table, "at_least_once", seed=12)
-    assert (figures.kills >= 4, figures.mid_send >= 1) == (True, True), figures
+    figures, counts = await SMALL.run(backend, table, "at_least_once", randomness=12)
+    assert (figures.kills >= 2, figures.mid_send >= 1) == (True, True), figures
     assert 0 == figures.lost, figures
     # Each claim of a slot sends at most once, so a chat's deliveries never exceed the
     # slot's attempts, which never exceed max_attempts.
@@ -342,7 +344,7 @@ async def test_storm_at_most_once_loses_only_what_was_in_flight(
 ) -> None:
     """At most once under a SIGKILL storm: no duplicate, and at most 3 chats lost per kill
     (the sends in flight), not whole batches of claims."""
-    figures, _ = await STORM.run(*storm_table, mode="at_most_once", seed=21)
+    figures, _ = await STORM.run(*storm_table, mode="at_most_once", randomness=21)
     assert 0 == figures.duplicates, figures
     assert figures.lost <= 3 * figures.kills, figures
     assert (figures.kills >= 20, figures.mid_send >= 1) == (True, True), figures
@@ -355,7 +357,7 @@ async def test_storm_at_least_once_repeats_only_what_was_in_flight(
 ) -> None:
     """At least once under a SIGKILL storm: nothing lost, and extra deliveries at most the
     answers dropped after delivery plus 3 per kill."""
-    figures, _ = await STORM.run(*storm_table, mode="at_least_once", seed=22)
+    figures, _ = await STORM.run(*storm_table, mode="at_least_once", randomness=22)
     assert 0 == figures.lost, figures
     assert figures.duplicates <= figures.dropped + 3 * figures.kills, figures
     assert (figures.kills >= 20, figures.mid_send >= 1) == (True, True), figures

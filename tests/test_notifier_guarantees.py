@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 from collections import Counter
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -44,12 +43,12 @@ async def ledger(async_engine: AsyncEngine, async_table: str) -> AsyncLedger:
     return ledger
 
 
-async def status_of(ledger: AsyncLedger, subject: object) -> SlotStatus | None:
+async def status_of(ledger: AsyncLedger, subject: int | str) -> SlotStatus | None:
     record = await ledger.get(ACTION, subject, CYCLE)
     return None if record is None else record.status
 
 
-async def dead_worker_claim(ledger: AsyncLedger, subject: object, *, takeover: bool) -> Claim:
+async def dead_worker_claim(ledger: AsyncLedger, subject: int | str, *, takeover: bool) -> Claim:
     """Claim a slot as a worker that then dies: the claim is left to expire (really)."""
     claim = await ledger.claim_slot(ACTION, subject, CYCLE, lease=SHORT, take_expired=takeover)
     assert claim is not None
@@ -136,23 +135,23 @@ async def test_at_most_once_never_takes_over_an_expired_claim(
 class MarksFail(AsyncLedger):
     """Claims work; every way of recording an outcome fails as a database outage would."""
 
-    def _outage(self, *args: Any, **kwargs: Any) -> Any:
+    def _outage(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise LedgerError("the database went away while recording outcomes")
 
-    async def mark_many(self, *args: Any, **kwargs: Any) -> Sequence[bool]:
-        return self._outage()
+    async def mark_many(self, *args: Any, **kwargs: Any) -> list[bool]:
+        self._outage()
 
     async def mark_sent(self, *args: Any, **kwargs: Any) -> bool:
-        return self._outage()  # type: ignore[no-any-return]
+        self._outage()
 
     async def mark_failed(self, *args: Any, **kwargs: Any) -> bool:
-        return self._outage()  # type: ignore[no-any-return]
+        self._outage()
 
     async def mark_unknown(self, *args: Any, **kwargs: Any) -> bool:
-        return self._outage()  # type: ignore[no-any-return]
+        self._outage()
 
     async def release(self, *args: Any, **kwargs: Any) -> bool:
-        return self._outage()  # type: ignore[no-any-return]
+        self._outage()
 
 
 @pytest.mark.parametrize("mode", [AMO, ALO])
