@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test pytest lint docs bench clean
+.PHONY: demo test pytest lint docs bench mutants clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ bench: $(STAMP)
 	eval "$$(scripts/services.sh)" && $(BIN)/python bench/bench_claims.py
 	$(BIN)/python bench/bench_telegram.py
 	eval "$$(scripts/services.sh)" && $(BIN)/python bench/bench_notifier.py
+
+# Break each guarantee on purpose and check the tests notice (a few minutes; not in CI).
+# docs/mutants.md explains the output; the table there is rewritten by this run.
+mutants: $(STAMP)
+	eval "$$(scripts/services.sh)" && $(BIN)/python scripts/mutants.py --write-docs
 
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site

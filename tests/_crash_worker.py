@@ -2,6 +2,8 @@
 
 It sends the same notifications as every other worker, through TelegramSender to the test's
 local Bot API server, repeating until every slot of the action is settled or its time is up.
+Each worker sends as its own bot id (``config["bot_id"]``), so the server can tell whose
+request is in flight.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import datetime as dt
 import json
 import sys
 import time
+from typing import Any
 
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -22,40 +25,42 @@ from notifyonce import (
     Notifier,
     SlotStatus,
 )
-from notifyonce.telegram import TelegramSender
+from notifyonce.telegram import RateLimit, TelegramSender
 
 ACTION = "crash_test"
 CYCLE = "cycle-1"
+SETTLED = {SlotStatus.SENT, SlotStatus.FAILED, SlotStatus.UNKNOWN}
 
 
-async def main(config: dict[str, object]) -> int:
+async def main(config: dict[str, Any]) -> int:
     engine = create_async_engine(str(config["db_url"]))
     ledger = AsyncLedger(
-        engine,
-        table_name=str(config["table"]),
-        lease=dt.timedelta(seconds=float(config["lease"])),  # type: ignore[arg-type]
+        engine, table_name=str(config["table"]), lease=dt.timedelta(seconds=config["lease"])
     )
-    subjects = int(config["subjects"])  # type: ignore[call-overload]
+    subjects = int(config["subjects"])
     items = [Notification(s, CYCLE, Message(f"reminder {s}")) for s in range(1, subjects + 1)]
-    deadline = time.monotonic() + float(config["seconds"])  # type: ignore[arg-type]
+    deadline = time.monotonic() + float(config["seconds"])
     sender = TelegramSender(
-        "12345:worker-secret", base_url=str(config["server"]), rate_limit=None, budget=2.0
+        f"{int(config['bot_id'])}:worker-secret",
+        base_url=str(config["server"]),
+        rate_limit=RateLimit() if config.get("rate_limit") else None,
+        budget=2.0,
     )
+    options = {k: int(config[k]) for k in ("batch_size", "concurrency") if k in config}
     notifier = Notifier(
         ledger,
         sender,
         mode=DeliveryMode(str(config["mode"])),
-        max_attempts=int(config["max_attempts"]),  # type: ignore[call-overload]
-        batch_size=8,
-        concurrency=8,
-        sweep_every=dt.timedelta(seconds=0.2),
+        max_attempts=int(config["max_attempts"]),
+        sweep_every=dt.timedelta(seconds=float(config.get("sweep_every", 0.2))),
+        keep_results=False,
+        **options,  # type: ignore[arg-type]
     )
-    settled = {SlotStatus.SENT, SlotStatus.FAILED, SlotStatus.UNKNOWN}
     try:
         while time.monotonic() < deadline:
             await notifier.send_many(ACTION, items)
             stats = await ledger.stats()
-            done = sum(n for (a, st), n in stats.counts.items() if a == ACTION and st in settled)
+            done = sum(n for (a, st), n in stats.counts.items() if a == ACTION and st in SETTLED)
             if done == subjects:
                 return 0
             await asyncio.sleep(0.1)

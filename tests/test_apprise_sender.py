@@ -17,7 +17,9 @@ from notifyonce import (
 )
 from notifyonce.testing import WebhookReceiver, WebhookReply
 
-apprise = pytest.importorskip("apprise")
+from ._optional import require
+
+apprise = require("apprise", "apprise")
 
 from notifyonce.apprise import AppriseSender, classify_apprise_result  # noqa: E402
 

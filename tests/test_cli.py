@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from notifyonce import DeliveryMode, Ledger, SlotStatus
+from notifyonce import Ledger, SlotStatus
 from notifyonce._cli import main, parse_duration
 
 from ._databases import Backend
@@ -134,9 +134,30 @@ def test_bad_or_missing_url_exits_2(
     assert "database URL" in capsys.readouterr().err
 
 
-def test_sweep_modes_map_to_delivery_modes() -> None:
-    """The CLI's mode names are the DeliveryMode values with dashes."""
-    assert {"at-most-once", "at-least-once"} == {m.value.replace("_", "-") for m in DeliveryMode}
+@pytest.mark.parametrize(
+    ("mode", "said", "status"),
+    [
+        ("at-least-once", "0 now unknown, 1 released", SlotStatus.RELEASED),
+        ("at-most-once", "1 now unknown, 0 released", SlotStatus.UNKNOWN),
+    ],
+    ids=["at-least-once", "at-most-once"],
+)
+def test_sweep_follows_the_mode_given(
+    db_url: str, mode: str, said: str, status: SlotStatus, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """sweep --mode at-least-once releases an expired claim; at-most-once makes it unknown."""
+    assert 0 == main(["migrate"])
+    engine = sa.create_engine(db_url.replace("+aiosqlite", ""))
+    an_hour_ago = dt.datetime.now(UTC) - dt.timedelta(hours=1)
+    ledger = Ledger(engine, lease=dt.timedelta(seconds=1), clock=lambda: an_hour_ago)
+    assert ledger.claim_slot("trial_6h", 1, "cycle-1") is not None
+    capsys.readouterr()
+    assert 0 == main(["sweep", "--mode", mode, "--max-attempts", "3"])
+    assert f"expired leases: {said}" in capsys.readouterr().out
+    record = Ledger(engine).get("trial_6h", 1, "cycle-1")
+    engine.dispose()
+    assert record is not None
+    assert status == record.status
 
 
 @pytest.mark.parametrize(

@@ -300,17 +300,24 @@ async def test_purge_never_frees_a_slot_that_can_still_fire(env: Env) -> None:
     """purge deletes only old cycles nobody holds; opaque cycles only when asked."""
     ledger = env.make(lease=dt.timedelta(days=30))
     old = START - dt.timedelta(days=10)
+    recent = START - dt.timedelta(hours=1)
     sent = await ledger.claim_slot("a", "sent-old", old)
     await ledger.mark_sent(sent)
     await ledger.claim_slot("a", "held-old", old)  # a live claim on an old cycle
     await ledger.claim_slot("a", "expired-old", old, lease=MINUTE)
-    await ledger.claim_slot("a", "recent", START - dt.timedelta(hours=1))
+    # Recent cycles nobody holds any more: only their age keeps them (no live lease).
+    await ledger.claim_slot("a", "recent-expired", recent, lease=MINUTE)
+    recent_sent = await ledger.claim_slot("a", "recent-sent", recent)
+    await ledger.mark_sent(recent_sent)
     await ledger.claim_slot("a", "opaque", "campaign-7", lease=MINUTE)
     env.clock.advance(dt.timedelta(minutes=2))
     assert 2 == await ledger.purge(older_than=dt.timedelta(days=7))
     assert None is await ledger.get("a", "sent-old", old)
     assert None is await ledger.get("a", "expired-old", old)
-    assert 3 == env.count()
+    assert [SlotStatus.CLAIMED, SlotStatus.SENT] == [
+        (await ledger.get("a", s, recent)).status for s in ("recent-expired", "recent-sent")
+    ]
+    assert 4 == env.count()
     assert 0 == await ledger.purge(older_than=dt.timedelta(days=7))
     assert 1 == await ledger.purge(
         older_than=dt.timedelta(days=7), opaque_finished_before=env.clock.now

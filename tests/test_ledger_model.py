@@ -181,3 +181,17 @@ def test_ledger_matches_the_model_on_postgres(tmp_path: object) -> None:
 
     OnPostgres.TestCase.settings = settings(MODEL_SETTINGS, max_examples=20)
     OnPostgres.TestCase().runTest()
+
+
+@pytest.mark.mariadb
+@pytest.mark.slow
+def test_ledger_matches_the_model_on_mariadb(tmp_path: object) -> None:
+    """The same model check on MariaDB (PyMySQL)."""
+    backend = make_backend("mariadb", tmp_path)  # type: ignore[arg-type]
+
+    class OnMariaDB(LedgerModel):
+        sync_url = backend.sync_url
+        dialect = "mysql"
+
+    OnMariaDB.TestCase.settings = settings(MODEL_SETTINGS, max_examples=20)
+    OnMariaDB.TestCase().runTest()

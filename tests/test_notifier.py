@@ -452,6 +452,8 @@ async def test_cancelled_run_settles_every_claim(ledger: AsyncLedger, clock: Clo
         if len(sender.records) >= 3:
             break
         await asyncio.sleep(0.01)
+    else:
+        pytest.fail(f"only {len(sender.records)} sends started within 5 s")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -536,6 +538,8 @@ async def test_cancelled_while_claiming_frees_the_batch(ledger: AsyncLedger, clo
         if await ledger.get("trial_6h", 9, CYCLE) is not None:
             break
         await asyncio.sleep(0.01)
+    else:
+        pytest.fail("the batch's claims were not committed within 5 s")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

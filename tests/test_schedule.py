@@ -253,6 +253,19 @@ def test_overlap_and_gap_messages_name_windows_and_numbers() -> None:
     ) == caught.value.problems
 
 
+@pytest.mark.parametrize("overlap", [td(seconds=1), td(minutes=1), td(minutes=1, seconds=1)])
+def test_any_overlap_is_refused(overlap: td) -> None:
+    """Windows sharing even a second (or a minute) of time before the deadline overlap."""
+    with pytest.raises(ScheduleError, match=f"overlap for {format_duration(overlap)}:"):
+        Schedule(
+            [
+                Window("a", opens_before=2 * H, closes_before=H - overlap),
+                Window("b", opens_before=H, closes_before=td(0)),
+            ],
+            period=5 * M,
+        )
+
+
 def test_touching_windows_do_not_overlap() -> None:
     """A window may close exactly when the next opens (half-open), unless min_gap forbids it."""
     windows = [

@@ -19,7 +19,7 @@ from notifyonce import (
     ValidationError,
     ValidationTypeError,
 )
-from notifyonce.testing import OK, BotAPIServer, FakeSender, Reply
+from notifyonce.testing import OK, BotAPIServer, FakeSender, Reply, Request
 
 
 async def test_fake_sender_records_deliveries(fake_sender: FakeSender) -> None:
@@ -124,6 +124,61 @@ async def test_fake_sender_validates_input() -> None:
     assert [] == sender.records
 
 
+async def test_lost_answer_is_recorded_as_delivered() -> None:
+    """lose_answer: the message is delivered and recorded, then the send is uncertain."""
+    sender = FakeSender()
+    sender.lose_answer(recipient="7")
+    with pytest.raises(UncertainSendError):
+        await sender.send("7", Message("x"))
+    await sender.send("7", Message("y"))
+    assert ["x", "y"] == sender.texts
+    assert [None, Receipt("7", 1)] == [r.receipt for r in sender.records]
+
+
+async def test_delivery_is_recorded_before_the_answer_returns() -> None:
+    """With answer_latency, a send cancelled on the way back was delivered all the same."""
+    sender = FakeSender(answer_latency=30)
+    task = asyncio.create_task(sender.send("7", Message("x")))
+    await sender.wait_in_flight(1)
+    assert (["x"], 1) == (sender.texts, sender.in_flight)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert (["x"], 0) == (sender.texts, sender.in_flight)
+
+
+async def test_held_answers_wait_until_released() -> None:
+    """hold_answers: deliveries happen, answers (and scripted errors) wait for release."""
+    sender = FakeSender()
+    sender.fail_next(PermanentSendError("Forbidden: bot was blocked", code=403), recipient="2")
+    sender.hold_answers()
+    tasks = [asyncio.create_task(sender.send(r, Message("x"))) for r in ("1", "2")]
+    await sender.wait_in_flight(2)
+    assert ([True, False], [False, False]) == (
+        [r.delivered for r in sender.records],
+        [t.done() for t in tasks],
+    )
+    sender.release_answers()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert [Receipt("1", 1), PermanentSendError] == [results[0], type(results[1])]
+    assert 0 == sender.in_flight
+    await sender.send("3", Message("x"))  # released for good
+
+
+async def test_wait_in_flight_gives_up_loudly() -> None:
+    """wait_in_flight raises TimeoutError, naming the counts, when too few are in flight."""
+    with pytest.raises(TimeoutError, match=r"0 sends in flight after 0\.05s, expected 1"):
+        await FakeSender().wait_in_flight(1, timeout=0.05)
+
+
+def test_answer_latency_is_checked() -> None:
+    """A negative or non-number answer_latency names the field."""
+    with pytest.raises(ValidationError, match="answer_latency"):
+        FakeSender(answer_latency=-1)
+    with pytest.raises(ValidationTypeError, match="answer_latency"):
+        FakeSender(answer_latency="1")  # type: ignore[arg-type]
+
+
 def _post(url: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
@@ -146,6 +201,25 @@ def test_bot_api_server_from_sync_code(bot_api_server: BotAPIServer) -> None:
     status, _ = _post(f"{bot_api_server.url}/bot1:abc/sendPhoto", {"chat_id": 4})
     assert 404 == status
     assert ["4"] == [d.chat_id for d in bot_api_server.deliveries]
+
+
+def test_on_request_runs_while_the_send_is_in_flight() -> None:
+    """on_request sees each sendMessage after its delivery and before any answer is written,
+    with the bot id (never the secret) of the token that sent it."""
+    seen: list[tuple[int | None, str | None, int, bool]] = []
+    answered: list[bool] = []
+
+    def hook(request: Request) -> None:
+        seen.append((request.bot_id, request.chat_id, len(server.deliveries), bool(answered)))
+
+    with BotAPIServer(on_request=hook) as server:
+        server.script("5", [Reply.blocked()])
+        for bot, chat in (("77:secret-a", 4), ("x:secret-b", 5)):
+            _post(f"{server.url}/bot{bot}/sendMessage", {"chat_id": chat, "text": "hi"})
+            answered.append(True)
+        _post(f"{server.url}/bot77:secret-a/getMe", {})
+    assert [(77, "4", 1, False), (None, "5", 1, True)] == seen
+    assert "secret" not in repr(server.requests)
 
 
 def test_public_names() -> None:

@@ -1,22 +1,11 @@
-"""Notifier + WebhookSender + a deduplicating receiver: at-least-once gives exactly-once.
-
-Skips until the Notifier lands on main (the lead merges it and enables this module).
-"""
+"""Notifier + WebhookSender + a deduplicating receiver: at-least-once gives exactly-once."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-import pytest
-
-import notifyonce
-from notifyonce import Message
+from notifyonce import AsyncLedger, DeliveryMode, Message, Notification, Notifier, Outcome
 from notifyonce.testing import WebhookReceiver, WebhookReply
-
-if not all(hasattr(notifyonce, name) for name in ("AsyncLedger", "Notifier", "Notification")):
-    pytest.skip("needs the Notifier (AsyncLedger, Notifier, Notification)", allow_module_level=True)
-
-from notifyonce import AsyncLedger, DeliveryMode, Notification, Notifier, Outcome
 from notifyonce.webhook import WebhookSender
 
 PERIOD_END = datetime(2026, 12, 1, tzinfo=timezone.utc)

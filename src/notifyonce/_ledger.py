@@ -457,12 +457,20 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
             LedgerError: any other database error.
 
         Examples:
-            ```python
-            claim = await ledger.claim_slot("trial_6h", user_id, period_end)
-            if claim is not None:
-                receipt = await sender.send(str(user_id), Message("6 hours left"))
-                await ledger.mark_sent(claim, message_id=receipt.message_id)
-            ```
+            >>> import asyncio
+            >>> from sqlalchemy.ext.asyncio import create_async_engine
+            >>> async def main() -> None:
+            ...     engine = create_async_engine("sqlite+aiosqlite://")
+            ...     ledger = AsyncLedger(engine)
+            ...     await ledger.create_schema()
+            ...     claim = await ledger.claim_slot("trial_6h", 42, "2026-12")
+            ...     again = await ledger.claim_slot("trial_6h", 42, "2026-12")
+            ...     print(claim is not None, again)  # send here, then record it:
+            ...     print(await ledger.mark_sent(claim, message_id=7))
+            ...     await engine.dispose()
+            >>> asyncio.run(main())
+            True None
+            True
         """
         options = self._core.claim_options(lease, take_expired, max_attempts)
         body = self._plan_claim(action, subject, cycle, options)
@@ -487,9 +495,18 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         error is raised.
 
         Examples:
-            ```python
-            claims = await ledger.claim_many("trial_6h", [(42, end), (43, end)])
-            ```
+            >>> import asyncio
+            >>> from sqlalchemy.ext.asyncio import create_async_engine
+            >>> async def main() -> list[str]:
+            ...     engine = create_async_engine("sqlite+aiosqlite://")
+            ...     ledger = AsyncLedger(engine)
+            ...     await ledger.create_schema()
+            ...     await ledger.claim_slot("trial_6h", 43, "2026-12")
+            ...     claims = await ledger.claim_many("trial_6h", [(42, "2026-12"), (43, "2026-12")])
+            ...     await engine.dispose()
+            ...     return [c.key.subject for c in claims]
+            >>> asyncio.run(main())
+            ['42']
         """
         options = self._core.claim_options(lease, take_expired, max_attempts)
         body = self._claim_many_body(action, items, options, chunk_size)

@@ -140,9 +140,12 @@ def upgrade(
             ledger table, ``<table_name>_rate_limits`` beside another.
 
     Examples:
-        ```python
-        notifyonce.migrations.upgrade("sqlite:///bot.sqlite3")
-        ```
+        >>> import sqlalchemy as sa
+        >>> engine = sa.create_engine("sqlite://")  # or "postgresql+psycopg://app@db/app"
+        >>> upgrade(engine)
+        >>> sa.inspect(engine).has_table("notifyonce_slots")
+        True
+        >>> engine.dispose()
     """
     if isinstance(target, Connection):
         _upgrade_on(target, table_name, schema, version_table, revision, rate_table_name)
@@ -192,9 +195,13 @@ async def upgrade_async(
     """[`upgrade`][notifyonce.migrations.upgrade] for an ``AsyncEngine``.
 
     Examples:
-        ```python
-        await notifyonce.migrations.upgrade_async(engine, table_name="notifyonce_slots")
-        ```
+        >>> import asyncio
+        >>> from sqlalchemy.ext.asyncio import create_async_engine
+        >>> async def main() -> None:
+        ...     engine = create_async_engine("sqlite+aiosqlite://")
+        ...     await upgrade_async(engine, table_name="bot_slots")
+        ...     await engine.dispose()
+        >>> asyncio.run(main())
     """
     async with engine.begin() as connection:
         await connection.run_sync(

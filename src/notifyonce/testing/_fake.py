@@ -68,9 +68,18 @@ class FakeSender:
     By default every send succeeds. Script failures per recipient or for the next calls;
     a recipient's own script is used before the shared one.
 
+    A send has two halves, like a request to a real provider: ``latency`` until the
+    provider has the message (it is then delivered and recorded in :attr:`records`), and
+    ``answer_latency`` until the answer reaches the caller. A send cancelled in the second
+    half was delivered although its caller never learns it: the case that makes a
+    cancelled send uncertain. :meth:`hold_answers` keeps every answer in that second half
+    until :meth:`release_answers`, and :meth:`wait_in_flight` waits for such sends, so a
+    test can cancel at exactly that moment.
+
     Args:
-        latency: Seconds each send takes (awaited with ``sleep``).
-        sleep: The async sleep used for latency.
+        latency: Seconds until the provider has the message (awaited with ``sleep``).
+        answer_latency: Seconds from then until the answer reaches the caller.
+        sleep: The async sleep used for both.
 
     Examples:
         >>> import asyncio
@@ -88,20 +97,34 @@ class FakeSender:
         refused: 403
         >>> sender.texts, len(sender.records)
         (['6 hours left'], 2)
+
+        Delivered, and the answer still on its way when the caller gives up:
+
+        >>> async def cancelled_mid_answer() -> None:
+        ...     sender = FakeSender()
+        ...     sender.hold_answers()
+        ...     task = asyncio.create_task(sender.send("42", Message("6 hours left")))
+        ...     await sender.wait_in_flight(1)
+        ...     task.cancel()
+        ...     await asyncio.gather(task, return_exceptions=True)
+        ...     print(len(sender.sent), sender.in_flight)
+        >>> asyncio.run(cancelled_mid_answer())
+        1 0
     """
 
     def __init__(
         self,
         *,
         latency: float = 0.0,
+        answer_latency: float = 0.0,
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:
-        if isinstance(latency, bool) or not isinstance(latency, (int, float)):
-            raise ValidationTypeError("latency", f"must be a number, got {type(latency).__name__}")
-        if latency < 0:
-            raise ValidationError("latency", "must be >= 0")
-        self.latency = float(latency)
+        self.latency = _seconds("latency", latency)
+        self.answer_latency = _seconds("answer_latency", answer_latency)
         self._sleep = sleep
+        self._in_flight = 0
+        self._answers: asyncio.Event | None = None  # set: answers flow; clear: held
+        self._changed: asyncio.Condition | None = None
         self.records: list[SendRecord] = []
         self._by_recipient: dict[str, deque[_Step]] = {}
         self._shared: deque[_Step] = deque()
@@ -163,6 +186,32 @@ class FakeSender:
         """Simulate Telegram moving chat ``old`` to ``new``: sends to ``old`` land in ``new``."""
         self._migrations[old] = new
 
+    def lose_answer(self, *, recipient: str | None = None) -> None:
+        """Make the next send (to ``recipient``, or to anyone) deliver, then lose the answer.
+
+        The message is delivered and recorded, then the send raises
+        :class:`~notifyonce.UncertainSendError`, as when a connection drops after the
+        provider accepted the request.
+        """
+        self.fail_next(
+            UncertainSendError("the answer was lost after delivery"),
+            recipient=recipient,
+            delivered=True,
+        )
+
+    def hold_answers(self) -> None:
+        """From now on, keep every answer from reaching its caller until released.
+
+        Messages are still delivered (and recorded) after ``latency``; the sends then wait
+        in flight, which :attr:`in_flight` counts, until :meth:`release_answers` or until
+        they are cancelled.
+        """
+        self._gate().clear()
+
+    def release_answers(self) -> None:
+        """Let held answers (and every later one) reach their callers."""
+        self._gate().set()
+
     def reset(self) -> None:
         """Forget records, scripts and migrations."""
         self.records.clear()
@@ -171,6 +220,31 @@ class FakeSender:
         self._migrations.clear()
 
     # -- inspecting ---------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Sends the provider has answered (delivered or refused) whose answer has not
+        reached the caller yet."""
+        return self._in_flight
+
+    async def wait_in_flight(self, count: int = 1, *, timeout: float = 5.0) -> None:
+        """Wait until at least ``count`` sends are in flight (see :attr:`in_flight`).
+
+        Raises:
+            TimeoutError: Fewer were in flight after ``timeout`` seconds.
+        """
+        changed = self._condition()
+
+        async def reached() -> None:
+            async with changed:
+                await changed.wait_for(lambda: self._in_flight >= count)
+
+        try:
+            await asyncio.wait_for(reached(), timeout)
+        except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
+            raise TimeoutError(
+                f"{self._in_flight} sends in flight after {timeout}s, expected {count}"
+            ) from None
 
     @property
     def sent(self) -> list[SendRecord]:
@@ -211,10 +285,50 @@ class FakeSender:
             step = _Step(OK, True)
         if self.latency:
             await self._sleep(self.latency)
+        # The provider has it now: record the delivery before the answer travels back, so a
+        # cancellation from here on leaves a delivered message the caller never heard of.
         if isinstance(step.outcome, SendError):
             self.records.append(SendRecord(recipient, message, None, step.outcome, step.delivered))
+            await self._answer()
             raise step.outcome
         target = self._migrations.get(recipient)
         receipt = Receipt(target or recipient, next(self._ids), target)
         self.records.append(SendRecord(recipient, message, receipt, None, True))
+        await self._answer()
         return receipt
+
+    async def _answer(self) -> None:
+        """The answer's way back: ``answer_latency``, and the gate of :meth:`hold_answers`."""
+        gate = self._answers
+        if not self.answer_latency and (gate is None or gate.is_set()):
+            return
+        changed = self._condition()
+        async with changed:
+            self._in_flight += 1
+            changed.notify_all()
+        try:
+            if self.answer_latency:
+                await self._sleep(self.answer_latency)
+            if gate is not None:
+                await gate.wait()
+        finally:
+            self._in_flight -= 1
+
+    def _gate(self) -> asyncio.Event:
+        if self._answers is None:
+            self._answers = asyncio.Event()
+            self._answers.set()
+        return self._answers
+
+    def _condition(self) -> asyncio.Condition:
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        return self._changed
+
+
+def _seconds(field: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValidationTypeError(field, f"must be a number, got {type(value).__name__}")
+    if value < 0:
+        raise ValidationError(field, "must be >= 0")
+    return float(value)

@@ -12,7 +12,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, TypeVar
@@ -160,13 +160,25 @@ _SIMPLE_METHODS: dict[str, Any] = {
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A request the server received (delivered or not)."""
+    """A request the server received (delivered or not).
+
+    Attributes:
+        method: The Bot API method, e.g. ``"sendMessage"``.
+        chat_id: The chat it was for (None when the body was never read).
+        at: Server-side ``time.monotonic()`` when it was read in full.
+        connection: Which TCP connection (1, 2, ...) carried it.
+        reply: How the server answered it.
+        bot_id: The bot's id: the digits before the colon of the token in the URL (the
+            public part of a token; the secret part is never kept). Tests that run one
+            client per bot id can tell clients apart by it.
+    """
 
     method: str
     chat_id: str | None
     at: float
     connection: int
     reply: Reply
+    bot_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,6 +385,10 @@ class LocalServer:
                 task.cancel()
             if tasks:
                 loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            # Closed transports finish closing on the loop's next turns; a loop closed
+            # before that leaves their sockets to the garbage collector (ResourceWarning).
+            for _ in range(3):
+                loop.run_until_complete(asyncio.sleep(0))
             loop.close()
 
     # -- HTTP ---------------------------------------------------------------------------
@@ -457,6 +473,11 @@ class BotAPIServer(LocalServer):
             would: a ``sendMessage`` that would make more than this many deliveries in the
             second before it is answered 429 with ``retry_after=flood_retry_after``.
         flood_retry_after: The ``retry_after`` of those 429 answers.
+        on_request: Called with every ``sendMessage`` request the server read in full,
+            after it was recorded (and delivered, if its reply delivers) and before any
+            answer is written: the moment the client's send is in flight. It runs on the
+            server's thread and delays the answer while it runs; a crash test can kill
+            the client from it, knowing the kill landed mid-send.
 
     Examples:
         >>> with BotAPIServer(latency=0.0) as server:
@@ -472,12 +493,14 @@ class BotAPIServer(LocalServer):
         latency: float = 0.0,
         bot_per_second: int | None = None,
         flood_retry_after: int = 1,
+        on_request: Callable[[Request], object] | None = None,
     ) -> None:
         super().__init__()
         self.token = token
         self.latency = latency
         self.bot_per_second = bot_per_second
         self.flood_retry_after = flood_retry_after
+        self.on_request = on_request
         self._deliveries: list[Delivery] = []
         self._requests: list[Request] = []
         self._scripts: Scripts[Reply] = Scripts()
@@ -643,13 +666,16 @@ class BotAPIServer(LocalServer):
             return await self._answer(writer, 400, bad, keep_alive)
 
         reply = self._next_reply(chat_id, received)
-        self._record(Request(method, chat_id, received, connection, reply))
+        arrived = Request(method, chat_id, received, connection, reply, _bot_id(token))
+        self._record(arrived)
         message_id = 0
         if reply.delivers:
             message_id = next(self._message_ids)
             delivery = Delivery(chat_id, text, params, received, connection, message_id)
             with self._lock:
                 self._deliveries.append(delivery)
+        if self.on_request is not None:
+            self.on_request(arrived)
         if reply.drop is not None:
             return False
         if self.latency or reply.delay:
@@ -683,3 +709,9 @@ class BotAPIServer(LocalServer):
             if ready or time.monotonic() >= deadline:
                 return ready
             await asyncio.sleep(0.02)
+
+
+def _bot_id(token: str | None) -> int | None:
+    """The public part of a bot token (``123:secret`` -> 123), if it has one."""
+    head = (token or "").partition(":")[0]
+    return int(head) if head.isdigit() else None

@@ -1,0 +1,348 @@
+#!/usr/bin/env python3
+"""Break the guarantees' code paths on purpose, one at a time, and check the tests notice.
+
+Each mutant is a targeted breakage of one promise (a regular expression and its
+replacement in one source file) with the tests that must fail because of it. The script
+copies src/, tests/ and pyproject.toml to a temporary directory (the working tree is never
+touched, so other test runs may go on meanwhile); for each mutant it applies the patch to
+the copy, runs those tests against it, restores the file and reports:
+
+- ``caught``: the tests failed, as they must;
+- ``SURVIVED``: the tests passed with the guarantee broken (a hole in the suite);
+- ``PATTERN NOT FOUND``: the code moved (e.g. the dispatch pipeline was rewritten); the
+  mutant must be re-targeted. Never counted as caught.
+
+Run it from the repository root with the services up (``make mutants``, a few minutes;
+not part of every CI run). ``--only NAME`` runs some mutants, ``--list`` shows them,
+``--write-docs`` rewrites the result table in docs/mutants.md. Exit status: 0 when every
+mutant was caught, 1 otherwise, 2 when the unbroken code already fails those tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs" / "mutants.md"
+BEGIN, END = "<!-- mutants:begin -->", "<!-- mutants:end -->"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One breakage: ``pattern`` (a regex that must match exactly once) -> ``replacement``."""
+
+    name: str
+    promise: str
+    file: str  # relative to src/notifyonce
+    pattern: str
+    replacement: str
+    tests: tuple[str, ...]
+
+
+GUARANTEES = "tests/test_notifier_guarantees.py"
+NOTIFIER = "tests/test_notifier.py"
+
+MUTANTS = [
+    # -- the Notifier (the dispatch pipeline) ------------------------------------------------
+    Mutant(
+        "cancel-releases-in-flight",
+        "a send in flight when the run is cancelled is uncertain, never released",
+        "_notifier.py",
+        r"if started\[n\]",
+        "if False",
+        (GUARANTEES + "::test_cancel_while_answers_are_in_flight_never_resends",),
+    ),
+    Mutant(
+        "alo-claims-ignore-max-attempts",
+        "at-least-once take-overs stop at max_attempts",
+        "_notifier.py",
+        r"max_attempts=self\._claim_limit",
+        "max_attempts=None",
+        (GUARANTEES + "::test_at_least_once_take_over_stops_at_max_attempts",),
+    ),
+    Mutant(
+        "alo-never-takes-over",
+        "at-least-once takes over expired claims itself (sweep_every=None loses nothing)",
+        "_notifier.py",
+        r"take_expired=self\.mode is DeliveryMode\.AT_LEAST_ONCE",
+        "take_expired=False",
+        (GUARANTEES + "::test_at_least_once_takes_over_without_the_sweep",),
+    ),
+    Mutant(
+        "amo-takes-over",
+        "at-most-once never takes over an expired claim (its worker may have sent)",
+        "_notifier.py",
+        r"take_expired=self\.mode is DeliveryMode\.AT_LEAST_ONCE",
+        "take_expired=True",
+        (GUARANTEES + "::test_at_most_once_never_takes_over_an_expired_claim",),
+    ),
+    Mutant(
+        "ledger-failure-reported-recorded",
+        "a ledger failure while recording outcomes is reported, never taken as recorded",
+        "_notifier.py",
+        r"return \[None\] \* len\(marks\)",
+        "return [True] * len(marks)",
+        (GUARANTEES + "::test_ledger_failure_while_recording_is_never_reported_recorded",),
+    ),
+    Mutant(
+        "amo-retries-uncertain",
+        "at-most-once records an uncertain send UNKNOWN and never repeats it",
+        "_notifier.py",
+        r"return _Decision\(SlotStatus\.UNKNOWN, Outcome\.UNKNOWN, error=error",
+        "return _Decision(SlotStatus.RELEASED, Outcome.RETRY, error=error",
+        (NOTIFIER,),
+    ),
+    Mutant(
+        "alo-uncertain-ignores-max-attempts",
+        "at-least-once retries an uncertain send only while attempts remain",
+        "_notifier.py",
+        r"claim\.attempt < self\.max_attempts",
+        "True",
+        (NOTIFIER,),
+    ),
+    Mutant(
+        "transient-burns-the-slot",
+        "a failure that certainly did not deliver releases the slot",
+        "_notifier.py",
+        r"except TransientSendError as exc:\n(\s+)return _Decision\(SlotStatus\.RELEASED",
+        r"except TransientSendError as exc:\n\1return _Decision(SlotStatus.FAILED",
+        (NOTIFIER,),
+    ),
+    Mutant(
+        "permanent-retried",
+        "a permanent refusal is FAILED and never retried",
+        "_notifier.py",
+        r"except PermanentSendError as exc:\n(\s+)return _Decision\(SlotStatus\.FAILED",
+        r"except PermanentSendError as exc:\n\1return _Decision(SlotStatus.RELEASED",
+        (NOTIFIER,),
+    ),
+    Mutant(
+        "send-after-lease-expired",
+        "no send starts once the claim's lease ran out",
+        "_notifier.py",
+        r"if claim\.lease_until <= self\._now\(\):",
+        "if False:",
+        (NOTIFIER,),
+    ),
+    Mutant(
+        "lease-lost-reported-sent",
+        "a send whose lease was taken over is reported LEASE_LOST, not SENT",
+        "_notifier.py",
+        r"if landed is False and decision\.may_have_delivered:",
+        "if False:",
+        (NOTIFIER,),
+    ),
+    Mutant(
+        "sweep-not-scoped-to-action",
+        "the automatic sweep settles only the action being sent",
+        "_notifier.py",
+        r"max_attempts=self\.max_attempts, actions=names\)",
+        "max_attempts=self.max_attempts, actions=None)",
+        (NOTIFIER,),
+    ),
+    # -- the ledger ------------------------------------------------------------------------
+    Mutant(
+        "purge-ignores-age",
+        "purge never deletes a cycle that can still fire",
+        "_ledger_core.py",
+        r"sa\.delete\(t\)\.where\(old, sa\.not_\(held\)\)",
+        "sa.delete(t).where(sa.not_(held))",
+        ("tests/test_ledger.py::test_purge_never_frees_a_slot_that_can_still_fire",),
+    ),
+    Mutant(
+        "purge-ignores-live-leases",
+        "purge never deletes a row a live claim holds",
+        "_ledger_core.py",
+        r"sa\.delete\(t\)\.where\(old, sa\.not_\(held\)\)",
+        "sa.delete(t).where(old)",
+        ("tests/test_ledger.py::test_purge_never_frees_a_slot_that_can_still_fire",),
+    ),
+    Mutant(
+        "sweep-alo-ignores-max-attempts",
+        "the at-least-once sweep releases only while attempts remain",
+        "_ledger_core.py",
+        r"retry = mode is DeliveryMode\.AT_LEAST_ONCE and row\.attempt < max_attempts",
+        "retry = mode is DeliveryMode.AT_LEAST_ONCE",
+        ("tests/test_ledger.py",),
+    ),
+    Mutant(
+        "sweep-amo-releases",
+        "the at-most-once sweep makes expired claims UNKNOWN, never free",
+        "_ledger_core.py",
+        r"retry = mode is DeliveryMode\.AT_LEAST_ONCE and row\.attempt < max_attempts",
+        "retry = row.attempt < max_attempts",
+        ("tests/test_ledger.py",),
+    ),
+    Mutant(
+        "take-over-ignores-max-attempts",
+        "a take-over of an expired claim respects max_attempts",
+        "_ledger_core.py",
+        r"expired = sa\.and_\(expired, t\.attempt < limit\)",
+        "expired = expired",
+        ("tests/test_ledger.py", "tests/test_ledger_model.py"),
+    ),
+    Mutant(
+        "mark-without-fencing",
+        "a worker whose claim was taken over cannot mark the slot",
+        "_ledger_core.py",
+        r"\.where\(t\.c\.id == claim\.id, t\.c\.token == claim\.token, t\.c\.status == _CLAIMED\)",
+        ".where(t.c.id == claim.id, t.c.status == _CLAIMED)",
+        ("tests/test_ledger.py", "tests/test_ledger_races.py"),
+    ),
+    # -- schedules and the command line ----------------------------------------------------
+    Mutant(
+        "overlap-up-to-a-minute",
+        "windows that overlap at all are refused",
+        "_schedule_rules.py",
+        r"if shared > ZERO:",
+        "if shared > dt.timedelta(minutes=1):",
+        ("tests/test_schedule.py::test_any_overlap_is_refused",),
+    ),
+    Mutant(
+        "window-width-unchecked",
+        "a window narrower than period + max_downtime is refused",
+        "_schedule_rules.py",
+        r"if timing_ok and w\.width < required:",
+        "if False:",
+        ("tests/test_schedule.py",),
+    ),
+    Mutant(
+        "cli-sweep-mode-ignored",
+        "notifyonce sweep --mode at-least-once sweeps at least once",
+        "_cli.py",
+        r'mode = DeliveryMode\(args\.mode\.replace\("-", "_"\)\)',
+        "mode = DeliveryMode.AT_MOST_ONCE",
+        ("tests/test_cli.py",),
+    ),
+]
+
+
+def copy_tree(into: Path) -> Path:
+    """A copy of what the tests need; its src/ is imported instead of the installed one."""
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
+    for name in ("src", "tests"):
+        shutil.copytree(ROOT / name, into / name, ignore=skip)
+    shutil.copy2(ROOT / "pyproject.toml", into / "pyproject.toml")
+    return into
+
+
+def pytest(
+    copy: Path, python: str, marker: str | None, tests: list[str], stop: bool = True
+) -> tuple[int, str]:
+    args = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *(["-x"] if stop else [])]
+    if marker:
+        args += ["-m", marker]
+    env = {**os.environ, "PYTHONPATH": str(copy / "src")}
+    done = subprocess.run(  # noqa: S603 (this venv's python, our own arguments)
+        [*args, *tests], cwd=copy, env=env, capture_output=True, text=True, timeout=900
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def run_one(
+    mutant: Mutant, copy: Path, python: str, marker: str | None, stop: bool = True
+) -> tuple[str, str, float]:
+    """Apply, test, restore: the verdict, the first test that failed, the seconds taken."""
+    path = copy / "src" / "notifyonce" / mutant.file
+    original = path.read_text()
+    found = len(re.findall(mutant.pattern, original))
+    if found != 1:
+        return f"PATTERN NOT FOUND ({found} matches)", "", 0.0
+    started = time.monotonic()
+    try:
+        path.write_text(re.sub(mutant.pattern, mutant.replacement, original))
+        code, output = pytest(copy, python, marker, list(mutant.tests), stop)
+    finally:
+        path.write_text(original)
+    took = time.monotonic() - started
+    failed = re.search(r"^FAILED (\S+)", output, re.MULTILINE)
+    by = failed.group(1).rsplit("/", 1)[-1] if failed else ""
+    if code == 1 and not stop:
+        counts = re.findall(r"(\d+) (failed|passed)", output.splitlines()[-1])
+        return "caught", f"{by} ({', '.join(f'{n} {w}' for n, w in counts)})", took
+    if code == 1:
+        return "caught", by, took
+    if code == 0:
+        return "SURVIVED", by, took
+    tail = output.strip().splitlines()[-3:]
+    return f"ERROR (pytest exit {code}: {' / '.join(tail)})", by, took
+
+
+def write_docs(rows: list[tuple[Mutant, str, str]], command: str) -> None:
+    table = [
+        f"Last run: `{command}`, {time.strftime('%Y-%m-%d')}: "
+        f"{sum(r == 'caught' for _, r, _ in rows)} of {len(rows)} caught.",
+        "",
+        "| mutant | the promise it breaks | file | result | first failing test |",
+        "|---|---|---|---|---|",
+        *(f"| `{m.name}` | {m.promise} | `{m.file}` | {r} | `{by}` |" for m, r, by in rows),
+    ]
+    text = DOCS.read_text()
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    DOCS.write_text(f"{head}{BEGIN}\n" + "\n".join(table) + f"\n{END}{tail}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", help="run only this mutant (repeatable)")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument(
+        "-m", dest="marker", help="pytest marker expression, e.g. 'sqlite' for a quick run"
+    )
+    parser.add_argument("--write-docs", action="store_true", help="rewrite docs/mutants.md")
+    parser.add_argument(
+        "--every-failure",
+        action="store_true",
+        help="run each mutant's tests to the end (every database) instead of stopping at "
+        "the first failure, and count the failures",
+    )
+    args = parser.parse_args()
+    chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
+    unknown = set(args.only or ()) - {m.name for m in MUTANTS}
+    if unknown:
+        parser.error(f"unknown mutants: {', '.join(sorted(unknown))}")
+    if args.list:
+        for m in chosen:
+            print(f"{m.name:36} {m.file:20} {m.promise}")
+        return 0
+    python = str(ROOT / ".venv" / "bin" / "python")
+    if not os.path.exists(python):
+        python = sys.executable
+    rows: list[tuple[Mutant, str, str]] = []
+    with tempfile.TemporaryDirectory(prefix="notifyonce-mutants-") as tmp:
+        copy = copy_tree(Path(tmp))
+        # Unbroken, the same tests must pass: otherwise every mutant would look caught.
+        tests = sorted({t for m in chosen for t in m.tests})
+        code, output = pytest(copy, python, args.marker, tests)
+        if code != 0:
+            print(output[-3000:])
+            print(f"the unbroken code fails its own tests (pytest exit {code}): no verdict")
+            return 2
+        for mutant in chosen:
+            result, by, took = run_one(mutant, copy, python, args.marker, not args.every_failure)
+            rows.append((mutant, result, by))
+            print(f"{result:10} {mutant.name:36} {took:5.0f}s  {by}", flush=True)
+    caught = sum(result == "caught" for _, result, _ in rows)
+    print(f"\n{caught} of {len(rows)} mutants caught")
+    for mutant, result, _ in rows:
+        if result != "caught":
+            print(f"  {result}: {mutant.name} ({mutant.file}: {mutant.pattern})")
+    if args.write_docs:
+        command = "python scripts/mutants.py" + (f" -m '{args.marker}'" if args.marker else "")
+        command += " --every-failure" if args.every_failure else ""
+        write_docs(rows, command)
+    return 0 if caught == len(rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
