@@ -533,3 +533,17 @@ async def test_telegram_sender_turns_gate_the_claims(
     assert 12 == report.counts[Outcome.SENT]
     # 16 workers wait for turns at 5 a second; only the one whose turn came holds a claim.
     assert most_claimed <= 2
+
+
+async def test_an_in_memory_sqlite_ledger_takes_a_whole_run() -> None:
+    """One shared in-memory connection: concurrent claims and marks take turns, never nest."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine("sqlite+aiosqlite://")
+    try:
+        ledger = AsyncLedger(engine)
+        await ledger.create_schema()
+        report = await Notifier(ledger, FakeSender()).send_many(ACTION, items(1000))
+        assert 1000 == report.counts[Outcome.SENT]
+    finally:
+        await engine.dispose()
