@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from . import _cli_broadcast
 from ._durations import format_duration
 from ._errors import LedgerError, ScheduleError, ValidationError
 from ._outcome import DeliveryMode
@@ -146,6 +147,7 @@ def _parser() -> argparse.ArgumentParser:
         "migrate", parents=[db], help="create or upgrade the ledger table (Alembic)"
     )
     migrate.add_argument("--revision", default="head", help="target revision (default: head)")
+    _cli_broadcast.add_parser(commands, db)
     return parser
 
 
@@ -308,6 +310,7 @@ _COMMANDS = {
     "sweep": _sweep,
     "purge": _purge,
     "migrate": _migrate,
+    "broadcast": _cli_broadcast.run,
 }
 
 
