@@ -137,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
     tty = sys.stderr.isatty()
     every = args.progress_every or (0.2 if tty else 5.0)
     try:
-        return asyncio.run(_broadcast(args, message, token, _async_url(url), tty, every))
+        sender = _NoSender() if args.dry_run else _telegram(args, token)
+        return asyncio.run(_broadcast(args, message, sender, _async_url(url), tty, every))
     except SenderConfigError as exc:
         raise _UsageError(f"the sender is set up wrong, nothing more was sent: {exc}") from None
 
@@ -181,7 +182,7 @@ class _NoSender:
 
 
 async def _broadcast(
-    args: argparse.Namespace, message: Message, token: str, url: str, tty: bool, every: float
+    args: argparse.Namespace, message: Message, sender: Sender, url: str, tty: bool, every: float
 ) -> int:
     from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -195,7 +196,6 @@ async def _broadcast(
         engine = create_async_engine(url)
     except Exception as exc:  # a missing driver, a bad dialect name
         raise _UsageError(f"cannot use this database URL: {type(exc).__name__}") from None
-    sender = _NoSender() if args.dry_run else _telegram(args, token)
     try:
         ledger = AsyncLedger(engine, table_name=args.table, schema=args.schema, lease=args.lease)
         notifier = Notifier(
@@ -256,11 +256,33 @@ def _telegram(args: argparse.Namespace, token: str) -> Sender:
     if rate < 0:
         raise _UsageError("--rate must be 0 (no limit) or positive")
     limit = RateLimit(bot_per_second=rate) if rate > 0 else None
+    _check_token(args.base_url, token, args.token_env)
     try:
         return TelegramSender(token, base_url=args.base_url, rate_limit=limit)
     except ValidationError as exc:
         # Never echo the token: name the field only.
         raise _UsageError(f"{exc.field}: {exc.problem}") from None
+
+
+def _check_token(base_url: str, token: str, env: str) -> None:
+    """Ask ``getMe`` before the first send: a rejected token must stop the broadcast
+    before any chat is tried (the sender would record each one as failed for good)."""
+    import httpx
+
+    from ._cli import _UsageError
+
+    try:
+        answer = httpx.post(f"{base_url.rstrip('/')}/bot{token}/getMe", timeout=15.0)
+    except httpx.HTTPError as exc:
+        # The exception text can quote the URL, and so the token: name its class only.
+        raise _UsageError(
+            f"cannot reach the Bot API at --base-url ({type(exc).__name__})"
+        ) from None
+    if answer.status_code in (401, 404):
+        raise _UsageError(
+            f"the Bot API refused the token ({answer.status_code}): check "
+            f"${env} and --base-url; nothing was sent"
+        )
 
 
 def _interrupt(broadcast: Broadcast) -> Callable[[], None]:
