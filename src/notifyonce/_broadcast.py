@@ -196,6 +196,14 @@ class _QueryRecipients(RecipientSource):
         self.chunk = chunk
 
     async def __aiter__(self) -> AsyncIterator[Subject]:
+        if self.engine.dialect.name == "sqlite":
+            # An open read on SQLite keeps the ledger's writes on the same file from
+            # committing ("database is locked"): read the ids first, then send.
+            async with self.engine.connect() as conn:
+                chats = (await conn.execute(self.query)).scalars().all()
+            for chat in chats:
+                yield chat
+            return
         async with self.engine.connect() as conn:
             result = await conn.stream(self.query.execution_options(yield_per=self.chunk))
             async for row in result:
@@ -211,6 +219,10 @@ def recipients_from_query(
     engine: AsyncEngine, query: sa.Select[Any] | str, *, chunk: int = 1000
 ) -> RecipientSource:
     """Chat ids from the first column of a SQL query, streamed ``chunk`` rows at a time.
+
+    On PostgreSQL and MySQL/MariaDB the rows are streamed (a server-side cursor; reads
+    there do not block the ledger's writes). On SQLite, where an open read would block
+    them, the ids are read in full before the first send.
 
     Args:
         engine: An ``AsyncEngine`` on the database that has the users (any database).
