@@ -96,6 +96,7 @@ def test_unknown_outcome_is_listed_and_exits_1(workdir: Path, server: BotAPIServ
     assert 1 == first.returncode, first.stderr
     assert "1 chats of the campaign have an unknown outcome" in first.stdout
     assert "\n  7\n" in first.stdout + "\n"
+    assert "unknown news/7/c1 attempt=1" in first.stderr  # the library's warning, once
     again = run(command(workdir, server))
     assert 1 == again.returncode
     assert 1 == sum(d.chat_id == "7" for d in server.deliveries)
@@ -170,6 +171,7 @@ def test_progress_bar_and_eta_in_a_real_terminal(workdir: Path, server: BotAPISe
             pytest.fail(f"CI=true and {message}", pytrace=False)
         pytest.skip(message)
     server.latency = 0.01
+    server.script("5", [Reply.drop_after_delivery()])  # a warning while the bar is drawn
     (workdir / "chats.txt").write_text("".join(f"{i}\n" for i in range(1, 2001)))
     session = f"nfo-{uuid.uuid4().hex[:8]}"
     args = command(workdir, server)
@@ -198,5 +200,7 @@ def test_progress_bar_and_eta_in_a_real_terminal(workdir: Path, server: BotAPISe
         assert bar.startswith(("[#", "[-")), pane
         assert "/s  ETA 00:" in bar, pane
         assert "progress:" not in pane  # no plain lines on a terminal
+        # The warning is printed above the bar, on a line of its own.
+        assert any(line.startswith("unknown news/5/c1") for line in pane.splitlines()), pane
     finally:
         subprocess.run([*tmux, "kill-server"], check=False, capture_output=True)

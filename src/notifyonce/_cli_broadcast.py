@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
+import logging
 import os
 import signal
 import sys
@@ -328,26 +329,43 @@ def render_line(p: BroadcastProgress) -> str:
     return f"progress: {p.done:,}{total} handled, {_counts(p)}, {p.rate:,.0f}/s, {_eta(p.eta)}"
 
 
-class _Display:
-    """Shows progress: a bar redrawn in place on a terminal, plain lines otherwise."""
+class _Display(logging.Handler):
+    """Shows progress: a bar redrawn in place on a terminal, plain lines otherwise.
+
+    While attached it also prints the library's warnings (a send whose outcome is
+    unknown, ...) above the bar instead of through it.
+    """
 
     def __init__(self, stream: IO[str], tty: bool) -> None:
+        super().__init__(logging.WARNING)
         self.stream = stream
         self.tty = tty
-        self.drawn = False
+        self.bar = ""
+        self.logger = logging.getLogger("notifyonce")
+        self.logger.addHandler(self)
 
     def show(self, progress: BroadcastProgress) -> None:
         if self.tty:
-            self.stream.write("\r\x1b[K" + render_bar(progress))
-            self.drawn = True
+            self.bar = render_bar(progress)
+            self.stream.write("\r\x1b[K" + self.bar)
         else:
             self.stream.write(render_line(progress) + "\n")
         self.stream.flush()
 
+    def emit(self, record: logging.LogRecord) -> None:
+        line = self.format(record)
+        if self.bar:
+            self.stream.write(f"\r\x1b[K{line}\n{self.bar}")
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
     def close(self) -> None:
-        if self.drawn:
+        self.logger.removeHandler(self)
+        if self.bar:
             self.stream.write("\n")
             self.stream.flush()
+        super().close()
 
 
 def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
