@@ -136,3 +136,33 @@ def test_missed_windows_are_counted(
         )
     )
     assert {(("notifyonce.action", "trial_6h"),): 2} == points(reader, "notifyonce.missed_windows")
+
+
+async def test_a_broadcast_is_a_span_with_its_campaign_and_counts(
+    telemetry: tuple[Telemetry, InMemoryMetricReader, InMemorySpanExporter], tmp_path: Path
+) -> None:
+    """run_broadcast wraps a broadcast in a span; the Notifier's counters see every result."""
+    from notifyonce import Broadcast
+
+    tel, reader, exporter = telemetry
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'l.sqlite3'}")
+    ledger = AsyncLedger(engine)
+    await ledger.create_schema()
+    notifier = Notifier(ledger, FakeSender(), on_result=tel.on_result)
+    await tel.run_broadcast(Broadcast(notifier, "news", "c7", Message(SECRET_TEXT), [1, 2, 3]))
+    await tel.run_broadcast(Broadcast(notifier, "news", "c7", Message(SECRET_TEXT), [1, 2, 3, 4]))
+    await engine.dispose()
+    first, second = exporter.get_finished_spans()
+    attributes = dict(second.attributes or {})
+    assert ("notifyonce.broadcast", "c7", 1, 3, False) == (
+        second.name,
+        attributes["notifyonce.campaign"],
+        attributes["notifyonce.count.sent"],
+        attributes["notifyonce.count.duplicate"],
+        attributes["notifyonce.cancelled"],
+    )
+    assert 3 == dict(first.attributes or {})["notifyonce.count.sent"]
+    assert {
+        (("notifyonce.action", "news"), ("notifyonce.outcome", "sent")): 4,
+        (("notifyonce.action", "news"), ("notifyonce.outcome", "duplicate")): 3,
+    } == points(reader, "notifyonce.notifications")

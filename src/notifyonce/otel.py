@@ -28,7 +28,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Iterable
+import contextlib
+from collections.abc import AsyncIterable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -42,6 +43,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from ._version import __version__
 
 if TYPE_CHECKING:
+    from ._broadcast import Broadcast, BroadcastReport
     from ._notifier import Notification, Notifier, Report, Result, TickReport
 
 __all__ = ["Telemetry"]
@@ -97,21 +99,37 @@ class Telemetry:
         The span carries the action and, at the end, the count of each outcome
         (``notifyonce.count.sent``, ...); an exception is recorded by its class only.
         """
+        with self._span("notifyonce.send_many", {ACTION: action}) as span:
+            report = await notifier.send_many(action, notifications)
+            span.set_attributes(_counts(report))
+            return report
+
+    async def run_broadcast(self, broadcast: Broadcast) -> BroadcastReport:
+        """:meth:`Broadcast.run` inside a ``notifyonce.broadcast`` span.
+
+        The span carries the action, the campaign id, the count of each outcome and
+        whether the run was cancelled; an exception is recorded by its class only.
+        """
+        attributes = {ACTION: broadcast.action, "notifyonce.campaign": broadcast.campaign}
+        with self._span("notifyonce.broadcast", attributes) as span:
+            done = await broadcast.run()
+            span.set_attributes(_counts(done.report))
+            span.set_attribute("notifyonce.cancelled", done.cancelled)
+            span.set_attribute("notifyonce.unknown_in_campaign", len(done.unknown))
+            return done
+
+    @contextlib.contextmanager
+    def _span(self, name: str, attributes: dict[str, Any]) -> Iterator[trace.Span]:
         with self._tracer.start_as_current_span(
-            "notifyonce.send_many",
-            attributes={ACTION: action},
-            record_exception=False,
-            set_status_on_exception=False,
+            name, attributes=attributes, record_exception=False, set_status_on_exception=False
         ) as span:
             try:
-                report = await notifier.send_many(action, notifications)
+                yield span
             except BaseException as exc:
                 # The exception's text may quote a recipient: its class name only.
                 span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
                 span.set_attribute("error.type", type(exc).__name__)
                 raise
-            span.set_attributes(_counts(report))
-            return report
 
 
 def _counts(report: Report) -> dict[str, Any]:
