@@ -29,7 +29,7 @@ from notifyonce import (
     BroadcastProgress,
     Message,
     Notifier,
-    RecipientSource,
+    Result,
     recipients_from_file,
     recipients_from_query,
 )
@@ -65,21 +65,29 @@ async def simulate(users: int, directory: Path) -> int:
     ledger = AsyncLedger(engine)
     await ledger.create_schema()
     sender = FakeSender(latency=0.002)
-    notifier = Notifier(ledger, sender, concurrency=32)
     active = sa.select(USERS.c.chat_id).where(USERS.c.active).order_by(USERS.c.chat_id)
+    half = (await recipients_from_query(engine, active).count()) // 2
+    handled = 0
 
-    def campaign(source: RecipientSource) -> Broadcast:
-        return Broadcast(notifier, "news", "2026-12-tariff", NEWS, source, every=0.5)
+    def stop_at_half(result: Result) -> None:  # a deploy, a crash, a Ctrl-C
+        nonlocal handled
+        handled += 1
+        if handled == half:
+            first.cancel()
+
+    def campaign(notifier: Notifier) -> Broadcast:
+        source = recipients_from_query(engine, active)
+        return Broadcast(
+            notifier, "news", "2026-12-tariff", NEWS, source, on_progress=show, every=0.5
+        )
 
     print(f"broadcasting to the active ones of {users} users; stopping at about half")
-    first = campaign(recipients_from_query(engine, active))
-    first.on_progress = lambda p: (show(p), p.done * 2 >= (p.total or 0) and first.cancel())
+    first = campaign(Notifier(ledger, sender, concurrency=32, on_result=stop_at_half))
     stopped = await first.run()
     print(f"stopped: {stopped.progress.sent} sent, cancelled={stopped.cancelled}")
 
     print("the same campaign again: only the users not reached yet")
-    second = campaign(recipients_from_query(engine, active))
-    second.on_progress = show
+    second = campaign(Notifier(ledger, sender, concurrency=32))
     done = await second.run()
     print(f"resumed: {done.progress.sent} sent, {done.progress.duplicate} already done")
 

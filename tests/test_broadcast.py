@@ -18,6 +18,7 @@ from notifyonce import (
     Notifier,
     Outcome,
     PermanentSendError,
+    Result,
     UncertainSendError,
     ValidationError,
     recipients_from_file,
@@ -110,19 +111,20 @@ async def test_progress_callback_and_watch_end_with_final_snapshot(ledger: Async
 async def test_cancel_then_resume_sends_each_chat_once(ledger: AsyncLedger) -> None:
     """cancel() stops the run cleanly; a new run of the campaign finishes it, once per chat."""
     sender = FakeSender(latency=0.005)
-    notifier = Notifier(ledger, sender, concurrency=4)
+    handled: list[Result] = []
 
-    def stop_halfway(progress: BroadcastProgress) -> None:
-        if progress.done >= 100:
+    def stop_at_100(result: Result) -> None:
+        handled.append(result)
+        if len(handled) == 100:
             first.cancel()
 
-    first = Broadcast(
-        notifier, "news", "c1", NEWS, range(400), on_progress=stop_halfway, every=0.02
-    )
+    stopping = Notifier(ledger, sender, concurrency=4, on_result=stop_at_100)
+    first = Broadcast(stopping, "news", "c1", NEWS, range(400))
     cancelled = await first.run()
     assert cancelled.cancelled
     assert 0 < cancelled.progress.done < 400
     assert [] == cancelled.held  # claims not sent were freed, none left held
+    notifier = Notifier(ledger, sender, concurrency=4)
     resumed = await Broadcast(notifier, "news", "c1", NEWS, range(400)).run()
     assert not resumed.cancelled
     counts = per_chat(sender)
