@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from notifyonce import BroadcastProgress
 from notifyonce._cli import main
@@ -161,6 +163,7 @@ def test_render_bar_and_line() -> None:
     assert bar.endswith("25/s  ETA 00:02")
     assert render_line(BroadcastProgress(sent=3)).endswith("0/s, ETA --:--")
     assert "ETA 1:00:00" in render_bar(BroadcastProgress(sent=1, total=3601, rate=1.0))
+    assert "ETA >99:59:59" in render_bar(BroadcastProgress(sent=0, total=1, rate=5e-324))
 
 
 def test_progress_bar_and_eta_in_a_real_terminal(workdir: Path, server: BotAPIServer) -> None:
@@ -204,3 +207,26 @@ def test_progress_bar_and_eta_in_a_real_terminal(workdir: Path, server: BotAPISe
         assert any(line.startswith("unknown news/300/c1") for line in pane.splitlines()), pane
     finally:
         subprocess.run([*tmux, "kill-server"], check=False, capture_output=True)
+
+
+@given(
+    sent=st.integers(0, 10**6),
+    duplicate=st.integers(0, 10**6),
+    extra=st.integers(0, 10**6),
+    rate=st.one_of(st.just(5e-324), st.floats(0, 10**4, allow_nan=False)),
+    width=st.integers(1, 80),
+)
+def test_bar_keeps_its_width_and_eta_follows_the_rate(
+    sent: int, duplicate: int, extra: int, rate: float, width: int
+) -> None:
+    """For any counts the bar is exactly ``width`` wide, filled in proportion, with an ETA."""
+    progress = BroadcastProgress(
+        sent=sent, duplicate=duplicate, total=sent + duplicate + extra, rate=rate
+    )
+    line = render_bar(progress, width=width)
+    inside = line[1 : line.index("]")] if progress.total else ""
+    if progress.total:
+        assert width == len(inside)
+        assert int(width * progress.done / progress.total) == inside.count("#")
+    assert extra == progress.remaining
+    assert ("ETA --:--" in line) == (extra > 0 and rate == 0)

@@ -49,6 +49,7 @@ _ASYNC_DRIVERS = {
 }
 _LISTED = 100  # unknown chats printed in full up to this many
 _BAR_WIDTH = 24
+_ETA_CAP = 100 * 3600.0
 
 
 def add_parser(
@@ -299,6 +300,8 @@ def _interrupt(broadcast: Broadcast) -> Callable[[], None]:
 def _eta(seconds: float | None) -> str:
     if seconds is None:
         return "ETA --:--"
+    if seconds >= _ETA_CAP:  # a rate near zero: a number of days means nothing here
+        return "ETA >99:59:59"
     whole = int(seconds + 0.5)
     hours, rest = divmod(whole, 3600)
     minutes, secs = divmod(rest, 60)
