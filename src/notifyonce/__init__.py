@@ -6,6 +6,14 @@ sent, so restarts, parallel workers and flaky networks cannot send it twice.
 
 from __future__ import annotations
 
+from ._broadcast import (
+    Broadcast,
+    BroadcastProgress,
+    BroadcastReport,
+    RecipientSource,
+    recipients_from_file,
+    recipients_from_query,
+)
 from ._channels import Channel, ChannelReceipt, FallbackSender, FanoutSender
 from ._claim import Claim
 from ._errors import (
@@ -36,6 +44,9 @@ from ._window import DeadlineRange, Window
 
 __all__ = [
     "AsyncLedger",
+    "Broadcast",
+    "BroadcastProgress",
+    "BroadcastReport",
     "Channel",
     "ChannelReceipt",
     "Claim",
@@ -56,6 +67,7 @@ __all__ = [
     "PermanentSendError",
     "QuietHours",
     "Receipt",
+    "RecipientSource",
     "Report",
     "Result",
     "Schedule",
@@ -77,6 +89,8 @@ __all__ = [
     "__version__",
     "deadline_filter",
     "make_key",
+    "recipients_from_file",
+    "recipients_from_query",
     "schedule_filter",
     "window_filter",
     "window_filters",

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from . import _cli_broadcast
 from ._durations import format_duration
 from ._errors import LedgerError, ScheduleError, ValidationError
 from ._outcome import DeliveryMode
@@ -201,6 +202,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     migrate.add_argument("--revision", default="head", help="target revision (default: head)")
     _add_operator_commands(commands, db)
+    _cli_broadcast.add_parser(commands, db)
     return parser
 
 
@@ -502,6 +504,7 @@ _COMMANDS = {
     "migrate": _migrate,
     "list": _list,
     "requeue": _requeue,
+    "broadcast": _cli_broadcast.run,
 }
 
 

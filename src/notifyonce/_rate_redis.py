@@ -98,7 +98,7 @@ class RedisRateStore:
             trips to the store and to Telegram, start their sends less precisely than one
             process does; 0.03 kept 429 answers well under 1 % in the four-worker test.
 
-    Example:
+    Examples:
         >>> import redis.asyncio
         >>> store = RedisRateStore(redis.asyncio.Redis(), prefix="mybot:rate:")
     """

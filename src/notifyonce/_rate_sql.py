@@ -94,7 +94,7 @@ class SQLRateStore:
     """Rate-limit state shared by every worker through your database.
 
     Works on PostgreSQL, MySQL/MariaDB and SQLite (one host). The table is created by
-    :meth:`create_schema` or by the shipped Alembic migration (``notifyonce.migrations``).
+    `create_schema` or by the shipped Alembic migration (``notifyonce.migrations``).
 
     Args:
         engine: An ``AsyncEngine``; the ledger's engine is fine.
@@ -105,7 +105,7 @@ class SQLRateStore:
             trips to the store and to Telegram, start their sends less precisely than one
             process does; 0.03 kept 429 answers well under 1 % in the four-worker test.
 
-    Example:
+    Examples:
         >>> from sqlalchemy.ext.asyncio import create_async_engine
         >>> store = SQLRateStore(create_async_engine("sqlite+aiosqlite:///bot.sqlite3"))
         >>> store.table.name

@@ -15,7 +15,7 @@ broadcast lane):
 The 429 rule (the same as the in-memory limiter's): a flood wait delays its chat; a second
 chat flooding while the first one's wait still runs makes it bot-wide.
 
-:func:`decide_turn` and :func:`decide_flood` are that rule as pure functions; the SQL store
+`decide_turn` and `decide_flood` are that rule as pure functions; the SQL store
 runs them between reading and writing rows it holds locked, the Redis store runs the same
 rule as one Lua script, and the tests compare both with the functions.
 """
@@ -62,7 +62,7 @@ def bot_key(token: str) -> str:
     A token without a numeric id gets a digest instead, so the token itself is never
     stored.
 
-    Example:
+    Examples:
         >>> bot_key("123456:ABC-secret")
         '123456'
     """
@@ -77,7 +77,7 @@ class TurnRequest:
     """What a sender asks a store for: a turn for one send.
 
     Attributes:
-        bot: The bot's budget key (see :func:`bot_key`).
+        bot: The bot's budget key (see [`bot_key`][notifyonce.ratelimit.bot_key]).
         chat: The recipient (a chat id string or ``@channel``).
         lane: ``"bot"`` (the bot's own per-second budget) or ``"paid"`` (paid broadcasts).
         limit: The limits in force; the store derives the intervals from it.
@@ -114,7 +114,8 @@ class Turn:
         booked: True when the start is this send's; False when nothing was booked: the
             chat is still paced or in a flood wait, or the start is beyond ``max_wait``.
         at: The start on the store's own clock (seconds), when booked.
-        handle: Store-specific, given back to :meth:`RateStore.give_back`.
+        handle: Store-specific, given back to
+            [`RateStore.give_back`][notifyonce.ratelimit.RateStore.give_back].
     """
 
     wait: float
@@ -166,7 +167,7 @@ def decide_turn(
 ) -> float | None:
     """Apply the turn rule; returns the start (mutating ``lane`` and ``chat``) or None.
 
-    None means nothing was booked; the wait is then :func:`hold_until` - now (the chat is
+    None means nothing was booked; the wait is then `hold_until` - now (the chat is
     not ready) or ``lane.tat`` - now (beyond ``max_wait``). ``lane`` may be ``bot``.
     """
     if hold_until(now, bot, chat) > now:
@@ -225,12 +226,13 @@ class MemoryRateStore:
     Each (bot, lane, limits) gets its own calendar (see ``RateLimitState``): a send waiting
     for its chat books a later bot slot and other chats fill the slots before it. Share one
     instance between senders of one bot in one process; across processes or hosts use
-    :class:`~notifyonce.ratelimit.SQLRateStore` or :class:`~notifyonce.ratelimit.RedisRateStore`.
+    [`SQLRateStore`][notifyonce.ratelimit.SQLRateStore] or
+    [`RedisRateStore`][notifyonce.ratelimit.RedisRateStore].
 
     Args:
         clock: Monotonic clock (tests inject a fake one).
 
-    Example:
+    Examples:
         >>> store = MemoryRateStore()
     """
 

@@ -10,9 +10,10 @@ sending for one bot share a store, and each send takes its turn from it::
 
 Budgets are keyed by the bot's numeric id (from its token), so senders of different bots
 never share a budget. When the store cannot be reached, nothing is sent: the send fails
-with :class:`RateStoreUnavailableError`, a :class:`~notifyonce.TransientSendError`.
+with [`RateStoreUnavailableError`][notifyonce.ratelimit.RateStoreUnavailableError], a
+[`TransientSendError`][notifyonce.TransientSendError].
 
-Example:
+Examples:
     >>> from notifyonce.ratelimit import MemoryRateStore, RateLimit, RateStore
     >>> isinstance(MemoryRateStore(), RateStore)
     True

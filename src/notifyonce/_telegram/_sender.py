@@ -190,11 +190,11 @@ class TelegramSender(HTTPSenderBase):
             ``max_connections`` and ``max_keepalive_connections`` to your concurrency.
         rate_limit: Telegram's limits, on by default; None disables the limiter.
         rate_store: Where the limiter keeps its state: by default in this process only
-            (a :class:`~notifyonce.ratelimit.MemoryRateStore`); pass a
-            :class:`~notifyonce.ratelimit.SQLRateStore` or
-            :class:`~notifyonce.ratelimit.RedisRateStore` to share the bot's budget with
+            (a [`MemoryRateStore`][notifyonce.ratelimit.MemoryRateStore]); pass a
+            [`SQLRateStore`][notifyonce.ratelimit.SQLRateStore] or
+            [`RedisRateStore`][notifyonce.ratelimit.RedisRateStore] to share the bot's budget with
             every worker and host. When the store fails, nothing is sent
-            (:class:`~notifyonce.ratelimit.RateStoreUnavailableError`).
+            ([`RateStoreUnavailableError`][notifyonce.ratelimit.RateStoreUnavailableError]).
         allow_paid_broadcast: Send with ``allow_paid_broadcast`` (Telegram's paid lane,
             charged in Stars) and pace by ``rate_limit.paid_broadcast_per_second``
             instead of ``bot_per_second``. Off unless asked for.

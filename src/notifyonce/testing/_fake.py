@@ -69,11 +69,11 @@ class FakeSender:
     a recipient's own script is used before the shared one.
 
     A send has two halves, like a request to a real provider: ``latency`` until the
-    provider has the message (it is then delivered and recorded in :attr:`records`), and
+    provider has the message (it is then delivered and recorded in `records`), and
     ``answer_latency`` until the answer reaches the caller. A send cancelled in the second
     half was delivered although its caller never learns it: the case that makes a
-    cancelled send uncertain. :meth:`hold_answers` keeps every answer in that second half
-    until :meth:`release_answers`, and :meth:`wait_in_flight` waits for such sends, so a
+    cancelled send uncertain. `hold_answers` keeps every answer in that second half
+    until `release_answers`, and `wait_in_flight` waits for such sends, so a
     test can cancel at exactly that moment.
 
     Args:
@@ -190,7 +190,7 @@ class FakeSender:
         """Make the next send (to ``recipient``, or to anyone) deliver, then lose the answer.
 
         The message is delivered and recorded, then the send raises
-        :class:`~notifyonce.UncertainSendError`, as when a connection drops after the
+        [`UncertainSendError`][notifyonce.UncertainSendError], as when a connection drops after the
         provider accepted the request.
         """
         self.fail_next(
@@ -203,7 +203,7 @@ class FakeSender:
         """From now on, keep every answer from reaching its caller until released.
 
         Messages are still delivered (and recorded) after ``latency``; the sends then wait
-        in flight, which :attr:`in_flight` counts, until :meth:`release_answers` or until
+        in flight, which `in_flight` counts, until `release_answers` or until
         they are cancelled.
         """
         self._gate().clear()
@@ -228,7 +228,7 @@ class FakeSender:
         return self._in_flight
 
     async def wait_in_flight(self, count: int = 1, *, timeout: float = 5.0) -> None:
-        """Wait until at least ``count`` sends are in flight (see :attr:`in_flight`).
+        """Wait until at least ``count`` sends are in flight (see `in_flight`).
 
         Raises:
             TimeoutError: Fewer were in flight after ``timeout`` seconds.
@@ -298,7 +298,7 @@ class FakeSender:
         return receipt
 
     async def _answer(self) -> None:
-        """The answer's way back: ``answer_latency``, and the gate of :meth:`hold_answers`."""
+        """The answer's way back: ``answer_latency``, and the gate of `hold_answers`."""
         gate = self._answers
         if not self.answer_latency and (gate is None or gate.is_set()):
             return

@@ -1,0 +1,508 @@
+"""Broadcasts: one message to a stream of chats, resumable, with progress and an ETA.
+
+A campaign is an action plus a cycle (the campaign id): each chat's slot is
+``(action, chat, campaign)``, so running the same campaign again after a crash or a
+cancellation sends only to the chats that were not handled yet. The sends go through
+[`Notifier.send_many`][notifyonce.Notifier.send_many] (claims just in time, outcomes written at
+once), so a crash
+costs only the sends in flight; in at-most-once mode those are recorded ``unknown`` and
+`BroadcastReport.unknown` lists them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import os
+import time
+from collections import deque
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sized
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import sqlalchemy as sa
+
+from ._errors import ValidationError, ValidationTypeError
+from ._keys import Subject, normalize_action, normalize_cycle, normalize_subject
+from ._message import Message
+from ._outcome import Outcome
+from ._results import Notification, Report, Result
+from ._table import SlotStatus
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from ._notifier import Notifier
+
+__all__ = [
+    "Broadcast",
+    "BroadcastProgress",
+    "BroadcastReport",
+    "RecipientSource",
+    "recipients_from_file",
+    "recipients_from_query",
+]
+
+Recipients: TypeAlias = "Iterable[Subject] | AsyncIterable[Subject] | RecipientSource"
+
+# Progress rate over this many recent seconds: a resumed campaign skips its finished chats
+# in a burst, which must not make the ETA of the rest look short.
+_RATE_WINDOW = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class BroadcastProgress:
+    """A snapshot of a running broadcast.
+
+    Attributes:
+        sent: Delivered in this run.
+        failed: Refused for good (blocked the bot, chat not found).
+        unknown: May or may not have been delivered (at-most-once); never resent.
+        duplicate: Already handled by an earlier run of the campaign (or a repeat in the
+            stream): nothing was sent.
+        retry: Not delivered; the next run of the campaign tries them again.
+        skipped: Skipped without a claim (quiet hours, spacing, a dry run).
+        lease_lost: Sent while another worker had taken the slot over.
+        total: How many recipients the stream has, when known.
+        elapsed: Seconds since the run started.
+        rate: Recipients handled per second over the last few seconds.
+        finished: True in the last snapshot of a run.
+    """
+
+    sent: int = 0
+    failed: int = 0
+    unknown: int = 0
+    duplicate: int = 0
+    retry: int = 0
+    skipped: int = 0
+    lease_lost: int = 0
+    total: int | None = None
+    elapsed: float = 0.0
+    rate: float = 0.0
+    finished: bool = False
+
+    @property
+    def done(self) -> int:
+        """Recipients handled so far, whatever their outcome."""
+        return (
+            self.sent
+            + self.failed
+            + self.unknown
+            + self.duplicate
+            + self.retry
+            + self.skipped
+            + self.lease_lost
+        )
+
+    @property
+    def remaining(self) -> int | None:
+        """Recipients not handled yet, when the total is known."""
+        return None if self.total is None else max(self.total - self.done, 0)
+
+    @property
+    def eta(self) -> float | None:
+        """Seconds until the end at the current rate, when the total and a rate are known."""
+        remaining = self.remaining
+        if remaining is None:
+            return None
+        if remaining == 0:
+            return 0.0
+        return remaining / self.rate if self.rate > 0 else None
+
+
+@dataclass
+class BroadcastReport:
+    """What a [`Broadcast.run`][notifyonce.Broadcast.run] did, and where the campaign stands in the
+    ledger.
+
+    Attributes:
+        action: The broadcast's action.
+        campaign: The campaign id (the slots' cycle).
+        progress: The last progress snapshot of this run.
+        report: The underlying [`Report`][notifyonce.Report] (counts, and the results that need
+            attention).
+        unknown: Every chat of the campaign whose delivery is unknown, from the ledger
+            (this run's and earlier runs', including sends cut short by a crash once their
+            lease expired): send them again only after checking by hand.
+        held: Chats of the campaign still claimed by another run (or by a crashed one
+            whose lease has not expired yet); a later run settles them.
+        cancelled: True when [`Broadcast.cancel`][notifyonce.Broadcast.cancel] stopped the run; run
+            it again to
+            resume.
+    """
+
+    action: str
+    campaign: str
+    progress: BroadcastProgress
+    report: Report
+    unknown: list[str] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)
+    cancelled: bool = False
+
+
+class RecipientSource:
+    """Recipients that can be streamed and, cheaply, counted (for ``remaining`` and ETA).
+
+    Build one with [`recipients_from_file`][notifyonce.recipients_from_file] or
+    [`recipients_from_query`][notifyonce.recipients_from_query], or
+    subclass it.
+    """
+
+    def __aiter__(self) -> AsyncIterator[Subject]:
+        raise NotImplementedError
+
+    async def count(self) -> int | None:
+        """How many recipients the stream will yield, or None when unknown."""
+        return None
+
+
+class _FileRecipients(RecipientSource):
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+
+    def _lines(self) -> Iterable[tuple[int, str]]:
+        with open(self.path, encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                text = line.strip()
+                if text and not text.startswith("#"):
+                    yield number, text
+
+    async def __aiter__(self) -> AsyncIterator[Subject]:
+        for number, text in self._lines():
+            try:
+                normalize_subject(text)
+            except ValidationError as exc:
+                raise ValidationError("recipients", f"line {number}: {exc.problem}") from None
+            yield int(text) if _is_int(text) else text
+
+    async def count(self) -> int:
+        return sum(1 for _ in self._lines())
+
+
+def _is_int(text: str) -> bool:
+    return text.lstrip("-").isdigit() and not (len(text) > 1 and text.lstrip("-")[0] == "0")
+
+
+def recipients_from_file(path: str | os.PathLike[str]) -> RecipientSource:
+    """Chat ids from a text file, one a line; blank lines and ``#`` comments are ignored.
+
+    Lines of digits (with an optional ``-``, as group chats have) become ints, the others
+    (``@channel`` names) stay str. The file is read as it is sent, and counted once first.
+    """
+    return _FileRecipients(path)
+
+
+class _QueryRecipients(RecipientSource):
+    def __init__(self, engine: AsyncEngine, query: sa.Select[Any], chunk: int) -> None:
+        self.engine = engine
+        self.query = query
+        self.chunk = chunk
+
+    async def __aiter__(self) -> AsyncIterator[Subject]:
+        if self.engine.dialect.name == "sqlite":
+            # An open read on SQLite keeps the ledger's writes on the same file from
+            # committing ("database is locked"): read the ids first, then send.
+            async with self.engine.connect() as conn:
+                chats = (await conn.execute(self.query)).scalars().all()
+            for chat in chats:
+                yield chat
+            return
+        async with self.engine.connect() as conn:
+            result = await conn.stream(self.query.execution_options(yield_per=self.chunk))
+            async for row in result:
+                yield row[0]
+
+    async def count(self) -> int:
+        counted = sa.select(sa.func.count()).select_from(self.query.subquery())
+        async with self.engine.connect() as conn:
+            return int((await conn.execute(counted)).scalar_one())
+
+
+def recipients_from_query(
+    engine: AsyncEngine, query: sa.Select[Any] | str, *, chunk: int = 1000
+) -> RecipientSource:
+    """Chat ids from the first column of a SQL query, streamed ``chunk`` rows at a time.
+
+    On PostgreSQL and MySQL/MariaDB the rows are streamed (a server-side cursor; reads
+    there do not block the ledger's writes). On SQLite, where an open read would block
+    them, the ids are read in full before the first send.
+
+    Args:
+        engine: An ``AsyncEngine`` on the database that has the users (any database).
+        query: A SQLAlchemy ``select(...)``, or the text of a ``SELECT``.
+        chunk: Rows fetched at a time.
+
+    Examples:
+        >>> import sqlalchemy as sa
+        >>> users = sa.table("users", sa.column("chat_id"), sa.column("active"))
+        >>> query = sa.select(users.c.chat_id).where(users.c.active)
+        >>> source = recipients_from_query(engine, query)  # doctest: +SKIP
+    """
+    if isinstance(query, str):
+        query = sa.select(sa.text("*")).select_from(sa.text(f"({query}) AS recipients"))
+    if not isinstance(query, sa.Select):
+        raise ValidationTypeError("query", f"must be a select() or a str, got {type(query)}")
+    return _QueryRecipients(engine, query, chunk)
+
+
+class Broadcast:
+    """One message to many chats under a campaign id: resumable, observable, cancellable.
+
+    Args:
+        notifier: Sends the messages (its ledger, sender, delivery mode and concurrency).
+        action: What is broadcast, e.g. ``"news"``.
+        campaign: The campaign id, e.g. ``"2026-12-tariff"``: the slots' cycle. Running
+            the same action and campaign again sends only to chats not handled yet.
+        message: The message, or a function building it for one chat.
+        recipients: Chat ids: a list or any iterable, an async iterable, or a
+            [`RecipientSource`][notifyonce.RecipientSource]
+            ([`recipients_from_file`][notifyonce.recipients_from_file],
+            [`recipients_from_query`][notifyonce.recipients_from_query]).
+        total: How many recipients there are, for ``remaining`` and the ETA. Default:
+            ``len`` of a list, ``count()`` of a source, else unknown.
+        on_progress: Called with a [`BroadcastProgress`][notifyonce.BroadcastProgress] every
+            ``every`` seconds
+            and once at the end.
+        every: Seconds between progress snapshots.
+
+    Examples:
+        >>> import asyncio
+        >>> from sqlalchemy.ext.asyncio import create_async_engine
+        >>> from notifyonce import AsyncLedger, Broadcast, Message, Notifier
+        >>> from notifyonce.testing import FakeSender
+        >>> async def main() -> str:
+        ...     ledger = AsyncLedger(create_async_engine("sqlite+aiosqlite://"))
+        ...     await ledger.create_schema()
+        ...     notifier = Notifier(ledger, FakeSender())
+        ...     news = Message("A new tariff is out")
+        ...     first = await Broadcast(notifier, "news", "2026-12", news, [1, 2, 3]).run()
+        ...     again = await Broadcast(notifier, "news", "2026-12", news, [1, 2, 3, 4]).run()
+        ...     return f"{first.progress.sent} sent, then {again.progress.sent} more"
+        >>> asyncio.run(main())
+        '3 sent, then 1 more'
+    """
+
+    def __init__(
+        self,
+        notifier: Notifier,
+        action: str,
+        campaign: str,
+        message: Message | Callable[[Subject], Message],
+        recipients: Recipients,
+        *,
+        total: int | None = None,
+        on_progress: Callable[[BroadcastProgress], None] | None = None,
+        every: float = 1.0,
+    ) -> None:
+        self.action = normalize_action(action)
+        if not isinstance(campaign, str):
+            raise ValidationTypeError("campaign", f"must be a str, got {type(campaign).__name__}")
+        self.campaign, _ = normalize_cycle(campaign)
+        if not isinstance(message, Message) and not callable(message):
+            raise ValidationTypeError(
+                "message", f"must be a Message or a callable, got {type(message).__name__}"
+            )
+        if isinstance(recipients, (str, bytes)) or not isinstance(
+            recipients, (Iterable, AsyncIterable, RecipientSource)
+        ):
+            raise ValidationTypeError(
+                "recipients", f"must be an iterable of chat ids, got {type(recipients).__name__}"
+            )
+        if total is not None and (isinstance(total, bool) or not isinstance(total, int)):
+            raise ValidationTypeError("total", f"must be an int or None, got {type(total)}")
+        if isinstance(every, bool) or not isinstance(every, (int, float)) or every <= 0:
+            raise ValidationError("every", "must be a positive number of seconds")
+        self.notifier = notifier
+        self.message = message
+        self.recipients = recipients
+        self.total = total
+        self.on_progress = on_progress
+        self.every = float(every)
+        self._counts = dict.fromkeys(Outcome, 0)
+        self._started: float | None = None
+        self._samples: deque[tuple[float, int]] = deque()
+        self._watchers: list[asyncio.Queue[BroadcastProgress]] = []
+        self._task: asyncio.Task[Report] | None = None
+        self._cancel_requested = False
+        self._last: BroadcastProgress | None = None
+
+    def __repr__(self) -> str:
+        return f"Broadcast({self.action!r}, campaign={self.campaign!r})"
+
+    # -- running ----------------------------------------------------------------------
+
+    async def run(self) -> BroadcastReport:
+        """Send to every recipient not handled yet by this campaign; return the report.
+
+        Raises:
+            ValidationError: A bad recipient or message (nothing of that batch written).
+            SenderConfigError: The sender is set up wrong; the run's claims were freed.
+            LedgerError: The ledger failed; what was under way was recorded where possible.
+            asyncio.CancelledError: The task running this was cancelled (after the claims
+                were settled). `cancel` instead returns a report marked cancelled.
+        """
+        if self._task is not None:
+            raise RuntimeError("this Broadcast is already running or ran; build a new one")
+        total = self.total
+        if total is None:
+            if isinstance(self.recipients, RecipientSource):
+                total = await self.recipients.count()
+            elif isinstance(self.recipients, Sized):
+                total = len(self.recipients)
+        self.total = total
+        runner = copy.copy(self.notifier)  # the caller's Notifier keeps its own hook
+        chained = self.notifier.on_result
+        runner.on_result = self._count if chained is None else _both(self._count, chained)
+        self._started = time.monotonic()
+        self._task = asyncio.ensure_future(runner.send_many(self.action, self._notifications()))
+        if self._cancel_requested:
+            self._task.cancel()
+        ticker = asyncio.ensure_future(self._tick())
+        try:
+            await _finish(self._task)
+        finally:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
+            self._publish(finished=True)
+        cancelled = self._task.cancelled()
+        report = Report(counts=dict(self._counts)) if cancelled else self._task.result()
+        unknown, held = await self._standing()
+        assert self._last is not None
+        return BroadcastReport(
+            self.action, self.campaign, self._last, report, unknown, held, cancelled
+        )
+
+    def cancel(self) -> None:
+        """Stop the run cleanly: no new sends; sends under way are recorded (unknown in
+        at-most-once mode), claims not yet sent are freed. `run` then returns a
+        report with ``cancelled=True``; run the campaign again to resume."""
+        self._cancel_requested = True
+        if self._task is not None:
+            self._task.cancel()
+
+    def progress(self) -> BroadcastProgress:
+        """The progress right now."""
+        return self._snapshot(finished=False)
+
+    async def watch(self) -> AsyncIterator[BroadcastProgress]:
+        """Progress snapshots while the broadcast runs (the latest one when the reader is
+        slow), ending with the final snapshot. Iterate it in a task next to `run`."""
+        queue: asyncio.Queue[BroadcastProgress] = asyncio.Queue(maxsize=1)
+        self._watchers.append(queue)
+        try:
+            while True:
+                if self._last is not None and self._last.finished and queue.empty():
+                    return
+                snapshot = await queue.get()
+                yield snapshot
+                if snapshot.finished:
+                    return
+        finally:
+            self._watchers.remove(queue)
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    async def _notifications(self) -> AsyncIterator[Notification]:
+        build = self.message
+        source = self.recipients
+        if isinstance(source, AsyncIterable):
+            async for chat in source:
+                yield self._notification(chat, build)
+        else:
+            for chat in source:
+                yield self._notification(chat, build)
+
+    def _notification(
+        self, chat: Subject, build: Message | Callable[[Subject], Message]
+    ) -> Notification:
+        message = build if isinstance(build, Message) else build(chat)
+        return Notification(chat, self.campaign, message)
+
+    def _count(self, result: Result) -> None:
+        self._counts[result.outcome] += 1
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.every)
+            self._publish(finished=False)
+
+    def _snapshot(self, *, finished: bool) -> BroadcastProgress:
+        now = time.monotonic()
+        started = self._started if self._started is not None else now
+        c = self._counts
+        done = sum(c.values())
+        samples = self._samples
+        samples.append((now, done))
+        while len(samples) > 2 and now - samples[1][0] >= _RATE_WINDOW:
+            samples.popleft()
+        then, done_then = samples[0]
+        rate = (done - done_then) / (now - then) if now - then > 0 else 0.0
+        return BroadcastProgress(
+            sent=c[Outcome.SENT],
+            failed=c[Outcome.FAILED],
+            unknown=c[Outcome.UNKNOWN],
+            duplicate=c[Outcome.DUPLICATE],
+            retry=c[Outcome.RETRY],
+            skipped=c[Outcome.SKIPPED],
+            lease_lost=c[Outcome.LEASE_LOST],
+            total=self.total,
+            elapsed=now - started,
+            rate=rate,
+            finished=finished,
+        )
+
+    def _publish(self, *, finished: bool) -> None:
+        snapshot = self._snapshot(finished=finished)
+        self._last = snapshot
+        for queue in self._watchers:
+            if queue.full():
+                queue.get_nowait()  # a slow reader gets the latest snapshot only
+            queue.put_nowait(snapshot)
+        if self.on_progress is not None:
+            self.on_progress(snapshot)
+
+    async def _standing(self) -> tuple[list[str], list[str]]:
+        """The campaign's unknown and still-claimed chats, from the ledger."""
+        if self.notifier.dry_run:
+            return [], []
+        ledger = self.notifier.ledger
+        table = ledger.table
+        query = (
+            sa.select(table.c.subject, table.c.status)
+            .where(
+                table.c.action == self.action,
+                table.c.cycle == self.campaign,
+                table.c.status.in_([SlotStatus.UNKNOWN.value, SlotStatus.CLAIMED.value]),
+            )
+            .order_by(table.c.id)
+        )
+        async with ledger.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        unknown = [str(s) for s, status in rows if status == SlotStatus.UNKNOWN.value]
+        held = [str(s) for s, status in rows if status == SlotStatus.CLAIMED.value]
+        return unknown, held
+
+
+def _both(
+    first: Callable[[Result], None], second: Callable[[Result], None]
+) -> Callable[[Result], None]:
+    def call(result: Result) -> None:
+        first(result)
+        second(result)
+
+    return call
+
+
+async def _finish(task: asyncio.Task[Report]) -> None:
+    """Wait for ``task``; if we are cancelled meanwhile, cancel it, let it settle its
+    claims, then raise the cancellation."""
+    try:
+        await asyncio.wait([task])
+    except asyncio.CancelledError:
+        task.cancel()
+        while not task.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([task])
+        raise

@@ -1,0 +1,407 @@
+"""``notifyonce broadcast``: one message to many Telegram chats, resumable, with progress.
+
+Exit codes (as the other commands, plus 1 and 130 for what a broadcast leaves behind):
+
+- 0: every recipient was handled (sent, refused for good, or done by an earlier run).
+- 1: the run ended but chats need attention: outcomes unknown (listed; never resent),
+  sends to retry, or slots still claimed by another run. Running it again resumes.
+- 2: usage error: bad arguments, no token, an unreadable file, a rejected bot token.
+- 3: the database could not be reached or failed.
+- 130: interrupted (Ctrl-C or SIGTERM); the run stopped cleanly, run it again to resume.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import os
+import signal
+import sys
+from typing import IO, TYPE_CHECKING
+
+from ._errors import SenderConfigError, ValidationError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._broadcast import Broadcast, BroadcastProgress, BroadcastReport
+    from ._message import Message, Receipt, Sender
+
+__all__ = ["add_parser", "render_bar", "render_line", "run"]
+
+ENV_TOKEN = "NOTIFYONCE_BOT_TOKEN"  # noqa: S105 (the variable's name, not a secret)
+EXIT_ATTENTION = 1
+EXIT_INTERRUPTED = 130
+
+# Sync drivers (and bare dialect names) map to the async driver a broadcast runs on.
+_ASYNC_DRIVERS = {
+    "postgresql": "postgresql+asyncpg",
+    "postgresql+psycopg2": "postgresql+asyncpg",
+    "sqlite": "sqlite+aiosqlite",
+    "sqlite+pysqlite": "sqlite+aiosqlite",
+    "mysql": "mysql+asyncmy",
+    "mysql+pymysql": "mysql+asyncmy",
+    "mariadb": "mariadb+asyncmy",
+    "mariadb+pymysql": "mariadb+asyncmy",
+}
+_LISTED = 100  # unknown chats printed in full up to this many
+_BAR_WIDTH = 24
+_ETA_CAP = 100 * 3600.0
+
+
+def add_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], db: argparse.ArgumentParser
+) -> None:
+    """Register ``broadcast`` on the command line's subcommands."""
+    from ._cli import _duration_arg
+
+    parser = commands.add_parser(
+        "broadcast",
+        parents=[db],
+        help="send one message to many Telegram chats, once each; re-run to resume",
+        description="Send the text of --text-file to every chat id of --recipients-file or "
+        "--recipients-sql, once per (--action, --campaign): running the same command "
+        "again after a crash or Ctrl-C sends only to the chats not handled yet. The bot "
+        f"token is read from ${ENV_TOKEN} (or the variable --token-env names), never "
+        "from an argument.",
+        epilog="Exit codes: 0 all handled, 1 chats need attention (unknown outcomes are "
+        "listed), 2 usage error, 3 database error, 130 interrupted (run again to resume).",
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--recipients-file", metavar="PATH", help="chat ids, one a line")
+    source.add_argument(
+        "--recipients-sql",
+        metavar="SELECT",
+        help="a SELECT whose first column is the chat id, run against --database-url",
+    )
+    parser.add_argument("--text-file", required=True, metavar="PATH", help="the message text")
+    parser.add_argument("--parse-mode", choices=["HTML", "MarkdownV2"], default=None)
+    parser.add_argument("--action", required=True, help="what is broadcast, e.g. news")
+    parser.add_argument("--campaign", required=True, help="the campaign id, e.g. 2026-12-tariff")
+    parser.add_argument(
+        "--token-env",
+        default=ENV_TOKEN,
+        metavar="NAME",
+        help=f"environment variable holding the bot token (default: {ENV_TOKEN})",
+    )
+    parser.add_argument("--base-url", default="https://api.telegram.org", help="Bot API server URL")
+    parser.add_argument("--mode", choices=["at-most-once", "at-least-once"], default="at-most-once")
+    parser.add_argument("--max-attempts", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=16, help="sends in flight at most")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        metavar="PER_SECOND",
+        help="messages per second for the whole bot (default 30, or 1000 with --paid; 0: no limit)",
+    )
+    parser.add_argument(
+        "--paid",
+        action="store_true",
+        help="use Telegram's paid broadcast lane (allow_paid_broadcast; costs Stars)",
+    )
+    parser.add_argument(
+        "--lease",
+        type=_duration_arg,
+        default=dt.timedelta(minutes=5),
+        metavar="DURATION",
+        help="how long a claim is held before a crashed run's sends count as unknown",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="send nothing; count what would go")
+    parser.add_argument(
+        "--progress-every",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds between progress updates (default: 0.2 on a terminal, else 5)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``notifyonce broadcast``; the exit code."""
+    from ._cli import ENV_URL, _UsageError
+
+    message = _message(args)
+    token = os.environ.get(args.token_env, "")
+    if not token and not args.dry_run:
+        raise _UsageError(f"no bot token: set ${args.token_env}")
+    for name in ("concurrency", "max_attempts"):
+        if getattr(args, name) < 1:
+            raise _UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.recipients_file and not os.path.isfile(args.recipients_file):
+        raise _UsageError("--recipients-file: no such file")
+    url = args.database_url or os.environ.get(ENV_URL)
+    if not url:
+        raise _UsageError(f"no database URL: pass --database-url or set ${ENV_URL}")
+    tty = sys.stderr.isatty()
+    every = args.progress_every or (0.2 if tty else 5.0)
+    try:
+        sender = _NoSender() if args.dry_run else _telegram(args, token)
+        return asyncio.run(_broadcast(args, message, sender, _async_url(url), tty, every))
+    except SenderConfigError as exc:
+        raise _UsageError(f"the sender is set up wrong, nothing more was sent: {exc}") from None
+
+
+def _message(args: argparse.Namespace) -> Message:
+    from ._cli import _UsageError
+    from ._message import Message
+
+    try:
+        with open(args.text_file, encoding="utf-8") as file:
+            text = file.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _UsageError(f"--text-file: cannot read it ({type(exc).__name__})") from None
+    if not text:
+        raise _UsageError("--text-file: the file is empty")
+    options = {"allow_paid_broadcast": True} if args.paid else {}
+    return Message(text, parse_mode=args.parse_mode, options=options)
+
+
+def _async_url(raw: str) -> str:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from ._cli import _UsageError
+
+    try:
+        url = make_url(raw)
+    except ArgumentError:
+        raise _UsageError("the database URL is not a valid SQLAlchemy URL") from None
+    driver = _ASYNC_DRIVERS.get(url.drivername)
+    if driver is not None:
+        url = url.set(drivername=driver)
+    return url.render_as_string(hide_password=False)
+
+
+class _NoSender:
+    """Stands in for Telegram in a dry run, where nothing is sent."""
+
+    async def send(self, recipient: str, message: Message) -> Receipt:
+        raise AssertionError("a dry run sends nothing")
+
+
+async def _broadcast(
+    args: argparse.Namespace, message: Message, sender: Sender, url: str, tty: bool, every: float
+) -> int:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from ._broadcast import Broadcast, recipients_from_file, recipients_from_query
+    from ._cli import _UsageError
+    from ._ledger import AsyncLedger
+    from ._notifier import Notifier
+    from ._outcome import DeliveryMode
+
+    try:
+        engine = create_async_engine(url)
+    except Exception as exc:  # a missing driver, a bad dialect name
+        raise _UsageError(f"cannot use this database URL: {type(exc).__name__}") from None
+    try:
+        ledger = AsyncLedger(engine, table_name=args.table, schema=args.schema, lease=args.lease)
+        notifier = Notifier(
+            ledger,
+            sender,
+            mode=DeliveryMode(args.mode.replace("-", "_")),
+            max_attempts=args.max_attempts,
+            concurrency=args.concurrency,
+            dry_run=args.dry_run,
+        )
+        if args.recipients_file:
+            source = recipients_from_file(args.recipients_file)
+        else:
+            source = recipients_from_query(engine, args.recipients_sql)  # the ledger's database
+        display = _Display(sys.stderr, tty)
+        broadcast = Broadcast(
+            notifier,
+            args.action,
+            args.campaign,
+            message,
+            source,
+            on_progress=display.show,
+            every=every,
+        )
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signum, _interrupt(broadcast))
+        try:
+            report = await broadcast.run()
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(signum)
+            display.close()
+    finally:
+        aclose = getattr(sender, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        await engine.dispose()
+    print(summary(report, dry_run=args.dry_run))
+    if report.cancelled:
+        return EXIT_INTERRUPTED
+    p = report.progress
+    if report.unknown or report.held or p.retry or p.lease_lost:
+        return EXIT_ATTENTION
+    return 0
+
+
+def _telegram(args: argparse.Namespace, token: str) -> Sender:
+    from ._cli import _UsageError
+
+    try:
+        from .telegram import RateLimit, TelegramSender
+    except ImportError:
+        raise _UsageError("broadcast needs httpx: pip install 'notifyonce[telegram]'") from None
+    rate = args.rate if args.rate is not None else (1000.0 if args.paid else 30.0)
+    if rate < 0:
+        raise _UsageError("--rate must be 0 (no limit) or positive")
+    limit = RateLimit(bot_per_second=rate) if rate > 0 else None
+    _check_token(args.base_url, token, args.token_env)
+    try:
+        return TelegramSender(token, base_url=args.base_url, rate_limit=limit)
+    except ValidationError as exc:
+        # Never echo the token: name the field only.
+        raise _UsageError(f"{exc.field}: {exc.problem}") from None
+
+
+def _check_token(base_url: str, token: str, env: str) -> None:
+    """Ask ``getMe`` before the first send: a rejected token must stop the broadcast
+    before any chat is tried (the sender would record each one as failed for good)."""
+    import httpx
+
+    from ._cli import _UsageError
+
+    try:
+        answer = httpx.post(f"{base_url.rstrip('/')}/bot{token}/getMe", timeout=15.0)
+    except httpx.HTTPError as exc:
+        # The exception text can quote the URL, and so the token: name its class only.
+        raise _UsageError(
+            f"cannot reach the Bot API at --base-url ({type(exc).__name__})"
+        ) from None
+    if answer.status_code in (401, 404):
+        raise _UsageError(
+            f"the Bot API refused the token ({answer.status_code}): check "
+            f"${env} and --base-url; nothing was sent"
+        )
+
+
+def _interrupt(broadcast: Broadcast) -> Callable[[], None]:
+    def handler() -> None:
+        broadcast.cancel()
+
+    return handler
+
+
+# -- rendering ---------------------------------------------------------------------------
+
+
+def _eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "ETA --:--"
+    if seconds >= _ETA_CAP:  # a rate near zero: a number of days means nothing here
+        return "ETA >99:59:59"
+    whole = int(seconds + 0.5)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"ETA {hours}:{minutes:02d}:{secs:02d}" if hours else f"ETA {minutes:02d}:{secs:02d}"
+
+
+def _counts(p: BroadcastProgress) -> str:
+    return (
+        f"sent {p.sent:,}  failed {p.failed:,}  unknown {p.unknown:,}  "
+        f"already done {p.duplicate:,}" + (f"  retry {p.retry:,}" if p.retry else "")
+    )
+
+
+def render_bar(p: BroadcastProgress, width: int = _BAR_WIDTH) -> str:
+    """One terminal line: a bar (when the total is known), counts, rate and ETA."""
+    if p.total:
+        filled = min(width, int(width * p.done / p.total))
+        head = f"[{'#' * filled}{'-' * (width - filled)}] {100 * p.done / p.total:5.1f}%"
+        head += f"  {p.done:,}/{p.total:,}"
+    else:
+        head = f"{p.done:,} handled"
+    return f"{head}  {_counts(p)}  {p.rate:,.0f}/s  {_eta(p.eta)}"
+
+
+def render_line(p: BroadcastProgress) -> str:
+    """One plain log line of progress (no bar), for logs and pipes."""
+    total = f"/{p.total:,}" if p.total is not None else ""
+    return f"progress: {p.done:,}{total} handled, {_counts(p)}, {p.rate:,.0f}/s, {_eta(p.eta)}"
+
+
+class _Display(logging.Handler):
+    """Shows progress: a bar redrawn in place on a terminal, plain lines otherwise.
+
+    While attached it also prints the library's warnings (a send whose outcome is
+    unknown, ...) above the bar instead of through it.
+    """
+
+    def __init__(self, stream: IO[str], tty: bool) -> None:
+        super().__init__(logging.WARNING)
+        self.stream = stream
+        self.tty = tty
+        self.bar = ""
+        self.logger = logging.getLogger("notifyonce")
+        self.logger.addHandler(self)
+
+    def show(self, progress: BroadcastProgress) -> None:
+        if self.tty:
+            self.bar = render_bar(progress)
+            self.stream.write("\r\x1b[K" + self.bar)
+        else:
+            self.stream.write(render_line(progress) + "\n")
+        self.stream.flush()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = self.format(record)
+        if self.bar:
+            self.stream.write(f"\r\x1b[K{line}\n{self.bar}")
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.logger.removeHandler(self)
+        if self.bar:
+            self.stream.write("\n")
+            self.stream.flush()
+        super().close()
+
+
+def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
+    """The final summary: counts, time and rate, the chats that need attention."""
+    p = report.progress
+    name = f"{report.action}/{report.campaign}"
+    if dry_run:
+        return (
+            f"dry run of {name}: would send to {p.skipped:,} chats; "
+            f"{p.duplicate:,} already done; nothing was sent or recorded"
+        )
+    rate = p.done / p.elapsed if p.elapsed > 0 else 0.0
+    state = "interrupted" if report.cancelled else "finished"
+    lines = [
+        f"broadcast {name} {state} in {p.elapsed:.1f} s ({rate:,.0f}/s): "
+        f"{p.sent:,} sent, {p.failed:,} failed, {p.unknown:,} unknown, "
+        f"{p.duplicate:,} already done, {p.retry:,} to retry"
+    ]
+    if report.cancelled:
+        lines.append("run the same command again to resume")
+    if report.unknown:
+        lines.append(
+            f"{len(report.unknown):,} chats of the campaign have an unknown outcome (the send "
+            "may or may not have arrived; they are not sent again):"
+        )
+        lines += [f"  {chat}" for chat in report.unknown[:_LISTED]]
+        if len(report.unknown) > _LISTED:
+            lines.append(f"  ... and {len(report.unknown) - _LISTED:,} more")
+    if report.held:
+        lines.append(
+            f"{len(report.held):,} chats are still claimed by another run (or a crashed one "
+            "whose lease has not expired): run again after the lease to settle them"
+        )
+    if p.retry:
+        lines.append(f"{p.retry:,} sends were not delivered: run again to retry them")
+    return "\n".join(lines)

@@ -1,0 +1,252 @@
+"""Broadcasts: resuming a campaign, progress snapshots, cancellation, recipient sources."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from notifyonce import (
+    AsyncLedger,
+    Broadcast,
+    BroadcastProgress,
+    Message,
+    Notifier,
+    Outcome,
+    PermanentSendError,
+    Result,
+    UncertainSendError,
+    ValidationError,
+    recipients_from_file,
+    recipients_from_query,
+)
+from notifyonce.testing import FakeSender
+
+NEWS = Message("A new tariff is out")
+
+
+@pytest.fixture
+async def ledger(async_engine: AsyncEngine, async_table: str) -> AsyncLedger:
+    ledger = AsyncLedger(async_engine, table_name=async_table)
+    await ledger.create_schema()
+    return ledger
+
+
+def per_chat(sender: FakeSender) -> Counter[str]:
+    return Counter(r.recipient for r in sender.sent)
+
+
+async def test_rerun_sends_only_to_chats_not_handled(ledger: AsyncLedger) -> None:
+    """A second run of the same campaign sends only to the chats the first did not reach."""
+    sender = FakeSender()
+    notifier = Notifier(ledger, sender)
+    first = await Broadcast(notifier, "news", "c1", NEWS, range(1, 51)).run()
+    second = await Broadcast(notifier, "news", "c1", NEWS, range(1, 81)).run()
+    assert 50 == first.progress.sent
+    assert (30, 50) == (second.progress.sent, second.progress.duplicate)
+    assert Counter({str(c): 1 for c in range(1, 81)}) == per_chat(sender)
+    assert (80, 0) == (second.progress.total, second.progress.remaining)
+
+
+async def test_another_campaign_sends_again(ledger: AsyncLedger) -> None:
+    """A new campaign id is a new set of slots: every chat gets the new broadcast."""
+    sender = FakeSender()
+    notifier = Notifier(ledger, sender)
+    await Broadcast(notifier, "news", "c1", NEWS, [1, 2]).run()
+    report = await Broadcast(notifier, "news", "c2", NEWS, [1, 2]).run()
+    assert 2 == report.progress.sent
+    assert 4 == len(sender.sent)
+
+
+async def test_outcomes_are_counted_and_unknown_listed(ledger: AsyncLedger) -> None:
+    """Failed and uncertain sends are counted; the unknown chats are listed from the ledger."""
+    sender = FakeSender()
+    sender.fail_next(PermanentSendError("Forbidden: bot was blocked", code=403), recipient="2")
+    sender.fail_next(UncertainSendError("connection lost"), recipient="3")
+    report = await Broadcast(Notifier(ledger, sender), "news", "c1", NEWS, [1, 2, 3, 4]).run()
+    progress = report.progress
+    assert (2, 1, 1) == (progress.sent, progress.failed, progress.unknown)
+    assert ["3"] == report.unknown
+    assert [] == report.held
+    assert {Outcome.FAILED: 1, Outcome.UNKNOWN: 1} == {
+        o: n for o, n in report.report.counts.items() if n and o is not Outcome.SENT
+    }
+
+
+async def test_progress_callback_and_watch_end_with_final_snapshot(ledger: AsyncLedger) -> None:
+    """on_progress and watch() both see snapshots while running and a finished one last."""
+    seen: list[BroadcastProgress] = []
+    notifier = Notifier(ledger, FakeSender(latency=0.01), concurrency=4)
+    broadcast = Broadcast(
+        notifier, "news", "c1", NEWS, range(200), on_progress=seen.append, every=0.05
+    )
+    watched: list[BroadcastProgress] = []
+
+    async def watch() -> None:
+        async for snapshot in broadcast.watch():
+            watched.append(snapshot)
+
+    watcher = asyncio.ensure_future(watch())
+    await asyncio.sleep(0)
+    report = await broadcast.run()
+    await asyncio.wait_for(watcher, 5)
+    assert report.progress == seen[-1] == watched[-1]
+    assert (True, 200, 0, 0.0) == (
+        report.progress.finished,
+        report.progress.sent,
+        report.progress.remaining,
+        report.progress.eta,
+    )
+    running = [s for s in seen if not s.finished]
+    assert running, "no snapshot while running"
+    assert all(s.total == 200 and s.remaining == 200 - s.done for s in running)
+    assert any(s.rate > 0 and s.eta is not None for s in running)
+    assert [s.done for s in seen] == sorted(s.done for s in seen)
+
+
+async def test_cancel_then_resume_sends_each_chat_once(ledger: AsyncLedger) -> None:
+    """cancel() stops the run cleanly; a new run of the campaign finishes it, once per chat."""
+    sender = FakeSender(latency=0.005)
+    handled: list[Result] = []
+
+    def stop_at_100(result: Result) -> None:
+        handled.append(result)
+        if len(handled) == 100:
+            first.cancel()
+
+    stopping = Notifier(ledger, sender, concurrency=4, on_result=stop_at_100)
+    first = Broadcast(stopping, "news", "c1", NEWS, range(400))
+    cancelled = await first.run()
+    assert cancelled.cancelled
+    assert 0 < cancelled.progress.done < 400
+    assert [] == cancelled.held  # claims not sent were freed, none left held
+    notifier = Notifier(ledger, sender, concurrency=4)
+    resumed = await Broadcast(notifier, "news", "c1", NEWS, range(400)).run()
+    assert not resumed.cancelled
+    counts = per_chat(sender)
+    unknown = set(cancelled.unknown)
+    # At most once: a send cut short by the cancellation is unknown, never repeated.
+    assert len(unknown) <= 4
+    assert {str(c) for c in range(400)} - unknown == set(counts)
+    assert {1} == set(counts.values())
+    assert unknown == set(resumed.unknown)
+
+
+async def test_cancelling_the_task_settles_claims_and_raises(ledger: AsyncLedger) -> None:
+    """Cancelling the task that runs a broadcast raises CancelledError after settling claims."""
+    notifier = Notifier(ledger, FakeSender(latency=0.01), concurrency=4)
+    broadcast = Broadcast(notifier, "news", "c1", NEWS, range(300))
+    task = asyncio.ensure_future(broadcast.run())
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    stats = await ledger.stats()
+    assert 0 == stats.live_claims
+
+
+async def test_recipients_from_file_skips_comments_and_counts(
+    ledger: AsyncLedger, tmp_path: Path
+) -> None:
+    """A file of chat ids (comments, blank lines, group and channel ids) is sent and counted."""
+    path = tmp_path / "chats.txt"
+    path.write_text("# users\n1\n\n2\n-100123\n@news_channel\n")
+    sender = FakeSender()
+    report = await Broadcast(
+        Notifier(ledger, sender), "news", "c1", NEWS, recipients_from_file(path)
+    ).run()
+    assert 4 == report.progress.total
+    assert ["1", "2", "-100123", "@news_channel"] == [r.recipient for r in sender.sent]
+
+
+async def test_recipients_from_file_names_the_bad_line(ledger: AsyncLedger, tmp_path: Path) -> None:
+    """A line that cannot be a chat id is refused with its line number; nothing of it sent."""
+    path = tmp_path / "chats.txt"
+    path.write_text("1\n" + "x" * 200 + "\n")
+    sender = FakeSender()
+    with pytest.raises(ValidationError) as info:
+        await Broadcast(
+            Notifier(ledger, sender), "news", "c1", NEWS, recipients_from_file(path)
+        ).run()
+    assert "recipients" == info.value.field
+    assert "line 2" in info.value.problem
+
+
+async def test_recipients_from_query_streams_the_first_column(
+    ledger: AsyncLedger, async_engine: AsyncEngine, async_table: str
+) -> None:
+    """A select() over a users table is counted and streamed; only matching rows are sent."""
+    users = sa.Table(
+        f"{async_table}_users",
+        sa.MetaData(),
+        sa.Column("chat_id", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("active", sa.Boolean, nullable=False),
+    )
+    async with async_engine.begin() as conn:
+        await conn.run_sync(users.create)
+        await conn.execute(
+            users.insert(), [{"chat_id": i, "active": i % 3 != 0} for i in range(1, 31)]
+        )
+    try:
+        query = sa.select(users.c.chat_id).where(users.c.active).order_by(users.c.chat_id)
+        sender = FakeSender()
+        source = recipients_from_query(async_engine, query, chunk=7)
+        report = await Broadcast(Notifier(ledger, sender), "news", "c1", NEWS, source).run()
+        expected = [str(i) for i in range(1, 31) if i % 3 != 0]
+        assert (20, 20) == (report.progress.total, report.progress.sent)
+        assert expected == sorted((r.recipient for r in sender.sent), key=int)
+    finally:
+        async with async_engine.begin() as conn:
+            await conn.run_sync(users.drop)
+
+
+async def test_message_per_chat_and_async_source(ledger: AsyncLedger) -> None:
+    """A message function builds each chat's text; an async iterable has no known total."""
+
+    async def chats() -> object:
+        for chat in (5, 6):
+            yield chat
+
+    sender = FakeSender()
+    report = await Broadcast(
+        Notifier(ledger, sender), "news", "c1", lambda chat: Message(f"hi {chat}"), chats()
+    ).run()
+    assert ["hi 5", "hi 6"] == sorted(sender.texts)
+    assert (None, None) == (report.progress.total, report.progress.eta)
+
+
+async def test_dry_run_sends_nothing(ledger: AsyncLedger) -> None:
+    """A dry run counts what would be sent without sending or recording anything."""
+    sender = FakeSender()
+    report = await Broadcast(
+        Notifier(ledger, sender, dry_run=True), "news", "c1", NEWS, [1, 2]
+    ).run()
+    assert (0, 2) == (len(sender.records), report.progress.skipped)
+    assert 0 == sum((await ledger.stats()).counts.values())
+
+
+def test_bad_arguments_are_refused_before_anything(ledger: AsyncLedger) -> None:
+    """Bad campaign, recipients or interval raise ValidationError naming the field."""
+    notifier = Notifier(ledger, FakeSender())
+    for kwargs, fieldname in (
+        ({"campaign": ""}, "cycle"),
+        ({"campaign": 3}, "campaign"),
+        ({"recipients": "12345"}, "recipients"),
+        ({"every": 0}, "every"),
+    ):
+        args = {"campaign": "c1", "recipients": [1], **kwargs}
+        with pytest.raises(ValidationError) as info:
+            Broadcast(notifier, "news", args.pop("campaign"), NEWS, args.pop("recipients"), **args)
+        assert fieldname == info.value.field
+
+
+def test_progress_arithmetic() -> None:
+    """remaining and eta follow from the counts, the total and the rate."""
+    progress = BroadcastProgress(sent=30, duplicate=10, total=100, rate=20.0)
+    assert (40, 60, 3.0) == (progress.done, progress.remaining, progress.eta)
+    assert BroadcastProgress(sent=1, total=10).eta is None
+    assert BroadcastProgress(sent=1).remaining is None
