@@ -35,8 +35,10 @@ pytest: $(STAMP)
 # The core suites on every Python the classifiers claim, with the lowest version of every
 # dependency and extra that pyproject.toml declares and with the newest (except on this
 # venv's Python, which the whole suite covers); one venv per leg in .matrix/. A Python
-# the machine lacks is skipped, or fails the run under CI=true. Pick legs with
-# MATRIX_ARGS="--leg 3.12-lowest"; MATRIX_ARGS=--list shows them.
+# the machine lacks is skipped, or fails the run under CI=true. Two legs run side by side
+# (each prints its output when it ends). Pick legs with MATRIX_ARGS="--leg 3.12-lowest";
+# MATRIX_ARGS=--list shows them.
+MATRIX_ARGS ?= --jobs 2
 matrix: $(STAMP) $(BIN)/uv
 	eval "$$(scripts/services.sh)" && $(BIN)/python scripts/matrix.py $(MATRIX_ARGS)
 

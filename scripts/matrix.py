@@ -36,9 +36,12 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from packaging.markers import Marker
 from packaging.requirements import Requirement
@@ -56,6 +59,7 @@ MATRIX_DIR = ROOT / ".matrix"
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 CLASSIFIER = re.compile(r"^Programming Language :: Python :: (3\.\d+)$")
 LOWER_BOUND_OPERATORS = {">=", "==", "~=", "==="}
+PRINTING = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -210,20 +214,27 @@ class LegError(Exception):
     """A leg could not be set up; the message says which step."""
 
 
-def run(args: list[str]) -> None:
+def run(args: list[str], output: IO[str] | None) -> None:
     """Run a setup command (uv) from the project root; raise LegError when it fails."""
     env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never"}  # PyPI only: no Python downloads
-    done = subprocess.run(args, cwd=ROOT, env=env, check=False)  # noqa: S603 - our argv
+    done = subprocess.run(  # noqa: S603 - our argv, no shell
+        args, cwd=ROOT, env=env, stdout=output, stderr=output and subprocess.STDOUT, check=False
+    )
     if done.returncode != 0:
         raise LegError(f"`{' '.join(args[1:3])} ...` exited with {done.returncode}")
 
 
-def set_up(config: Config, leg: Leg, python: Path, full_version: str) -> Path:
+def set_up(
+    config: Config, leg: Leg, python: Path, full_version: str, output: IO[str] | None
+) -> Path:
     """A venv for the leg with notifyonce (editable, every extra) and the test tools."""
     venv = MATRIX_DIR / leg.name
     venv_python = venv / "bin" / "python"
     if python_version(venv_python) != full_version:
-        run([uv(), "venv", "--quiet", "--no-python-downloads", "--python", str(python), str(venv)])
+        run(
+            [uv(), "venv", "--quiet", "--no-python-downloads", "--python", str(python), str(venv)],
+            output,
+        )
     install = [uv(), "pip", "install", "--quiet", "--python", str(venv_python)]
     extras = ",".join(config.extras)
     install += ["-e", f".[{extras}]", *config.tools]
@@ -236,10 +247,10 @@ def set_up(config: Config, leg: Leg, python: Path, full_version: str) -> Path:
             encoding="utf-8",
         )
         log(f"{leg.name}: " + " ".join(f"{n}=={v}" for n, v in pins.items()))
-        run([*install, "--constraint", str(constraints)])
+        run([*install, "--constraint", str(constraints)], output)
         check_installed(venv_python, pins)
     else:
-        run([*install, "--upgrade"])
+        run([*install, "--upgrade"], output)
     return venv_python
 
 
@@ -263,7 +274,22 @@ def check_installed(venv_python: Path, pins: dict[str, str]) -> None:
         raise LegError("not installed at the lowest version: " + ", ".join(wrong))
 
 
-def run_leg(config: Config, leg: Leg, pytest_args: list[str]) -> Result:
+def run_leg(config: Config, leg: Leg, pytest_args: list[str], quiet: bool) -> Result:
+    """Set up and run one leg; with ``quiet`` its output goes to .matrix/LEG.log and is
+    printed in one piece when the leg ends (legs running side by side)."""
+    if not quiet:
+        return _run_leg(config, leg, pytest_args, None)
+    MATRIX_DIR.mkdir(exist_ok=True)
+    log_path = MATRIX_DIR / f"{leg.name}.log"
+    with log_path.open("w", encoding="utf-8") as output:
+        result = _run_leg(config, leg, pytest_args, output)
+    with PRINTING:
+        log(f"{leg.name}: output follows")
+        print(log_path.read_text(encoding="utf-8"), end="", flush=True)
+    return result
+
+
+def _run_leg(config: Config, leg: Leg, pytest_args: list[str], output: IO[str] | None) -> Result:
     result = Result(leg)
     python = find_python(leg.python)
     if python is None:
@@ -280,7 +306,7 @@ def run_leg(config: Config, leg: Leg, pytest_args: list[str]) -> Result:
     log(f"{leg.name}: setting up .matrix/{leg.name} with {python} ({full_version})")
     started = time.monotonic()
     try:
-        venv_python = set_up(config, leg, python, full_version)
+        venv_python = set_up(config, leg, python, full_version, output)
     except LegError as exc:
         result.setup = time.monotonic() - started
         result.outcome = f"FAILED: setup ({exc})"
@@ -292,6 +318,8 @@ def run_leg(config: Config, leg: Leg, pytest_args: list[str]) -> Result:
     done = subprocess.run(  # noqa: S603 - our argv, no shell
         [str(venv_python), "-m", "pytest", "-p", "no:cacheprovider", *config.core, *pytest_args],
         cwd=ROOT,
+        stdout=output,
+        stderr=output and subprocess.STDOUT,
         check=False,
     )
     result.tests = time.monotonic() - started
@@ -303,6 +331,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--leg", action="append", help="run only this leg (e.g. 3.12-lowest)")
     parser.add_argument("--list", action="store_true", help="print legs and constraints only")
+    parser.add_argument("--jobs", type=int, default=1, help="legs run side by side (default 1)")
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     args = parser.parse_args()
     config = read_config(ROOT / "pyproject.toml")
@@ -328,7 +357,9 @@ def main() -> int:
         print("core: " + " ".join(config.core))
         return 0
 
-    results = [run_leg(config, leg, args.pytest_args) for leg in legs]
+    quiet = args.jobs > 1
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        results = list(pool.map(lambda leg: run_leg(config, leg, args.pytest_args, quiet), legs))
     log("leg            python    setup    tests   outcome")
     for r in results:
         log(f"{r.leg.name:<14} {r.interpreter:<8} {r.setup:6.0f}s {r.tests:7.0f}s   {r.outcome}")
