@@ -10,6 +10,7 @@ import sys
 import traceback
 import warnings
 from collections.abc import AsyncIterator, Callable
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -32,13 +33,16 @@ from ._optional import require
 require("aiogram", "aiogram")
 require("telegram", "ptb")
 
+import aiohttp  # noqa: E402
 from aiogram import Bot as AiogramBot  # noqa: E402
 from aiogram.client.session.aiohttp import AiohttpSession  # noqa: E402
 from aiogram.client.telegram import TelegramAPIServer  # noqa: E402
+from aiogram.exceptions import TelegramNetworkError  # noqa: E402
+from aiogram.methods import SendMessage  # noqa: E402
 from telegram import Bot as PTBBot  # noqa: E402
 from telegram.error import NetworkError, RetryAfter, TimedOut  # noqa: E402
 
-from notifyonce.aiogram import AiogramSender  # noqa: E402
+from notifyonce.aiogram import AiogramSender, classify_aiogram_error  # noqa: E402
 from notifyonce.ptb import PTBSender, classify_ptb_error  # noqa: E402
 
 # Their sockets are theirs to close (see the wrap fixture); ours stay checked elsewhere.
@@ -183,6 +187,31 @@ async def test_refused_connection_is_transient(wrap: Wrapped) -> None:
     assert isinstance(await attempt(wrap(f"http://127.0.0.1:{port}")), TransientSendError)
 
 
+def _network_error(underneath: BaseException, chained: bool) -> TelegramNetworkError:
+    """aiogram's error for a failed request, raised while handling ``underneath``."""
+    method = SendMessage(chat_id=42, text="x")
+    try:
+        try:
+            raise underneath
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            if chained:  # aiogram >= 3.25
+                raise TelegramNetworkError(method=method, message="failed") from exc
+            raise TelegramNetworkError(method=method, message="failed")  # noqa: B904 - as aiogram < 3.25
+    except TelegramNetworkError as exc:
+        return exc
+
+
+@pytest.mark.parametrize("chained", [True, False], ids=["cause", "context"])
+def test_aiogram_connect_failure_is_transient_however_chained(chained: bool) -> None:
+    """A connect error under aiogram's network error, as its cause or only as its context
+    (aiogram before 3.25), is transient; a timeout under it stays uncertain."""
+    key = SimpleNamespace(host="127.0.0.1", port=1, ssl=True)
+    refused = aiohttp.ClientConnectorError(key, ConnectionRefusedError(111, "refused"))
+    assert isinstance(classify_aiogram_error(_network_error(refused, chained)), TransientSendError)
+    timeout = _network_error(TimeoutError(), chained)
+    assert isinstance(classify_aiogram_error(timeout), UncertainSendError)
+
+
 async def test_read_timeout_is_uncertain(wrap: Wrapped, bot_api_server: BotAPIServer) -> None:
     """An answer slower than the request timeout, after delivery, is uncertain."""
     bot_api_server.script("42", [Reply.ok(delay=1.5)])
@@ -217,7 +246,7 @@ def test_wrong_bot_type_names_the_field() -> None:
     """Passing something that is not the library's Bot is a ValidationTypeError on 'bot'."""
     for make in (AiogramSender, PTBSender):
         with pytest.raises(ValidationError) as info:
-            make(object())  # type: ignore[arg-type]
+            make(object())
         assert "bot" == info.value.field
 
 

@@ -67,8 +67,9 @@ def classify_aiogram_error(
     """Map an exception from aiogram's ``Bot`` into notifyonce's classes.
 
     aiogram raises one ``TelegramNetworkError`` for a refused connection, a dropped one
-    and a timeout alike; the aiohttp exception it chains as ``__cause__`` tells a failed
-    connect (certainly not sent) from the rest (may have been sent).
+    and a timeout alike; the aiohttp exception underneath (chained as ``__cause__`` since
+    aiogram 3.25, only as ``__context__`` before) tells a failed connect (certainly not
+    sent) from the rest (may have been sent).
 
     Args:
         exc: The exception ``bot(...)`` raised.
@@ -87,7 +88,8 @@ def classify_aiogram_error(
         if isinstance(exc, klass):
             return error_for_status(code, description)
     if isinstance(exc, TelegramNetworkError):
-        if isinstance(exc.__cause__, _CONNECT_FAILURES):
+        underneath = exc.__cause__ if exc.__cause__ is not None else exc.__context__
+        if isinstance(underneath, _CONNECT_FAILURES):
             return TransientSendError(description)
         # A read timeout (aiogram's total timeout cannot say which phase ran out), a
         # connection dropped or reset after writing: it may have been delivered.
