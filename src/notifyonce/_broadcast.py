@@ -272,12 +272,14 @@ class Broadcast:
         >>> from notifyonce import AsyncLedger, Broadcast, Message, Notifier
         >>> from notifyonce.testing import FakeSender
         >>> async def main() -> str:
-        ...     ledger = AsyncLedger(create_async_engine("sqlite+aiosqlite://"))
+        ...     engine = create_async_engine("sqlite+aiosqlite://")
+        ...     ledger = AsyncLedger(engine)
         ...     await ledger.create_schema()
         ...     notifier = Notifier(ledger, FakeSender())
         ...     news = Message("A new tariff is out")
         ...     first = await Broadcast(notifier, "news", "2026-12", news, [1, 2, 3]).run()
         ...     again = await Broadcast(notifier, "news", "2026-12", news, [1, 2, 3, 4]).run()
+        ...     await engine.dispose()
         ...     return f"{first.progress.sent} sent, then {again.progress.sent} more"
         >>> asyncio.run(main())
         '3 sent, then 1 more'

@@ -313,7 +313,7 @@ class Run:
         taken = await self.ledger.not_claimable(
             self.action,
             [(i.notification.subject, i.notification.cycle) for i in todo],
-            take_expired=self.n.mode is DeliveryMode.AT_LEAST_ONCE,
+            take_expired=self.n._take_expired,
             max_attempts=self.n._claim_limit,
         )
         finished = {slot(k) for k in taken}
@@ -518,7 +518,7 @@ class _Claimer:
                 claims = await run.ledger.claim_many(
                     run.action,
                     [(i.notification.subject, i.notification.cycle) for i, _ in live],
-                    take_expired=run.n.mode is DeliveryMode.AT_LEAST_ONCE,
+                    take_expired=run.n._take_expired,
                     max_attempts=run.n._claim_limit,
                 )
             except Exception as exc:

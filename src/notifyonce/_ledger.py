@@ -339,11 +339,14 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         >>> import asyncio
         >>> from sqlalchemy.ext.asyncio import create_async_engine
         >>> async def main() -> bool:
-        ...     ledger = AsyncLedger(create_async_engine("sqlite+aiosqlite://"))
+        ...     engine = create_async_engine("sqlite+aiosqlite://")
+        ...     ledger = AsyncLedger(engine)
         ...     await ledger.create_schema()
         ...     claim = await ledger.claim_slot("trial_6h", 42, "2026-12")
         ...     again = await ledger.claim_slot("trial_6h", 42, "2026-12")
-        ...     return again is None and await ledger.mark_sent(claim)
+        ...     marked = await ledger.mark_sent(claim)
+        ...     await engine.dispose()
+        ...     return again is None and marked
         >>> asyncio.run(main())
         True
     """

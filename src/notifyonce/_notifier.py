@@ -132,11 +132,13 @@ class Notifier:
         >>> from notifyonce import AsyncLedger, Message, Notifier
         >>> from notifyonce.testing import FakeSender
         >>> async def main() -> str:
-        ...     ledger = AsyncLedger(create_async_engine("sqlite+aiosqlite://"))
+        ...     engine = create_async_engine("sqlite+aiosqlite://")
+        ...     ledger = AsyncLedger(engine)
         ...     await ledger.create_schema()
         ...     notifier = Notifier(ledger, FakeSender())
         ...     first = await notifier.send_once("trial_6h", 42, "2026-12", Message("hi"))
         ...     again = await notifier.send_once("trial_6h", 42, "2026-12", Message("hi"))
+        ...     await engine.dispose()
         ...     return f"{first.value} then {again.value}"
         >>> asyncio.run(main())
         'sent then duplicate'
@@ -397,7 +399,14 @@ class Notifier:
 
     @property
     def _claim_limit(self) -> int | None:
+        """The take-over bound of claims (and of the look-up that skips finished slots)."""
         return self.max_attempts if self.mode is DeliveryMode.AT_LEAST_ONCE else None
+
+    @property
+    def _take_expired(self) -> bool:
+        """Whether claims take over expired ones: at least once only (its worker may
+        have sent; at most once leaves that to the sweep, which makes it UNKNOWN)."""
+        return self.mode is DeliveryMode.AT_LEAST_ONCE
 
     def _checked(self, action: str, item: object) -> SlotKey:
         """Check one notification (and ask the sender's ``check``); its slot key."""
