@@ -409,6 +409,10 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
                         # checkpointed by a last connection closing after every call.
                         url = sync.url.set(drivername="sqlite")
                         twin = sa.create_engine(url, pool_size=1, max_overflow=4)
+                        # Nobody disposes a shared engine: close its connections when the
+                        # last ledger using it is gone (an unclosed sqlite3 connection is a
+                        # ResourceWarning on Python 3.13).
+                        weakref.finalize(twin, twin.pool.dispose)
                         _SQLITE_TWINS[path] = twin
                 self._twin = twin
         return cast("sa.Engine | None", self._twin)
