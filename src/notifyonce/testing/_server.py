@@ -294,8 +294,9 @@ def parse_form(
             if filename is not None:
                 data = part.get_payload(decode=True)
                 files[str(name)] = (filename, data if isinstance(data, bytes) else b"")
-            else:
-                pairs.append((name, part.get_content()))
+            else:  # form fields are UTF-8, as clients send them, without a charset
+                raw = part.get_payload(decode=True)
+                pairs.append((name, raw if isinstance(raw, bytes) else b""))
     else:
         pairs = parse_qsl(body.decode(), keep_blank_values=True)
     params: dict[str, Any] = {}
