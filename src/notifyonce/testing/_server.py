@@ -287,18 +287,18 @@ def parse_form(
         )
         if not message.is_multipart():
             raise ValueError("not a multipart body")
-        pairs = []
+        pairs: list[tuple[str, str | bytes]] = []
         for part in message.iter_parts():
-            name = part.get_param("name", header="content-disposition") or ""
+            field = str(part.get_param("name", header="content-disposition") or "")
             filename = part.get_filename()
+            raw = part.get_payload(decode=True)
+            data = raw if isinstance(raw, bytes) else b""
             if filename is not None:
-                data = part.get_payload(decode=True)
-                files[str(name)] = (filename, data if isinstance(data, bytes) else b"")
+                files[field] = (filename, data)
             else:  # form fields are UTF-8, as clients send them, without a charset
-                raw = part.get_payload(decode=True)
-                pairs.append((name, raw if isinstance(raw, bytes) else b""))
+                pairs.append((field, data))
     else:
-        pairs = parse_qsl(body.decode(), keep_blank_values=True)
+        pairs = list(parse_qsl(body.decode(), keep_blank_values=True))
     params: dict[str, Any] = {}
     for name, value in pairs:
         text = value.decode() if isinstance(value, bytes) else str(value)
