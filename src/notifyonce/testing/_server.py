@@ -512,8 +512,12 @@ _UNSCRIPTED = Reply.ok()  # compared by identity: "no scripted reply"
 class BotAPIServer(LocalServer):
     """A Bot-API-shaped server on 127.0.0.1 that records deliveries; scriptable per chat.
 
-    It answers ``POST /bot<token>/sendMessage``, 404 for any path that is not
-    ``/bot<token>/<method>`` (a wrong ``base_url``), 401 for a wrong token, keeps
+    It answers ``POST /bot<token>/sendMessage``, and ``sendPhoto``, ``sendDocument`` and
+    ``sendVideo`` as Telegram does: a multipart upload or a URL gets a new file (a photo
+    two sizes, the largest last), a file_id it gave out is sent again, any other file_id
+    is a 400. Every request that carried file bytes is in
+    [`uploads`][notifyonce.testing.BotAPIServer.uploads]. It answers 404 for any path that
+    is not ``/bot<token>/<method>`` (a wrong ``base_url``), 401 for a wrong token, keeps
     connections alive, and counts TCP connections. It also answers what a polling bot
     calls around it, so an aiogram ``Dispatcher`` or a python-telegram-bot
     ``Application`` can run against it: ``getUpdates`` (long polling, with ``offset``
@@ -531,9 +535,9 @@ class BotAPIServer(LocalServer):
             would: a ``sendMessage`` that would make more than this many deliveries in the
             second before it is answered 429 with ``retry_after=flood_retry_after``.
         flood_retry_after: The ``retry_after`` of those 429 answers.
-        on_request: Called with every ``sendMessage`` request the server read in full,
-            after it was recorded (and delivered, if its reply delivers) and before any
-            answer is written: the moment the client's send is in flight. It runs on the
+        on_request: Called with every send (``sendMessage``, ``sendPhoto``, ...) the server
+            read in full, after it was recorded (and delivered, if its reply delivers) and
+            before any answer is written: the moment the client's send is in flight. It runs on the
             server's thread and delays the answer while it runs; a crash test can kill
             the client from it, knowing the kill landed mid-send.
 
