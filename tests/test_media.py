@@ -273,8 +273,10 @@ async def test_a_changed_file_is_uploaded_again(bot_api_server: BotAPIServer, im
         await asyncio.to_thread(image.write_bytes, IMAGE + b"v2")
         await sender.send("2", Message("", media=Photo(image)))
         await sender.send("3", Message("", media=Photo(IMAGE + b"v2")))  # the same bytes
-    assert 2 == len(bot_api_server.uploads)
-    assert hashlib.sha256(IMAGE + b"v2").hexdigest() == bot_api_server.uploads[1].sha256
+    uploads = bot_api_server.uploads
+    assert ["1", "2"] == [u.chat_id for u in uploads], "the changed file was uploaded again"
+    assert hashlib.sha256(IMAGE + b"v2").hexdigest() == uploads[1].sha256
+    assert uploads[1].file_id == bot_api_server.deliveries[2].params["photo"]
 
 
 async def test_file_ids_survive_the_sender_in_a_sql_store(
@@ -361,7 +363,7 @@ def test_broadcast_command_sends_a_photo_and_dry_run_uploads_nothing(
         ]
         dry = subprocess.run([*args, "--dry-run"], capture_output=True, text=True, env=env)
         assert 0 == dry.returncode, dry.stderr
-        assert [] == server.requests
+        assert [] == server.calls
         done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=60)
         assert 0 == done.returncode, done.stderr
         assert 1 == len(server.uploads)
