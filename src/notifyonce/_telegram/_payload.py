@@ -73,29 +73,29 @@ def visible_length(text: str, parse_mode: str | None) -> int:
     return _utf16_units(text)
 
 
-def check_text(message: Message, limit: int = MAX_TEXT_LENGTH) -> None:
-    """Refuse a text Telegram would refuse for its length (the error shows only numbers)."""
+def _check_length(message: Message, limit: int, what: str) -> int:
+    """The visible length of the message's text; a ValidationError over ``limit``
+    (``what`` ends the problem: which limit, and what to do)."""
     length = visible_length(message.text, message.parse_mode)
     if length > limit:
         raise ValidationError(
             "text",
             f"is {length} characters long as Telegram counts them (UTF-16 code units after "
-            f"parsing {message.parse_mode or 'plain text'}); the limit is {limit}: split it",
+            f"parsing {message.parse_mode or 'plain text'}); {what}",
         )
-    if length == 0:
+    return length
+
+
+def check_text(message: Message, limit: int = MAX_TEXT_LENGTH) -> None:
+    """Refuse a text Telegram would refuse for its length (the error shows only numbers)."""
+    if _check_length(message, limit, f"the limit is {limit}: split it") == 0:
         raise ValidationError("text", "is empty once its markup is parsed")
 
 
 def check_caption(message: Message, limit: int = MAX_CAPTION_LENGTH) -> None:
     """Refuse a caption Telegram would refuse for its length, or text-only formatting."""
-    length = visible_length(message.text, message.parse_mode)
-    if length > limit:
-        raise ValidationError(
-            "text",
-            f"is {length} characters long as Telegram counts them (UTF-16 code units after "
-            f"parsing {message.parse_mode or 'plain text'}); the limit of a "
-            f"{type(message.media).__name__.lower()}'s caption is {limit}",
-        )
+    kind = type(message.media).__name__.lower()
+    _check_length(message, limit, f"the limit of a {kind}'s caption is {limit}")
     if message.link_preview is not None:
         raise ValidationError("link_preview", "applies to a text message, not to media")
     if "entities" in message.options:

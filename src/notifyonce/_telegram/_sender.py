@@ -188,7 +188,10 @@ def _limiter(
 
 
 class TelegramSender(HTTPSenderBase):
-    """Delivers messages with the Telegram Bot API's ``sendMessage``.
+    """Delivers messages with the Telegram Bot API's ``sendMessage``, and a message's
+    [`Photo`][notifyonce.Photo], [`Document`][notifyonce.Document] or
+    [`Video`][notifyonce.Video] with ``sendPhoto``, ``sendDocument`` or ``sendVideo``
+    (each file uploaded once, then sent by its ``file_id``; see ``file_store``).
 
     One ``httpx.AsyncClient`` is created on the first send and reused for every send and
     retry (keep-alive), until `aclose` or the end of ``async with``. A client you
