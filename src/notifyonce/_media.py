@@ -141,8 +141,8 @@ class Photo(_Media):
     Examples:
         >>> Photo("https://example.com/tariff.png")
         Photo(url=<redacted>)
-        >>> Photo(b"\\x89PNG...", filename="tariff.png")
-        Photo(<11 bytes>)
+        >>> Photo(b"PNG image bytes", filename="tariff.png")
+        Photo(<15 bytes>)
     """
 
     kind: ClassVar[str] = "photo"
