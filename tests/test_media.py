@@ -377,6 +377,10 @@ def test_broadcast_command_sends_a_photo_and_dry_run_uploads_nothing(
         (["--photo", "missing.jpg"], "--photo: cannot use 'missing.jpg': FileNotFoundError"),
         (["--text-file", "text.txt", "--caption-file", "text.txt"], "needs --photo"),
         ([], "--text-file: required"),
+        (
+            ["--photo", "text.txt", "--text-file", "text.txt", "--caption-file", "text.txt"],
+            "give the caption once",
+        ),
     ],
 )
 def test_broadcast_media_usage_errors(
