@@ -74,5 +74,5 @@ def test_calls_a_bot_makes_at_start_are_answered_and_recorded(server: BotAPIServ
 
 def test_unknown_method_is_still_404(server: BotAPIServer) -> None:
     """A method the server does not know answers 404, as a wrong base_url would."""
-    answer = httpx.post(f"{server.url}/bot1:T/sendPhoto", json={}, timeout=10)
+    answer = httpx.post(f"{server.url}/bot1:T/sendSticker", json={}, timeout=10)
     assert 404 == answer.status_code

@@ -54,6 +54,8 @@ def tables(sync_backend: Backend) -> Iterator[tuple[Backend, str, str]]:
             migrations.default_version_table(migrated),
             f"{created}_rate",
             f"{migrated}_rate_limits",
+            f"{created}_files",
+            f"{migrated}_file_ids",
         ):
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
     engine.dispose()
@@ -114,6 +116,43 @@ def test_migration_builds_the_same_rate_table_as_create_schema(
         engine.dispose()
 
 
+def test_migration_builds_the_same_file_id_table_as_create_schema(
+    tables: tuple[Backend, str, str],
+) -> None:
+    """Revision 0003 builds SQLFileIdStore's table as create_schema() does, beside the ledger."""
+    import asyncio
+
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from notifyonce.telegram import SQLFileIdStore
+
+    backend, created, migrated = tables
+
+    async def create_and_use() -> str | None:
+        async_engine = create_async_engine(backend.async_url)
+        try:
+            await SQLFileIdStore(async_engine, table_name=f"{created}_files").create_schema()
+            store = SQLFileIdStore(async_engine, table_name=f"{migrated}_file_ids")
+            await store.put("1:photo:ab", "first")
+            await store.put("1:photo:ab", "second")  # a second writer keeps the first id
+            return await store.get("1:photo:ab")
+        finally:
+            await async_engine.dispose()
+
+    engine = sa.create_engine(backend.sync_url)
+    try:
+        migrations.upgrade(engine, table_name=migrated)
+        assert "first" == asyncio.run(create_and_use())
+        inspector = sa.inspect(engine)
+        expected = _shape(inspector, f"{created}_files")
+        actual = _shape(inspector, f"{migrated}_file_ids")
+        assert expected["columns"] == actual["columns"]
+        assert expected["pk"] == actual["pk"] == ("file_key",)
+        assert expected["indexes"] == actual["indexes"]
+    finally:
+        engine.dispose()
+
+
 def test_migration_runs_inside_the_callers_connection(tables: tuple[Backend, str, str]) -> None:
     """upgrade(connection) uses the caller's transaction, as an app's env.py would call it."""
     backend, _, migrated = tables
@@ -144,7 +183,8 @@ def test_schema_option_places_table_and_version_table_in_the_schema() -> None:
         migrated = Ledger(engine, table_name="slots_m", schema=schema)
         assert migrated.claim_slot("a", 1, "c") is not None
         names = set(sa.inspect(engine).get_table_names(schema=schema))
-        assert {"slots_c", "slots_m", "slots_m_alembic_version", "slots_m_rate_limits"} == names
+        expected = {"slots_c", "slots_m", "slots_m_alembic_version", "slots_m_rate_limits"}
+        assert expected | {"slots_m_file_ids"} == names
     finally:
         with engine.begin() as conn:
             conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))

@@ -51,3 +51,25 @@ def test_outcomes_and_errors_of_the_contract() -> None:
     assert issubclass(notifyonce.SendError, notifyonce.NotifyOnceError)
     assert issubclass(notifyonce.ScheduleError, notifyonce.NotifyOnceError)
     assert None is notifyonce.TransientSendError("x").retry_after
+
+
+def test_media_names_and_unchanged_message_and_receipt() -> None:
+    """Photo, Document and Video are exported; Message and Receipt keep their positional
+    fields, media and file_id come last with None defaults."""
+    import dataclasses
+
+    for name in ("Photo", "Document", "Video"):
+        assert name in notifyonce.__all__
+    message_fields = [f.name for f in dataclasses.fields(notifyonce.Message)]
+    assert ["text", "parse_mode", "silent", "link_preview"] == message_fields[:4]
+    assert "media" == message_fields[-1]
+    assert None is notifyonce.Message("hi").media
+    receipt = notifyonce.Receipt("1", 2, "3")
+    assert ("1", 2, "3", None) == (
+        receipt.recipient,
+        receipt.message_id,
+        receipt.migrated_to,
+        receipt.file_id,
+    )
+    for name in ("FileIdStore", "MemoryFileIdStore", "SQLFileIdStore"):
+        assert hasattr(importlib.import_module("notifyonce.telegram"), name)

@@ -198,7 +198,7 @@ def test_bot_api_server_from_sync_code(bot_api_server: BotAPIServer) -> None:
     assert (200, True) == (status, body["ok"])
     status, body = _post(url, {"chat_id": 5, "text": "hi"})
     assert (403, "Forbidden: bot was blocked by the user") == (status, body["description"])
-    status, _ = _post(f"{bot_api_server.url}/bot1:abc/sendPhoto", {"chat_id": 4})
+    status, _ = _post(f"{bot_api_server.url}/bot1:abc/sendSticker", {"chat_id": 4})
     assert 404 == status
     assert ["4"] == [d.chat_id for d in bot_api_server.deliveries]
 
@@ -233,8 +233,11 @@ def test_public_names() -> None:
         "DEFAULT_LIMITS",
         "POOL_TIMEOUT",
         "WRITE_TIMEOUT",
+        "FileIdStore",
+        "MemoryFileIdStore",
         "RateLimit",
         "RedactedTransportError",
+        "SQLFileIdStore",
         "SenderClosedError",
         "TelegramSender",
     ] == notifyonce.telegram.__all__
@@ -246,6 +249,7 @@ def test_public_names() -> None:
         "Reply",
         "Request",
         "SendRecord",
+        "Upload",
         "WebhookDelivery",
         "WebhookReceiver",
         "WebhookReply",

@@ -32,6 +32,7 @@ from ._errors import (
 from ._keys import Cycle, SlotKey, Subject, make_key
 from ._ledger import AsyncLedger, Ledger
 from ._ledger_records import LedgerStats, SlotRecord, SweepResult
+from ._media import Document, Photo, Video
 from ._message import Message, Receipt, Sender
 from ._notifier import Notification, Notifier, Report, Result, TickReport
 from ._outcome import DeliveryMode, Outcome
@@ -53,6 +54,7 @@ __all__ = [
     "Cycle",
     "DeadlineRange",
     "DeliveryMode",
+    "Document",
     "FallbackSender",
     "FanoutSender",
     "Ledger",
@@ -65,6 +67,7 @@ __all__ = [
     "NotifyOnceError",
     "Outcome",
     "PermanentSendError",
+    "Photo",
     "QuietHours",
     "Receipt",
     "RecipientSource",
@@ -85,6 +88,7 @@ __all__ = [
     "UncertainSendError",
     "ValidationError",
     "ValidationTypeError",
+    "Video",
     "Window",
     "__version__",
     "deadline_filter",

@@ -15,6 +15,7 @@ from notifyonce._errors import (
     ValidationError,
     ValidationTypeError,
 )
+from notifyonce._media import refuse_media
 from notifyonce._message import Message, Receipt
 
 __all__ = ["AppriseSender", "classify_apprise_result"]
@@ -125,6 +126,7 @@ class AppriseSender:
             raise ValidationError("recipient", "must be a non-empty str")
         if not isinstance(message, Message):
             raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
+        refuse_media(message.media, "AppriseSender")
 
     async def send(self, recipient: str, message: Message) -> Receipt:
         """Notify every matching service and return a receipt for ``recipient``.

@@ -27,7 +27,10 @@ from ._errors import SenderConfigError, ValidationError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from ._broadcast import Broadcast, BroadcastProgress, BroadcastReport
+    from ._media import Media
     from ._message import Message, Receipt, Sender
 
 __all__ = ["add_parser", "render_bar", "render_line", "run"]
@@ -64,9 +67,11 @@ def add_parser(
         help="send one message to many Telegram chats, once each; re-run to resume",
         description="Send the text of --text-file to every chat id of --recipients-file or "
         "--recipients-sql, once per (--action, --campaign): running the same command "
-        "again after a crash or Ctrl-C sends only to the chats not handled yet. The bot "
-        f"token is read from ${ENV_TOKEN} (or the variable --token-env names), never "
-        "from an argument.",
+        "again after a crash or Ctrl-C sends only to the chats not handled yet. With "
+        "--photo, --document or --video the file is sent with the text as its caption; "
+        "it is uploaded once and sent by Telegram's file_id after that, also by a "
+        "resumed run. The bot token is read from "
+        f"${ENV_TOKEN} (or the variable --token-env names), never from an argument.",
         epilog="Exit codes: 0 all handled, 1 chats need attention (unknown outcomes are "
         "listed), 2 usage error, 3 database error, 130 interrupted (run again to resume).",
     )
@@ -77,7 +82,20 @@ def add_parser(
         metavar="SELECT",
         help="a SELECT whose first column is the chat id, run against --database-url",
     )
-    parser.add_argument("--text-file", required=True, metavar="PATH", help="the message text")
+    parser.add_argument(
+        "--text-file",
+        metavar="PATH",
+        help="the message text (required without media; with media, the caption)",
+    )
+    media = parser.add_mutually_exclusive_group()
+    media.add_argument("--photo", metavar="PATH", help="send this image (up to 10 MB)")
+    media.add_argument("--document", metavar="PATH", help="send this file (up to 50 MB)")
+    media.add_argument("--video", metavar="PATH", help="send this video (up to 50 MB)")
+    parser.add_argument(
+        "--caption-file",
+        metavar="PATH",
+        help="the media's caption (instead of --text-file; up to 1024 characters)",
+    )
     parser.add_argument("--parse-mode", choices=["HTML", "MarkdownV2"], default=None)
     parser.add_argument("--action", required=True, help="what is broadcast, e.g. news")
     parser.add_argument("--campaign", required=True, help="the campaign id, e.g. 2026-12-tariff")
@@ -139,8 +157,8 @@ def run(args: argparse.Namespace) -> int:
     tty = sys.stderr.isatty()
     every = args.progress_every or (0.2 if tty else 5.0)
     try:
-        sender = _NoSender() if args.dry_run else _telegram(args, token)
-        return asyncio.run(_broadcast(args, message, sender, _async_url(url), tty, every))
+        make_sender = _no_sender if args.dry_run else _telegram(args, token)
+        return asyncio.run(_broadcast(args, message, make_sender, _async_url(url), tty, every))
     except SenderConfigError as exc:
         raise _UsageError(f"the sender is set up wrong, nothing more was sent: {exc}") from None
 
@@ -149,15 +167,50 @@ def _message(args: argparse.Namespace) -> Message:
     from ._cli import _UsageError
     from ._message import Message
 
-    try:
-        with open(args.text_file, encoding="utf-8") as file:
-            text = file.read().strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _UsageError(f"--text-file: cannot read it ({type(exc).__name__})") from None
-    if not text:
-        raise _UsageError("--text-file: the file is empty")
+    media = _media(args)
+    if media is None and args.caption_file:
+        raise _UsageError("--caption-file: needs --photo, --document or --video")
+    if media is not None and args.caption_file and args.text_file:
+        raise _UsageError("--caption-file: give the caption once, not also as --text-file")
+    option = "--caption-file" if args.caption_file else "--text-file"
+    path = args.caption_file or args.text_file
+    if path is None and media is None:
+        raise _UsageError("--text-file: required (or send media: --photo, --document, --video)")
+    text = "" if path is None else _read_text(option, path)
+    if not text and media is None:
+        raise _UsageError(f"{option}: the file is empty")
     options = {"allow_paid_broadcast": True} if args.paid else {}
-    return Message(text, parse_mode=args.parse_mode, options=options)
+    try:
+        return Message(text, parse_mode=args.parse_mode, options=options, media=media)
+    except ValidationError as exc:
+        raise _UsageError(f"{exc.field}: {exc.problem}") from None
+
+
+def _read_text(option: str, path: str) -> str:
+    from ._cli import _UsageError
+
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _UsageError(f"{option}: cannot read it ({type(exc).__name__})") from None
+
+
+def _media(args: argparse.Namespace) -> Media | None:
+    """The --photo, --document or --video file, checked (exists, readable, size)."""
+    from pathlib import Path
+
+    from ._cli import _UsageError
+    from ._media import Document, Photo, Video
+
+    for option, kind in (("photo", Photo), ("document", Document), ("video", Video)):
+        path = getattr(args, option)
+        if path is not None:
+            try:
+                return kind(Path(path))
+            except ValidationError as exc:
+                raise _UsageError(f"--{option}: {exc.problem}") from None
+    return None
 
 
 def _async_url(raw: str) -> str:
@@ -177,14 +230,23 @@ def _async_url(raw: str) -> str:
 
 
 class _NoSender:
-    """Stands in for Telegram in a dry run, where nothing is sent."""
+    """Stands in for Telegram in a dry run, where nothing is sent (or uploaded)."""
 
     async def send(self, recipient: str, message: Message) -> Receipt:
         raise AssertionError("a dry run sends nothing")
 
 
+def _no_sender(engine: AsyncEngine) -> Sender:
+    return _NoSender()
+
+
 async def _broadcast(
-    args: argparse.Namespace, message: Message, sender: Sender, url: str, tty: bool, every: float
+    args: argparse.Namespace,
+    message: Message,
+    make_sender: Callable[[AsyncEngine], Sender],
+    url: str,
+    tty: bool,
+    every: float,
 ) -> int:
     from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -198,7 +260,9 @@ async def _broadcast(
         engine = create_async_engine(url)
     except Exception as exc:  # a missing driver, a bad dialect name
         raise _UsageError(f"cannot use this database URL: {type(exc).__name__}") from None
+    sender: Sender | None = None
     try:
+        sender = make_sender(engine)
         ledger = AsyncLedger(engine, table_name=args.table, schema=args.schema, lease=args.lease)
         notifier = Notifier(
             ledger,
@@ -234,7 +298,7 @@ async def _broadcast(
                     loop.remove_signal_handler(signum)
             display.close()
     finally:
-        aclose = getattr(sender, "aclose", None)
+        aclose = getattr(sender, "aclose", None)  # None when the sender was never built
         if aclose is not None:
             await aclose()
         await engine.dispose()
@@ -247,23 +311,34 @@ async def _broadcast(
     return 0
 
 
-def _telegram(args: argparse.Namespace, token: str) -> Sender:
+def _telegram(args: argparse.Namespace, token: str) -> Callable[[AsyncEngine], Sender]:
+    """Check the options and the token now; build the sender once the engine exists."""
     from ._cli import _UsageError
 
     try:
-        from .telegram import RateLimit, TelegramSender
+        from .telegram import RateLimit, SQLFileIdStore, TelegramSender
     except ImportError:
         raise _UsageError("broadcast needs httpx: pip install 'notifyonce[telegram]'") from None
+    from ._file_sql import default_file_table
+
     rate = args.rate if args.rate is not None else (1000.0 if args.paid else 30.0)
     if rate < 0:
         raise _UsageError("--rate must be 0 (no limit) or positive")
     limit = RateLimit(bot_per_second=rate) if rate > 0 else None
     _check_token(args.base_url, token, args.token_env)
-    try:
-        return TelegramSender(token, base_url=args.base_url, rate_limit=limit)
-    except ValidationError as exc:
-        # Never echo the token: name the field only.
-        raise _UsageError(f"{exc.field}: {exc.problem}") from None
+
+    def make(engine: AsyncEngine) -> Sender:
+        # File ids live beside the ledger (revision 0003), so a resumed run of a media
+        # broadcast sends by file_id instead of uploading again.
+        table = default_file_table(args.table)
+        files = SQLFileIdStore(engine, table_name=table, schema=args.schema)
+        try:
+            return TelegramSender(token, base_url=args.base_url, rate_limit=limit, file_store=files)
+        except ValidationError as exc:
+            # Never echo the token: name the field only.
+            raise _UsageError(f"{exc.field}: {exc.problem}") from None
+
+    return make
 
 
 def _check_token(base_url: str, token: str, env: str) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ._errors import ValidationError, ValidationTypeError
+from ._media import Document, Media, Photo, Video
 
 __all__ = ["Message", "Receipt", "Sender"]
 
@@ -28,10 +29,16 @@ class Message:
             across every attempt of one slot, different for every other slot, safe in an
             HTTP header. Senders whose receiver can deduplicate pass it on (the webhook
             sender sends it as ``Idempotency-Key``).
+        media: A [`Photo`][notifyonce.Photo], [`Document`][notifyonce.Document] or
+            [`Video`][notifyonce.Video] to send, with ``text`` as its caption (which may
+            then be empty; ``parse_mode`` and ``options["caption_entities"]`` format it).
+            Telegram senders only: the other senders refuse it before anything is claimed.
 
     Examples:
         >>> Message("6 hours left", parse_mode="HTML")
         Message(text=<12 chars>, parse_mode='HTML')
+        >>> Message("The new tariff", media=Photo("https://example.com/tariff.png"))
+        Message(text=<14 chars>, media=Photo(url=<redacted>))
     """
 
     text: str
@@ -41,11 +48,16 @@ class Message:
     reply_markup: Mapping[str, Any] | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     idempotency_key: str | None = None
+    media: Media | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
             raise ValidationTypeError("text", f"must be a str, got {type(self.text).__name__}")
-        if not self.text.strip():
+        if self.media is not None and not isinstance(self.media, (Photo, Document, Video)):
+            raise ValidationTypeError(
+                "media", f"must be a Photo, Document, Video or None, got {type(self.media)}"
+            )
+        if not self.text.strip() and self.media is None:
             raise ValidationError("text", "must not be empty or blank")
 
     def __repr__(self) -> str:
@@ -62,6 +74,8 @@ class Message:
             parts.append(f"idempotency_key={self.idempotency_key!r}")
         if self.options:
             parts.append(f"options=<{', '.join(sorted(self.options))}>")
+        if self.media is not None:
+            parts.append(f"media={self.media!r}")
         return f"Message({', '.join(parts)})"
 
 
@@ -75,11 +89,14 @@ class Receipt:
         message_id: The provider's id of the delivered message, if it gives one.
         migrated_to: The new chat id when Telegram moved the chat (a group became a
             supergroup) and the sender followed it; otherwise None. Store it.
+        file_id: The Telegram ``file_id`` of the message's media (a photo's largest
+            size), when it had media: send it again by this id without uploading.
     """
 
     recipient: str
     message_id: int | str | None = None
     migrated_to: str | None = None
+    file_id: str | None = None
 
 
 @runtime_checkable

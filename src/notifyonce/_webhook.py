@@ -33,6 +33,7 @@ from notifyonce._http import (
     parse_retry_after,
     scrubbed,
 )
+from notifyonce._media import refuse_media
 from notifyonce._message import Message, Receipt
 from notifyonce._signing import (
     IDEMPOTENCY_HEADER,
@@ -389,6 +390,7 @@ class WebhookSender(HTTPSenderBase):
             raise ValidationError("recipient", "must not be empty or blank")
         if not isinstance(message, Message):
             raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
+        refuse_media(message.media, "WebhookSender")
         key = message.idempotency_key
         if key is not None and (not isinstance(key, str) or not key or not _header_safe(key)):
             raise ValidationError(

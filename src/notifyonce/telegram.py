@@ -19,7 +19,9 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         'notifyonce.telegram needs httpx: pip install "notifyonce[telegram]"'
     ) from exc
 
+from ._file_sql import SQLFileIdStore
 from ._http import SenderClosedError
+from ._telegram._files import FileIdStore, MemoryFileIdStore
 from ._telegram._ratelimit import RateLimit
 from ._telegram._sender import (
     CONNECT_TIMEOUT,
@@ -37,8 +39,11 @@ __all__ = [
     "DEFAULT_LIMITS",
     "POOL_TIMEOUT",
     "WRITE_TIMEOUT",
+    "FileIdStore",
+    "MemoryFileIdStore",
     "RateLimit",
     "RedactedTransportError",
+    "SQLFileIdStore",
     "SenderClosedError",
     "TelegramSender",
 ]

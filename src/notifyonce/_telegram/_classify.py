@@ -44,6 +44,7 @@ class Delivered:
 
     message_id: int | None
     chat_id: str | None
+    file_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +151,28 @@ def _delivered(result: object) -> Delivered:
         chat = result.get("chat")
         if isinstance(chat, dict) and isinstance(chat.get("id"), (int, str)):
             chat_id = str(chat["id"])
+        return Delivered(message_id, chat_id, _file_id(result))
     return Delivered(message_id, chat_id)
+
+
+def _size(photo: dict[str, Any]) -> tuple[int, int]:
+    width, height, size = (photo.get(k) for k in ("width", "height", "file_size"))
+    area = width * height if isinstance(width, int) and isinstance(height, int) else 0
+    return area, size if isinstance(size, int) else 0
+
+
+def _file_id(result: dict[str, Any]) -> str | None:
+    """The file_id of a sent message's media: a photo's largest size, else the file's."""
+    photo = result.get("photo")
+    if isinstance(photo, list):
+        sizes = [p for p in photo if isinstance(p, dict) and isinstance(p.get("file_id"), str)]
+        if sizes:
+            return str(max(sizes, key=_size)["file_id"])
+    for kind in ("document", "video", "animation", "audio"):
+        media = result.get(kind)
+        if isinstance(media, dict) and isinstance(media.get("file_id"), str):
+            return str(media["file_id"])
+    return None
 
 
 def _classify_non_api(status: int, headers: Mapping[str, str]) -> SendError:

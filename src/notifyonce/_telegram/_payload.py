@@ -11,17 +11,32 @@ from __future__ import annotations
 
 import html
 import json
+import mimetypes
 import re
+import secrets
 from collections.abc import Mapping
 from typing import Any
 
 from notifyonce._errors import ValidationError, ValidationTypeError
 from notifyonce._message import Message
 
-__all__ = ["MAX_TEXT_LENGTH", "check_text", "encode", "jsonable", "visible_length"]
+__all__ = [
+    "MAX_CAPTION_LENGTH",
+    "MAX_TEXT_LENGTH",
+    "check_caption",
+    "check_text",
+    "encode",
+    "jsonable",
+    "multipart",
+    "visible_length",
+]
 
 #: Telegram's limit for a message text, in UTF-16 code units after entity parsing.
 MAX_TEXT_LENGTH = 4096
+#: Telegram's limit for a photo's, document's or video's caption, counted the same way.
+MAX_CAPTION_LENGTH = 1024
+# A Bot API parameter name: it goes into a multipart header as is.
+_PARAMETER = re.compile(r"[a-z_]+")
 
 _HTML_TAG = re.compile(r"<[^<>]*>")
 # MarkdownV2 and Markdown: a link or mention's URL part, then single markup characters.
@@ -58,17 +73,64 @@ def visible_length(text: str, parse_mode: str | None) -> int:
     return _utf16_units(text)
 
 
-def check_text(message: Message, limit: int = MAX_TEXT_LENGTH) -> None:
-    """Refuse a text Telegram would refuse for its length (the error shows only numbers)."""
+def _check_length(message: Message, limit: int, what: str) -> int:
+    """The visible length of the message's text; a ValidationError over ``limit``
+    (``what`` ends the problem: which limit, and what to do)."""
     length = visible_length(message.text, message.parse_mode)
     if length > limit:
         raise ValidationError(
             "text",
             f"is {length} characters long as Telegram counts them (UTF-16 code units after "
-            f"parsing {message.parse_mode or 'plain text'}); the limit is {limit}: split it",
+            f"parsing {message.parse_mode or 'plain text'}); {what}",
         )
-    if length == 0:
+    return length
+
+
+def check_text(message: Message, limit: int = MAX_TEXT_LENGTH) -> None:
+    """Refuse a text Telegram would refuse for its length (the error shows only numbers)."""
+    if _check_length(message, limit, f"the limit is {limit}: split it") == 0:
         raise ValidationError("text", "is empty once its markup is parsed")
+
+
+def check_caption(message: Message, limit: int = MAX_CAPTION_LENGTH) -> None:
+    """Refuse a caption Telegram would refuse for its length, or text-only formatting."""
+    kind = type(message.media).__name__.lower()
+    _check_length(message, limit, f"the limit of a {kind}'s caption is {limit}")
+    if message.link_preview is not None:
+        raise ValidationError("link_preview", "applies to a text message, not to media")
+    if "entities" in message.options:
+        raise ValidationError(
+            "options", "'entities' formats a text; a caption takes 'caption_entities'"
+        )
+    for name in message.options:
+        if not isinstance(name, str) or not _PARAMETER.fullmatch(name):
+            raise ValidationError("options", f"{name!r} is not a Bot API parameter name")
+
+
+def multipart(
+    fields: Mapping[str, Any], file_field: str, filename: str, data: bytes
+) -> tuple[bytes, str]:
+    """A ``multipart/form-data`` body uploading ``data`` as ``file_field``; its content type.
+
+    Values that are not str are sent as JSON (numbers, booleans, keyboards, entities), as
+    the Bot API reads them from a form.
+    """
+    boundary = secrets.token_hex(16)
+    while boundary.encode() in data:  # pragma: no cover - 128 random bits
+        boundary = secrets.token_hex(16)
+    dash = f"--{boundary}\r\n".encode()
+    parts: list[bytes] = []
+    for name, value in fields.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        head = f'Content-Disposition: form-data; name="{name}"\r\n\r\n'
+        parts += [dash, head.encode(), text.encode(), b"\r\n"]
+    kind = mimetypes.guess_type(filename)[0] or "application/octet-stream"
+    head = (
+        f'Content-Disposition: form-data; name="{file_field}"; filename="{filename}"\r\n'
+        f"Content-Type: {kind}\r\n\r\n"
+    )
+    parts += [dash, head.encode(), data, f"\r\n--{boundary}--\r\n".encode()]
+    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
 
 
 def jsonable(value: Any, field: str) -> Any:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
+import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
@@ -33,6 +35,7 @@ from notifyonce._http import (
     chain_cause,
     scrubbed,
 )
+from notifyonce._media import Media, file_size
 from notifyonce._message import Message, Receipt
 from notifyonce._rate_stores import (
     BOT_LANE,
@@ -47,7 +50,8 @@ from ._chat import chat_id as _chat_id
 from ._chat import message_fields
 from ._chat import validate_recipient as _validate_recipient
 from ._classify import Delivered, Migrated, classify_response, redact
-from ._payload import check_text, encode, jsonable
+from ._files import FileIdStore, UploadOnce, read_upload
+from ._payload import check_caption, check_text, encode, jsonable, multipart
 from ._ratelimit import RateLimit
 
 __all__ = [
@@ -92,14 +96,22 @@ def check_token(token: object) -> str:
     )
 
 
+# The Bot API method that sends each kind of media.
+_METHODS = {"photo": "sendPhoto", "document": "sendDocument", "video": "sendVideo"}
+
+
 class _Secret:
-    """Holds the token-bearing URL; its repr never shows it."""
+    """Holds the token-bearing URLs; its repr never shows them."""
 
-    __slots__ = ("token", "url")
+    __slots__ = ("token", "url", "urls")
 
-    def __init__(self, token: str, url: str) -> None:
+    def __init__(self, token: str, base_url: str) -> None:
         self.token = token
-        self.url = url
+        self.urls = {
+            method: f"{base_url}/bot{token}/{method}"
+            for method in ("sendMessage", *_METHODS.values())
+        }
+        self.url = self.urls["sendMessage"]
 
     def __repr__(self) -> str:
         return "<redacted>"
@@ -109,7 +121,11 @@ add_log_scrubber(redact)  # httpx logs every request URL, /bot<token>/ included
 
 
 def _payload(message: Message) -> dict[str, Any]:
-    payload: dict[str, Any] = {"text": message.text}
+    if message.media is None:
+        payload: dict[str, Any] = {"text": message.text}
+    else:
+        # The media itself is added at send time: a file_id, a URL or an upload.
+        payload = {"caption": message.text} if message.text.strip() else {}
     payload.update(message_fields(message, lambda disabled: {"is_disabled": disabled}))
     if message.reply_markup is not None:
         # An aiogram keyboard (a pydantic model) becomes the dict the Bot API expects.
@@ -122,12 +138,23 @@ def prepare(recipient: object, message: object) -> tuple[str, dict[str, Any]]:
     """The checked recipient and ``sendMessage`` payload; a ValidationError otherwise.
 
     Everything that can fail before the request is written fails here: a malformed chat
-    id, a text too long for Telegram, a value the JSON encoder cannot handle.
+    id, a text or caption too long for Telegram, a media file gone missing or grown past
+    the upload limit, a value the JSON encoder cannot handle.
     """
     recipient = _validate_recipient(recipient)
     if not isinstance(message, Message):
         raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
-    check_text(message)
+    media = message.media
+    if media is None:
+        check_text(message)
+    else:
+        check_caption(message)
+        if isinstance(media.source, os.PathLike):
+            size = file_size(media.kind, media.source)
+            if size > media.upload_limit:
+                raise ValidationError(
+                    media.kind, f"grew over the Bot API's {media.upload_limit // 2**20} MB limit"
+                )
     payload = _payload(message)
     # Encoded once by field, so an error can say which field cannot be encoded.
     options = jsonable(dict(message.options), "options")
@@ -161,7 +188,10 @@ def _limiter(
 
 
 class TelegramSender(HTTPSenderBase):
-    """Delivers messages with the Telegram Bot API's ``sendMessage``.
+    """Delivers messages with the Telegram Bot API's ``sendMessage``, and a message's
+    [`Photo`][notifyonce.Photo], [`Document`][notifyonce.Document] or
+    [`Video`][notifyonce.Video] with ``sendPhoto``, ``sendDocument`` or ``sendVideo``
+    (each file uploaded once, then sent by its ``file_id``; see ``file_store``).
 
     One ``httpx.AsyncClient`` is created on the first send and reused for every send and
     retry (keep-alive), until `aclose` or the end of ``async with``. A client you
@@ -198,6 +228,11 @@ class TelegramSender(HTTPSenderBase):
         allow_paid_broadcast: Send with ``allow_paid_broadcast`` (Telegram's paid lane,
             charged in Stars) and pace by ``rate_limit.paid_broadcast_per_second``
             instead of ``bot_per_second``. Off unless asked for.
+        file_store: Where the ``file_id`` of every uploaded photo, document and video is
+            kept, by the sha256 of its bytes: by default in this sender only (a
+            [`MemoryFileIdStore`][notifyonce.telegram.MemoryFileIdStore]); a
+            [`SQLFileIdStore`][notifyonce.telegram.SQLFileIdStore] keeps them across runs
+            and workers, so a resumed broadcast does not upload again.
         max_retries: Retries after the first attempt for transient failures.
         backoff_base: Backoff before retry n is uniform in ``[0, min(backoff_max,
             backoff_base * 2**n)]`` (full jitter). The first retry after a connection-level
@@ -231,6 +266,7 @@ class TelegramSender(HTTPSenderBase):
         rate_limit: RateLimit | None = RateLimit(),  # noqa: B008 (frozen, shared safely)
         rate_store: RateStore | None = None,
         allow_paid_broadcast: bool = False,
+        file_store: FileIdStore | None = None,
         max_retries: int = 3,
         backoff_base: float = 0.5,
         backoff_max: float = 8.0,
@@ -256,8 +292,13 @@ class TelegramSender(HTTPSenderBase):
             rng=rng,
         )
         self.base_url = base_url.rstrip("/")
-        self._secret = _Secret(token, f"{self.base_url}/bot{token}/sendMessage")
+        self._secret = _Secret(token, self.base_url)
         self._limiter = _limiter(token, rate_limit, rate_store, allow_paid_broadcast, clock, sleep)
+        if file_store is not None and not isinstance(file_store, FileIdStore):
+            raise ValidationTypeError(
+                "file_store", "must be a file id store (MemoryFileIdStore, SQLFileIdStore)"
+            )
+        self._files = UploadOnce(bot_key(token), file_store)
         self._lane = PAID_LANE if allow_paid_broadcast else BOT_LANE
 
     def __repr__(self) -> str:
@@ -297,7 +338,9 @@ class TelegramSender(HTTPSenderBase):
         """
         target, payload = prepare(recipient, message)
         try:
-            return await self._send(target, payload, self._budget(budget))
+            if message.media is None:
+                return await self._send(target, payload, self._budget(budget))
+            return await self._send_media(target, payload, message.media, self._budget(budget))
         except SendError as exc:
             error = exc
         # Error reporters record the locals of every frame an exception passed through:
@@ -310,9 +353,10 @@ class TelegramSender(HTTPSenderBase):
         """Raise [`ValidationError`][notifyonce.ValidationError] if Telegram would refuse this send
         for its recipient or message alone (nothing is sent).
 
-        A malformed chat id, a text longer than Telegram's 4096 characters (counted as
-        Telegram counts them), or options the JSON encoder cannot handle. The Notifier
-        calls it before claiming, so such a notification burns no slot.
+        A malformed chat id, a text longer than Telegram's 4096 characters or a caption
+        longer than 1024 (counted as Telegram counts them), a media file missing or over
+        the upload limit, or options the JSON encoder cannot handle. The Notifier calls it
+        before claiming, so such a notification burns no slot.
         """
         prepare(recipient, message)
 
@@ -357,7 +401,42 @@ class TelegramSender(HTTPSenderBase):
         assert self._limiter is not None
         return self._clock() - granted[2] <= self._limiter.tolerance
 
-    async def _send(self, target: str, payload: dict[str, Any], budget: float) -> Receipt:
+    async def _send_media(
+        self, target: str, payload: dict[str, Any], media: Media, budget: float
+    ) -> Receipt:
+        """Send ``media`` by file_id or URL, or upload it once (see ``UploadOnce``)."""
+        method = _METHODS[media.kind]
+        if not media.uploads:
+            return await self._send(target, {**payload, media.kind: media.source}, budget, method)
+        deadline = self._clock() + budget
+        key = await self._files.key(media)
+
+        def remaining() -> float:
+            return deadline - self._clock()
+
+        async def reuse(file_id: str) -> tuple[Receipt, str | None]:
+            fields = {**payload, media.kind: file_id}
+            receipt = await self._send(target, fields, remaining(), method)
+            return receipt, receipt.file_id
+
+        async def upload() -> tuple[Receipt, str | None]:
+            data = await read_upload(media)
+            file = (media.kind, media.upload_name(), data)
+            receipt = await self._send(target, dict(payload), remaining(), method, file)
+            # The file changed since it was hashed: its id does not belong to this key.
+            fresh = key.endswith(hashlib.sha256(data).hexdigest())
+            return receipt, receipt.file_id if fresh else None
+
+        return await self._files.send(key, remaining, reuse, upload)
+
+    async def _send(
+        self,
+        target: str,
+        payload: dict[str, Any],
+        budget: float,
+        method: str = "sendMessage",
+        upload: tuple[str, str, bytes] | None = None,
+    ) -> Receipt:
         client = self._get_client()
         if self._lane == PAID_LANE:
             payload["allow_paid_broadcast"] = True
@@ -381,10 +460,12 @@ class TelegramSender(HTTPSenderBase):
             if remaining <= 0:
                 raise TransientSendError("the send budget ran out before an attempt")
 
-            outcome, cause, certain_transport = await self._attempt(client, payload, remaining)
+            outcome, cause, certain_transport = await self._attempt(
+                client, payload, remaining, method, upload
+            )
 
             if isinstance(outcome, Delivered):
-                return Receipt(target, outcome.message_id, migrated_to)
+                return Receipt(target, outcome.message_id, migrated_to, outcome.file_id)
             if isinstance(outcome, Migrated):
                 if migrated_to is not None:
                     raise PermanentSendError(
@@ -404,18 +485,30 @@ class TelegramSender(HTTPSenderBase):
             if wait is None:
                 chain_cause(error, cause, lambda text: redact(text, self._secret.token))
                 raise error
-            await self._pause(logger, "sendMessage", plan, error, wait)
+            await self._pause(logger, method, plan, error, wait)
 
     async def _attempt(
-        self, client: httpx.AsyncClient, payload: dict[str, Any], remaining: float
+        self,
+        client: httpx.AsyncClient,
+        payload: dict[str, Any],
+        remaining: float,
+        method: str = "sendMessage",
+        upload: tuple[str, str, bytes] | None = None,
     ) -> tuple[Delivered | Migrated | SendError, BaseException | None, bool]:
-        """One HTTP request; returns (outcome, exception to chain, certain transport failure)."""
-        body = encode(payload)
+        """One HTTP request; returns (outcome, exception to chain, certain transport failure).
+
+        ``upload`` is (the file's field, its file name, its bytes): the request is then a
+        multipart form, built again for every attempt (the chat id may have moved).
+        """
+        if upload is None:
+            body, content_type = encode(payload), "application/json"
+        else:
+            body, content_type = multipart(payload, *upload)
         response, cause, certain = await self._post(
             client,
-            self._secret.url,
+            self._secret.urls[method],
             body,
-            {"content-type": "application/json"},
+            {"content-type": content_type},
             remaining,
             lambda text: redact(text, self._secret.token),
         )

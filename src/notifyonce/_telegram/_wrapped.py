@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass
 
 from notifyonce._errors import PermanentSendError, SendError, ValidationTypeError
+from notifyonce._media import refuse_media
 from notifyonce._message import Message, Receipt
 from notifyonce._redact import chain_cause, redact, scrubbed, short
 
@@ -107,6 +108,7 @@ class WrappedBotSender:
         target = validate_recipient(recipient)
         if not isinstance(message, Message):
             raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
+        refuse_media(message.media, type(self).__name__)
         check_text(message)
         encode(
             {

@@ -32,6 +32,7 @@ from notifyonce._table import DEFAULT_TABLE_NAME
 
 __all__ = [
     "SCRIPT_LOCATION",
+    "file_table_from_config",
     "rate_table_from_config",
     "settings_from_config",
     "upgrade",
@@ -44,6 +45,7 @@ _TABLE = "notifyonce_table_name"
 _SCHEMA = "notifyonce_schema"
 _VERSION_TABLE = "notifyonce_version_table"
 _RATE_TABLE = "notifyonce_rate_table_name"
+_FILE_TABLE = "notifyonce_file_table_name"
 
 
 def default_version_table(table_name: str) -> str:
@@ -76,12 +78,26 @@ def rate_table_from_config(config: Config) -> str:
     return explicit or default_rate_table(settings_from_config(config)[0])
 
 
+def file_table_from_config(config: Config) -> str:
+    """The file-id table's name for a migration run (``SQLFileIdStore``'s table).
+
+    The ``notifyonce_file_table_name`` attribute or option, else the default beside the
+    ledger table: ``notifyonce_file_ids``, or ``<ledger table>_file_ids`` beside a ledger
+    table of another name.
+    """
+    from notifyonce._file_sql import default_file_table
+
+    explicit = config.attributes.get(_FILE_TABLE) or config.get_main_option(_FILE_TABLE)
+    return explicit or default_file_table(settings_from_config(config)[0])
+
+
 def _config(
     connection: Connection,
     table_name: str,
     schema: str | None,
     version_table: str | None,
     rate_table_name: str | None = None,
+    file_table_name: str | None = None,
 ) -> Config:
     config = Config()
     config.set_main_option("script_location", SCRIPT_LOCATION)
@@ -90,6 +106,7 @@ def _config(
     config.attributes[_SCHEMA] = schema
     config.attributes[_VERSION_TABLE] = version_table or default_version_table(table_name)
     config.attributes[_RATE_TABLE] = rate_table_name
+    config.attributes[_FILE_TABLE] = file_table_name
     return config
 
 
@@ -100,6 +117,7 @@ def _upgrade_on(
     version_table: str | None,
     revision: str,
     rate_table_name: str | None = None,
+    file_table_name: str | None = None,
 ) -> None:
     import alembic.context
     import alembic.op
@@ -108,7 +126,9 @@ def _upgrade_on(
     # uninstall Alembic's module-level `context`/`op` proxies on exit; put theirs back.
     outer = [getattr(module, "_proxy", None) for module in (alembic.context, alembic.op)]
     try:
-        config = _config(connection, table_name, schema, version_table, rate_table_name)
+        config = _config(
+            connection, table_name, schema, version_table, rate_table_name, file_table_name
+        )
         command.upgrade(config, revision)
     finally:
         for proxy in outer:
@@ -124,6 +144,7 @@ def upgrade(
     version_table: str | None = None,
     revision: str = "heads",
     rate_table_name: str | None = None,
+    file_table_name: str | None = None,
 ) -> None:
     """Create or upgrade the ledger table to ``revision`` (the latest by default).
 
@@ -138,6 +159,9 @@ def upgrade(
         rate_table_name: The table of ``SQLRateStore`` (created by revision
             ``notifyonce_0002``); defaults to ``notifyonce_rate_limits`` beside the default
             ledger table, ``<table_name>_rate_limits`` beside another.
+        file_table_name: The table of ``SQLFileIdStore`` (created by revision
+            ``notifyonce_0003``); defaults to ``notifyonce_file_ids`` beside the default
+            ledger table, ``<table_name>_file_ids`` beside another.
 
     Examples:
         >>> import sqlalchemy as sa
@@ -147,16 +171,15 @@ def upgrade(
         True
         >>> engine.dispose()
     """
+    tables = (rate_table_name, file_table_name)
     if isinstance(target, Connection):
-        _upgrade_on(target, table_name, schema, version_table, revision, rate_table_name)
+        _upgrade_on(target, table_name, schema, version_table, revision, *tables)
         return
     if isinstance(target, (str, URL)):
         url = make_url(target)
         if url.get_dialect().is_async:
             asyncio.run(
-                _upgrade_async_url(
-                    url, table_name, schema, version_table, revision, rate_table_name
-                )
+                _upgrade_async_url(url, table_name, schema, version_table, revision, *tables)
             )
             return
         engine = sa.create_engine(url)
@@ -168,12 +191,13 @@ def upgrade(
                 version_table=version_table,
                 revision=revision,
                 rate_table_name=rate_table_name,
+                file_table_name=file_table_name,
             )
         finally:
             engine.dispose()
         return
     with target.begin() as connection:
-        _upgrade_on(connection, table_name, schema, version_table, revision, rate_table_name)
+        _upgrade_on(connection, table_name, schema, version_table, revision, *tables)
 
 
 async def _upgrade_async_url(url: URL, *args: Any) -> None:
@@ -191,6 +215,7 @@ async def upgrade_async(
     version_table: str | None = None,
     revision: str = "heads",
     rate_table_name: str | None = None,
+    file_table_name: str | None = None,
 ) -> None:
     """[`upgrade`][notifyonce.migrations.upgrade] for an ``AsyncEngine``.
 
@@ -205,5 +230,11 @@ async def upgrade_async(
     """
     async with engine.begin() as connection:
         await connection.run_sync(
-            _upgrade_on, table_name, schema, version_table, revision, rate_table_name
+            _upgrade_on,
+            table_name,
+            schema,
+            version_table,
+            revision,
+            rate_table_name,
+            file_table_name,
         )

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from ._fake import OK, FakeSender, SendRecord
 from ._receiver import WebhookDelivery, WebhookReceiver, WebhookReply, WebhookRequest
-from ._server import BotAPIServer, Delivery, Reply, Request
+from ._server import BotAPIServer, Delivery, Reply, Request, Upload
 
 __all__ = [
     "OK",
@@ -34,6 +34,7 @@ __all__ = [
     "Reply",
     "Request",
     "SendRecord",
+    "Upload",
     "WebhookDelivery",
     "WebhookReceiver",
     "WebhookReply",

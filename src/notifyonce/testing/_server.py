@@ -7,6 +7,7 @@ async tests alike and times deliveries on its own event loop, like a remote serv
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import json
 import threading
@@ -22,7 +23,18 @@ from typing_extensions import Self
 
 R = TypeVar("R")
 
-__all__ = ["BotAPIServer", "Delivery", "LocalServer", "Reply", "Request", "read_head"]
+__all__ = [
+    "BotAPIServer",
+    "Delivery",
+    "LocalServer",
+    "Reply",
+    "Request",
+    "Upload",
+    "read_head",
+]
+
+# The Bot API methods that send media, and the parameter carrying the file.
+_MEDIA_METHODS = {"sendPhoto": "photo", "sendDocument": "document", "sendVideo": "video"}
 
 _REASONS = {
     200: "OK",
@@ -192,6 +204,9 @@ class Delivery:
         at: Server-side ``time.monotonic()`` when the request was read in full.
         connection: Which TCP connection (1, 2, ...) carried it.
         message_id: The id the server answered with.
+        method: ``"sendMessage"``, or ``"sendPhoto"``, ``"sendDocument"``, ``"sendVideo"``
+            (then ``text`` is the caption, empty when there was none).
+        file_id: For media, the file_id of the file delivered (a photo's largest size).
     """
 
     chat_id: str
@@ -200,6 +215,29 @@ class Delivery:
     at: float
     connection: int
     message_id: int
+    method: str = "sendMessage"
+    file_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """A request that carried file bytes (``sendPhoto`` etc. with a multipart file).
+
+    Attributes:
+        method: The Bot API method.
+        chat_id: The chat it was for.
+        filename: The file name the upload gave.
+        size: Bytes uploaded.
+        sha256: The hex digest of those bytes.
+        file_id: The file_id the server gave the file (None when the reply refused it).
+    """
+
+    method: str
+    chat_id: str
+    filename: str
+    size: int
+    sha256: str
+    file_id: str | None
 
 
 async def read_head(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str]] | None:
@@ -221,13 +259,25 @@ async def read_head(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, s
 def _parse_params(content_type: str, body: bytes) -> dict[str, Any]:
     """sendMessage parameters from JSON (TelegramSender), a form (aiogram, python-telegram-bot)
     or multipart; a form value that is JSON (reply_markup) is decoded."""
+    return parse_form(content_type, body)[0]
+
+
+def parse_form(
+    content_type: str, body: bytes
+) -> tuple[dict[str, Any], dict[str, tuple[str, bytes]]]:
+    """The parameters of a request, and its uploaded files: field -> (file name, bytes).
+
+    A multipart part with a ``filename`` is a file; every other part, and every value of
+    JSON or a urlencoded form, is a parameter (decoded as JSON when it looks like JSON).
+    """
+    files: dict[str, tuple[str, bytes]] = {}
     if not body:
-        return {}
+        return {}, files
     if content_type.startswith("application/json"):
         data = json.loads(body)
         if not isinstance(data, dict):
             raise ValueError("not an object")
-        return data
+        return data, files
     if content_type.startswith("multipart/form-data"):
         from email.parser import BytesParser
         from email.policy import HTTP
@@ -235,12 +285,20 @@ def _parse_params(content_type: str, body: bytes) -> dict[str, Any]:
         message = BytesParser(policy=HTTP).parsebytes(
             f"Content-Type: {content_type}\r\n\r\n".encode() + body
         )
-        pairs = [
-            (part.get_param("name", header="content-disposition") or "", part.get_content())
-            for part in message.iter_parts()
-        ]
+        if not message.is_multipart():
+            raise ValueError("not a multipart body")
+        pairs: list[tuple[str, str | bytes]] = []
+        for part in message.iter_parts():
+            field = str(part.get_param("name", header="content-disposition") or "")
+            filename = part.get_filename()
+            raw = part.get_payload(decode=True)
+            data = raw if isinstance(raw, bytes) else b""
+            if filename is not None:
+                files[field] = (filename, data)
+            else:  # form fields are UTF-8, as clients send them, without a charset
+                pairs.append((field, data))
     else:
-        pairs = parse_qsl(body.decode(), keep_blank_values=True)
+        pairs = list(parse_qsl(body.decode(), keep_blank_values=True))
     params: dict[str, Any] = {}
     for name, value in pairs:
         text = value.decode() if isinstance(value, bytes) else str(value)
@@ -251,7 +309,7 @@ def _parse_params(content_type: str, body: bytes) -> dict[str, Any]:
             except ValueError:
                 pass
         params[str(name)] = text
-    return params
+    return params, files
 
 
 class Scripts(Generic[R]):
@@ -454,8 +512,12 @@ _UNSCRIPTED = Reply.ok()  # compared by identity: "no scripted reply"
 class BotAPIServer(LocalServer):
     """A Bot-API-shaped server on 127.0.0.1 that records deliveries; scriptable per chat.
 
-    It answers ``POST /bot<token>/sendMessage``, 404 for any path that is not
-    ``/bot<token>/<method>`` (a wrong ``base_url``), 401 for a wrong token, keeps
+    It answers ``POST /bot<token>/sendMessage``, and ``sendPhoto``, ``sendDocument`` and
+    ``sendVideo`` as Telegram does: a multipart upload or a URL gets a new file (a photo
+    two sizes, the largest last), a file_id it gave out is sent again, any other file_id
+    is a 400. Every request that carried file bytes is in
+    [`uploads`][notifyonce.testing.BotAPIServer.uploads]. It answers 404 for any path that
+    is not ``/bot<token>/<method>`` (a wrong ``base_url``), 401 for a wrong token, keeps
     connections alive, and counts TCP connections. It also answers what a polling bot
     calls around it, so an aiogram ``Dispatcher`` or a python-telegram-bot
     ``Application`` can run against it: ``getUpdates`` (long polling, with ``offset``
@@ -473,9 +535,9 @@ class BotAPIServer(LocalServer):
             would: a ``sendMessage`` that would make more than this many deliveries in the
             second before it is answered 429 with ``retry_after=flood_retry_after``.
         flood_retry_after: The ``retry_after`` of those 429 answers.
-        on_request: Called with every ``sendMessage`` request the server read in full,
-            after it was recorded (and delivered, if its reply delivers) and before any
-            answer is written: the moment the client's send is in flight. It runs on the
+        on_request: Called with every send (``sendMessage``, ``sendPhoto``, ...) the server
+            read in full, after it was recorded (and delivered, if its reply delivers) and
+            before any answer is written: the moment the client's send is in flight. It runs on the
             server's thread and delays the answer while it runs; a crash test can kill
             the client from it, knowing the kill landed mid-send.
 
@@ -508,6 +570,9 @@ class BotAPIServer(LocalServer):
         self._calls: list[str] = []
         self._updates: list[dict[str, Any]] = []
         self._update_ids = itertools.count(1)
+        self._uploads: list[Upload] = []
+        self._files: dict[str, str] = {}  # file_id -> the kind of media it names
+        self._file_numbers = itertools.count(1)
 
     @property
     def url(self) -> str:
@@ -535,6 +600,12 @@ class BotAPIServer(LocalServer):
         """Every request received, delivered or not."""
         with self._lock:
             return list(self._requests)
+
+    @property
+    def uploads(self) -> list[Upload]:
+        """Every request that carried file bytes, in arrival order, delivered or not."""
+        with self._lock:
+            return list(self._uploads)
 
     def busiest_window(self, seconds: float = 1.0, *, chat_id: str | None = None) -> int:
         """The most deliveries in any half-open window ``[t, t + seconds)``, by server time."""
@@ -584,6 +655,7 @@ class BotAPIServer(LocalServer):
             self._scripts.clear()
             self._calls.clear()
             self._updates.clear()
+            self._uploads.clear()
 
     # -- HTTP ---------------------------------------------------------------------------
 
@@ -654,24 +726,42 @@ class BotAPIServer(LocalServer):
                 return await self._answer(writer, 400, bad, keep_alive)
             result = {"ok": True, "result": updates}
             return await self._answer(writer, 200, json.dumps(result).encode(), keep_alive)
-        if verb != "POST" or method != "sendMessage":
+        kind = _MEDIA_METHODS.get(method)
+        if verb != "POST" or (method != "sendMessage" and kind is None):
             return await self._answer(writer, 404, _api_error(404, "Not Found"), keep_alive)
 
         try:
-            params = _parse_params(headers.get("content-type", ""), body)
+            params, files = parse_form(headers.get("content-type", ""), body)
             chat_id = str(params["chat_id"])
-            text = str(params["text"])
+            text = str(params["text"] if kind is None else params.get("caption", ""))
         except (ValueError, KeyError, TypeError):
-            bad = _api_error(400, "Bad Request: message text is empty")
+            what = "message text is empty" if kind is None else "wrong parameters"
+            bad = _api_error(400, f"Bad Request: {what}")
+            return await self._answer(writer, 400, bad, keep_alive)
+        file = files.get(kind) if kind is not None else None
+        if kind is not None and file is None and not self._known_file(kind, params.get(kind)):
+            bad = _api_error(400, "Bad Request: wrong file identifier/HTTP URL specified")
             return await self._answer(writer, 400, bad, keep_alive)
 
         reply = self._next_reply(chat_id, received)
         arrived = Request(method, chat_id, received, connection, reply, _bot_id(token))
         self._record(arrived)
+        media: dict[str, Any] | None = None
+        if kind is not None:
+            media = self._media(kind, method, chat_id, file, params.get(kind), reply.delivers)
         message_id = 0
         if reply.delivers:
             message_id = next(self._message_ids)
-            delivery = Delivery(chat_id, text, params, received, connection, message_id)
+            delivery = Delivery(
+                chat_id,
+                text,
+                params,
+                received,
+                connection,
+                message_id,
+                method,
+                None if media is None else _largest_file_id(media),
+            )
             with self._lock:
                 self._deliveries.append(delivery)
         if self.on_request is not None:
@@ -682,14 +772,76 @@ class BotAPIServer(LocalServer):
             await asyncio.sleep(self.latency + reply.delay)
         body_out = reply.body
         if body_out is None:
-            result = {
-                "message_id": message_id,
-                "date": int(time.time()),
-                "text": text,
-                "chat": _chat(chat_id),
-            }
+            result = {"message_id": message_id, "date": int(time.time()), "chat": _chat(chat_id)}
+            if media is None:
+                result["text"] = text
+            else:
+                result.update(media)
+                if text:
+                    result["caption"] = text
             body_out = json.dumps({"ok": True, "result": result}).encode()
         return await self._answer(writer, reply.status, body_out, keep_alive, reply.content_type)
+
+    def _known_file(self, kind: str, source: object) -> bool:
+        """Whether ``source`` names a file this server gave out as ``kind``, or is a URL."""
+        if isinstance(source, str) and source.startswith(("http://", "https://")):
+            return True
+        with self._lock:
+            return isinstance(source, str) and self._files.get(source) == kind
+
+    def _media(
+        self,
+        kind: str,
+        method: str,
+        chat_id: str,
+        file: tuple[str, bytes] | None,
+        source: object,
+        delivers: bool,
+    ) -> dict[str, Any]:
+        """The answer's media object (a new file for an upload or a URL); records an upload.
+
+        A photo gets two sizes with their own file_ids, as Telegram answers; the largest is
+        last.
+        """
+        data = file[1] if file is not None else str(source).encode()
+        digest = hashlib.sha256(data).hexdigest()
+        with self._lock:
+            if file is not None or not isinstance(source, str) or source not in self._files:
+                number = next(self._file_numbers)
+                file_id = f"{kind[:3].upper()}{number}x{digest[:24]}"
+            else:
+                file_id = source  # sent again by its file_id: the same file
+            if delivers:
+                self._files[file_id] = kind
+                if kind == "photo":
+                    self._files[file_id + "s"] = kind
+            if file is not None:
+                upload = Upload(
+                    method, chat_id, file[0], len(data), digest, file_id if delivers else None
+                )
+                self._uploads.append(upload)
+        unique = digest[:16]
+        if kind != "photo":
+            return {kind: {"file_id": file_id, "file_unique_id": unique, "file_size": len(data)}}
+        base = file_id[:-1] if file_id.endswith("s") else file_id
+        return {
+            "photo": [
+                {
+                    "file_id": base + "s",
+                    "file_unique_id": unique + "s",
+                    "width": 90,
+                    "height": 90,
+                    "file_size": 1000,
+                },
+                {
+                    "file_id": base,
+                    "file_unique_id": unique,
+                    "width": 1280,
+                    "height": 1280,
+                    "file_size": len(data),
+                },
+            ]
+        }
 
     def _record(self, request: Request) -> None:
         with self._lock:
@@ -709,6 +861,14 @@ class BotAPIServer(LocalServer):
             if ready or time.monotonic() >= deadline:
                 return ready
             await asyncio.sleep(0.02)
+
+
+def _largest_file_id(media: dict[str, Any]) -> str | None:
+    if "photo" in media:
+        return str(media["photo"][-1]["file_id"])
+    for value in media.values():
+        return str(value["file_id"])
+    return None
 
 
 def _bot_id(token: str | None) -> int | None:
