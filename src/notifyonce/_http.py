@@ -412,6 +412,7 @@ class HTTPSenderBase:
             raise SenderClosedError(f"the httpx.AsyncClient given to {name} is closed")
         if self._client is None:
             self._client = httpx.AsyncClient(
+                transport=default_transport(self.limits),
                 limits=self.limits,
                 timeout=httpx.Timeout(
                     connect=self.connect_timeout,
@@ -521,6 +522,16 @@ class HTTPSenderBase:
             clock=self._clock,
             rng=self._rng,
         )
+
+
+def default_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport | None:
+    """The sender's own transport: aiohttp's connection pool when aiohttp is installed (the
+    extras install it), else None (httpx's own, over httpcore). See `notifyonce._aiohttp`."""
+    try:
+        from notifyonce._aiohttp import AiohttpTransport
+    except ImportError:
+        return None
+    return AiohttpTransport(limits)
 
 
 # Seconds past the budget before the overall deadline cuts a request short, so that the
