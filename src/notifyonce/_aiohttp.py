@@ -15,12 +15,14 @@ reports, through httpx's ``trace`` extension, whether a request may have been wr
   (``http11.send_request_headers.started``), so the sender's classification is the same
   for both transports.
 
-Timeouts come from the request's ``timeout`` extension, as httpx sets them: ``pool`` and
-``connect`` bound the wait for a connection (aiohttp measures them as one, so their sum
-bounds it, and ``connect`` alone bounds opening a new one), ``read`` the wait for each
-chunk of the answer. aiohttp does not report when a request has been written, so
-``write`` is not enforced separately: a stuck write ends at the read timeout or at the
-sender's overall deadline, and is uncertain either way, as a write timeout would be.
+Timeouts come from the request's ``timeout`` extension, as httpx sets them: ``pool``
+bounds the wait for one of the ``max_connections`` (the transport's own semaphore, held for
+the whole request as httpcore holds a connection), ``connect`` opening a new connection,
+``read`` the wait for each chunk of the answer. aiohttp does not report when a request has
+been written, so ``write`` is not enforced separately: a stuck write ends at the read
+timeout or at the sender's overall deadline, and is uncertain either way, as a write
+timeout would be. (A sender's body is a few kilobytes, which the socket's buffer takes at
+once: a write does not block on either transport.)
 """
 
 from __future__ import annotations
@@ -38,23 +40,18 @@ __all__ = ["AiohttpTransport"]
 
 
 class _Attempt:
-    """What one request's aiohttp trace said: was it queued for a connection, did it get one."""
+    """What one request's aiohttp trace said: did it get a connection (and so may have been
+    written)."""
 
-    __slots__ = ("queued", "started", "trace")
+    __slots__ = ("started", "trace")
 
     def __init__(self, trace: Any) -> None:
         self.trace = trace  # httpx's "trace" extension (the sender's Progress), or None
-        self.queued = False
         self.started = False
-
-
-async def _on_queued(session: object, context: SimpleNamespace, params: object) -> None:
-    context.trace_request_ctx.queued = True
 
 
 async def _on_connection(session: object, context: SimpleNamespace, params: object) -> None:
     attempt: _Attempt = context.trace_request_ctx
-    attempt.queued = False
     attempt.started = True
     if attempt.trace is not None:
         await attempt.trace("http11.send_request_headers.started", {})
@@ -62,25 +59,15 @@ async def _on_connection(session: object, context: SimpleNamespace, params: obje
 
 def _trace_config() -> aiohttp.TraceConfig:
     config = aiohttp.TraceConfig()
-    config.on_connection_queued_start.append(_on_queued)
     config.on_connection_create_end.append(_on_connection)
     config.on_connection_reuseconn.append(_on_connection)
     return config
 
 
-def _seconds(timeouts: Mapping[str, float | None], *names: str) -> float | None:
-    values = [timeouts.get(name) for name in names]
-    if any(value is None for value in values):
-        return None
-    return sum(value for value in values if value is not None)
-
-
 def _timeout(timeouts: Mapping[str, float | None]) -> aiohttp.ClientTimeout:
+    connect = timeouts.get("connect")
     return aiohttp.ClientTimeout(
-        total=None,
-        connect=_seconds(timeouts, "pool", "connect"),
-        sock_connect=timeouts.get("connect"),
-        sock_read=timeouts.get("read"),
+        total=None, connect=connect, sock_connect=connect, sock_read=timeouts.get("read")
     )
 
 
@@ -91,14 +78,16 @@ def _error(exc: BaseException, attempt: _Attempt, request: httpx.Request) -> htt
     klass: type[httpx.TransportError]
     if not attempt.started:
         if isinstance(exc, asyncio.TimeoutError):
-            klass = httpx.PoolTimeout if attempt.queued else httpx.ConnectTimeout
+            klass = httpx.ConnectTimeout
         else:
             klass = httpx.ConnectError
     elif isinstance(exc, asyncio.TimeoutError):  # aiohttp's ServerTimeoutError included
         klass = httpx.ReadTimeout
-    elif isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
-        klass = httpx.RemoteProtocolError
-    elif isinstance(exc, aiohttp.ClientResponseError):  # a malformed answer
+    elif isinstance(
+        exc,
+        # a dropped connection, a cut body, a malformed answer
+        (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientResponseError),
+    ):
         klass = httpx.RemoteProtocolError
     else:
         klass = httpx.ReadError
@@ -113,20 +102,24 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     connection returns to the pool before the response is handed on.
 
     Args:
-        limits: ``max_connections`` (None: unlimited) and ``keepalive_expiry`` (seconds an
-            idle connection is kept) of the pool; aiohttp keeps every idle connection,
-            so ``max_keepalive_connections`` has no counterpart.
+        limits: ``max_connections`` (requests in flight at once, each on its own
+            connection; None: unlimited) and ``keepalive_expiry`` (seconds an idle
+            connection is kept). aiohttp keeps every idle connection, at most
+            ``max_connections`` here, so ``max_keepalive_connections`` has no counterpart.
     """
 
     def __init__(self, limits: httpx.Limits) -> None:
         self._limits = limits
+        most = limits.max_connections
+        self._slots = None if most is None else asyncio.Semaphore(most)
         self._session: aiohttp.ClientSession | None = None
+        self._url: tuple[str, URL] | None = None
         self._closed = False
 
     def _open(self) -> aiohttp.ClientSession:
         expiry = self._limits.keepalive_expiry
         connector = aiohttp.TCPConnector(
-            limit=self._limits.max_connections or 0,
+            limit=0,  # bounded by self._slots, which times out as httpx's pool does
             limit_per_host=0,
             keepalive_timeout=15.0 if expiry is None else expiry,
         )
@@ -151,14 +144,42 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         body = request.content if isinstance(request.stream, httpx.ByteStream) else None
         if body is None:
             body = await request.aread()
+        timeouts = request.extensions.get("timeout", {})
+        slots = self._slots
+        if slots is not None:
+            if slots.locked():
+                try:
+                    await asyncio.wait_for(slots.acquire(), timeouts.get("pool"))
+                except asyncio.TimeoutError:
+                    raise httpx.PoolTimeout("no free connection", request=request) from None
+            else:
+                await slots.acquire()
+        try:
+            return await self._send(session, request, body, timeouts, attempt)
+        finally:
+            if slots is not None:
+                slots.release()
+
+    async def _send(
+        self,
+        session: aiohttp.ClientSession,
+        request: httpx.Request,
+        body: bytes,
+        timeouts: Mapping[str, float | None],
+        attempt: _Attempt,
+    ) -> httpx.Response:
+        text = str(request.url)
+        url = self._url
+        if url is None or url[0] != text:  # a sender posts to one URL: parse it once
+            url = self._url = (text, URL(text, encoded=True))
         try:
             async with session.request(
                 request.method,
-                URL(str(request.url), encoded=True),
+                url[1],
                 headers=request.headers.multi_items(),
                 data=body or None,
                 allow_redirects=False,
-                timeout=_timeout(request.extensions.get("timeout", {})),
+                timeout=_timeout(timeouts),
                 trace_request_ctx=attempt,
             ) as answer:
                 content = await answer.read()
