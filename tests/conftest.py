@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -72,3 +73,19 @@ def sync_engine(sync_backend: Backend) -> Iterator[sa.Engine]:
     engine = sa.create_engine(sync_backend.sync_url)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture(params=["own-client", "httpx-client"])
+async def http_client(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """Each path an HTTP sender can send through: None (the sender's own client, httpx over
+    aiohttp's pool) and a caller's ``httpx.AsyncClient`` (httpx's own transport, httpcore),
+    sized as the sender's own. Pass it as ``client=``; a caller's client is closed here."""
+    if request.param == "own-client":
+        yield None
+        return
+    import httpx
+
+    from notifyonce._http import DEFAULT_LIMITS
+
+    async with httpx.AsyncClient(limits=DEFAULT_LIMITS) as client:
+        yield client

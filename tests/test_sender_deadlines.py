@@ -6,6 +6,7 @@ import asyncio
 import math
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -60,10 +61,13 @@ async def trickling_server() -> AsyncIterator[Trickle]:
     server.close()
 
 
-async def test_a_trickling_answer_cannot_outlast_the_budget(trickling_server: Trickle) -> None:
+async def test_a_trickling_answer_cannot_outlast_the_budget(
+    trickling_server: Trickle, http_client: httpx.AsyncClient | None
+) -> None:
     """A server that trickles its answer is cut off at the budget, as an uncertain send."""
     url = trickling_server.url
-    async with TelegramSender(TOKEN, base_url=url, rate_limit=None, budget=1.0) as s:
+    sender = TelegramSender(TOKEN, base_url=url, rate_limit=None, budget=1.0, client=http_client)
+    async with sender as s:
         with pytest.raises(UncertainSendError) as info:
             await s.send("42", Message("hello"))
         trickled = trickling_server.sent

@@ -22,6 +22,7 @@ from notifyonce import (
     ValidationError,
     ValidationTypeError,
 )
+from notifyonce._aiohttp import AiohttpTransport
 from notifyonce._telegram._classify import EXCEPTION_CLASSES
 from notifyonce.telegram import RateLimit, TelegramSender
 
@@ -470,10 +471,12 @@ async def test_own_client_is_created_once_and_closed() -> None:
     assert sender._client is None
     first = sender._get_client()
     assert first is sender._get_client()
+    transport = first._transport  # httpx over aiohttp's pool, sized by the sender's limits
+    assert isinstance(transport, AiohttpTransport)
     assert DEFAULT_POOL == (
-        first._transport._pool._max_connections,
-        first._transport._pool._keepalive_expiry,
-    )  # type: ignore[attr-defined]
+        transport._limits.max_connections,
+        transport._limits.keepalive_expiry,
+    )
     async with sender:
         pass
     assert first.is_closed

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
+import httpx
 import pytest
 
 from notifyonce import (
@@ -60,9 +61,11 @@ SCRIPTS = [
 ]
 
 
-async def run_slots(receiver: WebhookReceiver, slots: int) -> list[Receipt | None]:
+async def run_slots(
+    receiver: WebhookReceiver, slots: int, client: httpx.AsyncClient | None = None
+) -> list[Receipt | None]:
     receipts: list[Receipt | None] = []
-    async with sender_for(receiver, max_retries=0) as sender:
+    async with sender_for(receiver, max_retries=0, client=client) as sender:
         for n in range(slots):
             key = f"trial_6h:{n}:2026-12-01T00:00:00Z"
             receiver.script(SCRIPTS[n % len(SCRIPTS)], key=key)
@@ -73,10 +76,12 @@ async def run_slots(receiver: WebhookReceiver, slots: int) -> list[Receipt | Non
     return receipts
 
 
-async def test_at_least_once_with_deduplicating_receiver_is_exactly_once() -> None:
+async def test_at_least_once_with_deduplicating_receiver_is_exactly_once(
+    http_client: httpx.AsyncClient | None,
+) -> None:
     """24 slots with drops, 502s, 503s, 429s and late answers: every key processed once."""
     async with WebhookReceiver(secret=SECRET) as receiver:
-        receipts = await run_slots(receiver, 24)
+        receipts = await run_slots(receiver, 24, http_client)
         counts = receiver.counts()
         outcomes = [r.outcome for r in receiver.requests]
     assert all(receipt is not None for receipt in receipts)
@@ -103,9 +108,11 @@ async def test_duplicate_answer_repeats_the_first_id() -> None:
         assert 1 == len(receiver.processed)
 
 
-async def test_sequential_sends_reuse_one_connection() -> None:
+async def test_sequential_sends_reuse_one_connection(
+    http_client: httpx.AsyncClient | None,
+) -> None:
     """Ten sends travel over one keep-alive connection."""
-    async with WebhookReceiver() as receiver, sender_for(receiver) as sender:
+    async with WebhookReceiver() as receiver, sender_for(receiver, client=http_client) as sender:
         for n in range(10):
             await sender.send(str(n), Message("x", idempotency_key=f"k{n}"))
         assert 1 == receiver.connections_opened
@@ -135,12 +142,14 @@ async def test_body_and_signature_seen_by_the_receiver() -> None:
     assert delivery.headers["x-notifyonce-signature"].startswith("sha256=")
 
 
-async def test_refused_connection_is_transient() -> None:
+async def test_refused_connection_is_transient(http_client: httpx.AsyncClient | None) -> None:
     """A port nobody listens on gives a transient error: certainly not delivered."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    sender = WebhookSender(f"http://127.0.0.1:{port}/hook", max_retries=1, backoff_base=0.01)
+    sender = WebhookSender(
+        f"http://127.0.0.1:{port}/hook", max_retries=1, backoff_base=0.01, client=http_client
+    )
     async with sender:
         with pytest.raises(TransientSendError):
             await sender.send("1", Message("x"))
@@ -155,9 +164,12 @@ async def test_retry_after_from_the_wire_is_honoured() -> None:
         assert ["refused", "processed"] == [r.outcome for r in receiver.requests]
 
 
-async def test_connection_closed_while_idle_is_replaced() -> None:
+async def test_connection_closed_while_idle_is_replaced(
+    http_client: httpx.AsyncClient | None,
+) -> None:
     """A keep-alive connection the receiver closed between sends is replaced, not an error."""
-    async with WebhookReceiver() as receiver, sender_for(receiver, max_retries=0) as sender:
+    receiver = WebhookReceiver()
+    async with receiver, sender_for(receiver, max_retries=0, client=http_client) as sender:
         await sender.send("1", Message("x", idempotency_key="k1"))
         receiver.close_connections()
         # Let the close reach the client: a send racing it may be written to the dying

@@ -262,9 +262,10 @@ def add_log_scrubber(scrub: Callable[[str], str]) -> None:
     """Apply ``scrub`` to every record of the ``httpx`` logger (idempotent per function)."""
     if scrub not in _LOG_SCRUBBERS:
         _LOG_SCRUBBERS.append(scrub)
-    httpx_logger = logging.getLogger("httpx")
-    if not any(isinstance(f, _RedactingFilter) for f in httpx_logger.filters):
-        httpx_logger.addFilter(_RedactingFilter())
+    for name in ("httpx", "aiohttp.client"):  # the senders' own transport is aiohttp's
+        http_logger = logging.getLogger(name)
+        if not any(isinstance(f, _RedactingFilter) for f in http_logger.filters):
+            http_logger.addFilter(_RedactingFilter())
 
 
 add_log_scrubber(lambda text: text)  # installs the filter for the Secrets registry
@@ -339,6 +340,19 @@ class RetryPlan:
         return wait
 
 
+class _ParsedURL:
+    """A request URL, as given and parsed; its repr never shows it (it may hold a token)."""
+
+    __slots__ = ("text", "url")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.url = httpx.URL(text)
+
+    def __repr__(self) -> str:
+        return "<redacted>"
+
+
 class HTTPSenderBase:
     """One lazily created, reused ``httpx.AsyncClient`` with split, budget-bound timeouts.
 
@@ -379,6 +393,7 @@ class HTTPSenderBase:
         self.max_retries = max_retries
         self.limits = limits
         self._client = client
+        self._parsed: _ParsedURL | None = None
         self._owns_client = client is None
         self._closed = False
         self._clock = clock
@@ -412,6 +427,7 @@ class HTTPSenderBase:
             raise SenderClosedError(f"the httpx.AsyncClient given to {name} is closed")
         if self._client is None:
             self._client = httpx.AsyncClient(
+                transport=default_transport(self.limits),
                 limits=self.limits,
                 timeout=httpx.Timeout(
                     connect=self.connect_timeout,
@@ -444,13 +460,16 @@ class HTTPSenderBase:
         """POST once. Returns (the read response or the classified transport failure,
         the exception to chain, whether the failure certainly left nothing sent)."""
         progress = Progress()
+        target = self._parsed
+        if target is None or target.text != url:  # parsed once: httpx parses a str per request
+            target = self._parsed = _ParsedURL(url)
         try:
             # httpx's read timeout restarts with every chunk received: a server trickling
             # its answer could hold a send far past its budget (and past its lease). One
             # overall deadline, a little after the phase timeouts, bounds it.
             response = await asyncio.wait_for(
                 client.post(
-                    url,
+                    target.url,
                     content=body,
                     headers=headers,
                     timeout=self._timeout(remaining),
@@ -521,6 +540,16 @@ class HTTPSenderBase:
             clock=self._clock,
             rng=self._rng,
         )
+
+
+def default_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport | None:
+    """The sender's own transport: aiohttp's connection pool when aiohttp is installed (the
+    extras install it), else None (httpx's own, over httpcore). See `notifyonce._aiohttp`."""
+    try:
+        from notifyonce._aiohttp import AiohttpTransport
+    except ImportError:
+        return None
+    return AiohttpTransport(limits)
 
 
 # Seconds past the budget before the overall deadline cuts a request short, so that the

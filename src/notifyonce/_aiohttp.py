@@ -1,0 +1,201 @@
+"""The senders' default transport: httpx's API over an aiohttp connection pool.
+
+httpx's own transport (httpcore) spends most of a send's CPU in its connection pool
+(milliseconds per request at 32 concurrent sends); aiohttp's pool costs a tenth of that.
+This transport keeps httpx's ``Request``/``Response`` and exception classes, so the
+senders and a caller's hooks see exactly what httpx's own transport gives them, and it
+reports, through httpx's ``trace`` extension, whether a request may have been written:
+
+- the connection is acquired (aiohttp's ``on_connection_create_end`` or
+  ``on_connection_reuseconn``) right before the request is written, so a failure before
+  that moment certainly sent nothing (``ConnectError``, ``ConnectTimeout``,
+  ``PoolTimeout``), and any failure after it may have delivered the request
+  (``ReadTimeout``, ``RemoteProtocolError``, ``ReadError``);
+- the same moment is reported to the ``trace`` callback as httpcore reports it
+  (``http11.send_request_headers.started``), so the sender's classification is the same
+  for both transports.
+
+Timeouts come from the request's ``timeout`` extension, as httpx sets them: ``pool``
+bounds the wait for one of the ``max_connections`` (the transport's own semaphore, held for
+the whole request as httpcore holds a connection), ``connect`` opening a new connection,
+``read`` the wait for each chunk of the answer. aiohttp does not report when a request has
+been written, so ``write`` is not enforced separately: a stuck write ends at the read
+timeout or at the sender's overall deadline, and is uncertain either way, as a write
+timeout would be. (A sender's body is a few kilobytes, which the socket's buffer takes at
+once: a write does not block on either transport.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+import httpx
+from yarl import URL
+
+__all__ = ["AiohttpTransport"]
+
+
+class _Attempt:
+    """What one request's aiohttp trace said: did it get a connection (and so may have been
+    written)."""
+
+    __slots__ = ("started", "trace")
+
+    def __init__(self, trace: Any) -> None:
+        self.trace = trace  # httpx's "trace" extension (the sender's Progress), or None
+        self.started = False
+
+
+async def _on_connection(session: object, context: SimpleNamespace, params: object) -> None:
+    attempt: _Attempt = context.trace_request_ctx
+    attempt.started = True
+    if attempt.trace is not None:
+        await attempt.trace("http11.send_request_headers.started", {})
+
+
+def _trace_config() -> aiohttp.TraceConfig:
+    config = aiohttp.TraceConfig()
+    config.on_connection_create_end.append(_on_connection)
+    config.on_connection_reuseconn.append(_on_connection)
+    return config
+
+
+def _timeout(timeouts: Mapping[str, float | None]) -> aiohttp.ClientTimeout:
+    connect = timeouts.get("connect")
+    return aiohttp.ClientTimeout(
+        total=None, connect=connect, sock_connect=connect, sock_read=timeouts.get("read")
+    )
+
+
+def _error(exc: BaseException, attempt: _Attempt, request: httpx.Request) -> httpx.HTTPError:
+    """The httpx exception httpx's own transport raises for the same failure."""
+    # aiohttp's texts can hold the whole URL (a bot token sits in its path): keep the host.
+    detail = str(exc).replace(str(request.url), request.url.host) or type(exc).__name__
+    klass: type[httpx.TransportError]
+    if not attempt.started:
+        if isinstance(exc, asyncio.TimeoutError):
+            klass = httpx.ConnectTimeout
+        else:
+            klass = httpx.ConnectError
+    elif isinstance(exc, asyncio.TimeoutError):  # aiohttp's ServerTimeoutError included
+        klass = httpx.ReadTimeout
+    elif isinstance(
+        exc,
+        # a dropped connection, a cut body, a malformed answer
+        (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientResponseError),
+    ):
+        klass = httpx.RemoteProtocolError
+    else:
+        klass = httpx.ReadError
+    return klass(f"{type(exc).__name__}: {detail}", request=request)
+
+
+class AiohttpTransport(httpx.AsyncBaseTransport):
+    """An ``httpx.AsyncBaseTransport`` over one ``aiohttp.ClientSession``.
+
+    The session is created on the first request, in the running event loop, and closed by
+    `aclose`. Answers are read whole (a Bot API or webhook answer is small), so the
+    connection returns to the pool before the response is handed on.
+
+    Args:
+        limits: ``max_connections`` (requests in flight at once, each on its own
+            connection; None: unlimited) and ``keepalive_expiry`` (seconds an idle
+            connection is kept). aiohttp keeps every idle connection, at most
+            ``max_connections`` here, so ``max_keepalive_connections`` has no counterpart.
+    """
+
+    def __init__(self, limits: httpx.Limits) -> None:
+        self._limits = limits
+        most = limits.max_connections
+        self._slots = None if most is None else asyncio.Semaphore(most)
+        self._session: aiohttp.ClientSession | None = None
+        self._url: tuple[str, URL] | None = None
+        self._closed = False
+
+    def _open(self) -> aiohttp.ClientSession:
+        expiry = self._limits.keepalive_expiry
+        connector = aiohttp.TCPConnector(
+            limit=0,  # bounded by self._slots, which times out as httpx's pool does
+            limit_per_host=0,
+            keepalive_timeout=15.0 if expiry is None else expiry,
+        )
+        return aiohttp.ClientSession(
+            connector=connector,
+            trace_configs=[_trace_config()],
+            cookie_jar=aiohttp.DummyCookieJar(),  # httpx keeps cookies, not the transport
+            auto_decompress=False,  # httpx decodes by Content-Encoding
+            trust_env=False,  # proxies from the environment go through httpx's mounts
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+        )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._closed:
+            raise httpx.ConnectError("the transport is closed", request=request)
+        session = self._session
+        if session is None:
+            session = self._session = self._open()
+        attempt = _Attempt(request.extensions.get("trace"))
+        if attempt.trace is not None:
+            await attempt.trace("connection.acquire.started", {})  # "this transport traces"
+        body = request.content if isinstance(request.stream, httpx.ByteStream) else None
+        if body is None:
+            body = await request.aread()
+        timeouts = request.extensions.get("timeout", {})
+        slots = self._slots
+        if slots is not None:
+            if slots.locked():
+                try:
+                    await asyncio.wait_for(slots.acquire(), timeouts.get("pool"))
+                except asyncio.TimeoutError:
+                    raise httpx.PoolTimeout("no free connection", request=request) from None
+            else:
+                await slots.acquire()
+        try:
+            return await self._send(session, request, body, timeouts, attempt)
+        finally:
+            if slots is not None:
+                slots.release()
+
+    async def _send(
+        self,
+        session: aiohttp.ClientSession,
+        request: httpx.Request,
+        body: bytes,
+        timeouts: Mapping[str, float | None],
+        attempt: _Attempt,
+    ) -> httpx.Response:
+        text = str(request.url)
+        url = self._url
+        if url is None or url[0] != text:  # a sender posts to one URL: parse it once
+            url = self._url = (text, URL(text, encoded=True))
+        try:
+            async with session.request(
+                request.method,
+                url[1],
+                headers=request.headers.multi_items(),
+                data=body or None,
+                allow_redirects=False,
+                timeout=_timeout(timeouts),
+                trace_request_ctx=attempt,
+            ) as answer:
+                content = await answer.read()
+                reason = (answer.reason or "").encode("ascii", "replace")
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            raise _error(exc, attempt, request) from exc
+        return httpx.Response(
+            answer.status,
+            headers=answer.raw_headers,
+            stream=httpx.ByteStream(content),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
+            request=request,
+        )
+
+    async def aclose(self) -> None:
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
