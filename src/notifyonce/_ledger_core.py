@@ -13,6 +13,7 @@ import contextlib
 import datetime as dt
 import math
 import secrets
+import struct
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -50,6 +51,7 @@ _MARK_CHUNK = 500
 _LOOKUP_CHUNK = 500
 # How often the ledger reads the database server's clock again (monotonic seconds).
 _CLOCK_RESYNC = 60.0
+_TOKEN_MASK = (1 << 63) - 1  # fencing tokens fit a signed BIGINT
 # What the database can raise at run time; anything else from SQLAlchemy is a bug here.
 # OSError and asyncio's TimeoutError: some async drivers (asyncpg) let a refused or timed
 # out connect through unwrapped.
@@ -340,10 +342,13 @@ class LedgerCore:
             won = conn.execute(self._read_back_statement(), read_back).all()
         else:
             won = conn.execute(stmt, batch).all()
+        # Every won row took this statement's lease_until (inserted or taken over), so it
+        # is not read back: one timestamp less to decode per row.
+        lease_until = params["lease_until"]
         return [
-            Claim(by_token[row.token], row.id, row.token, row.attempt, row.lease_until)
-            for row in won
-            if row.token in by_token
+            Claim(by_token[token], row_id, token, attempt, lease_until)
+            for row_id, token, attempt in won
+            if token in by_token
         ]
 
     def _claim_statement(self, rows: int, take_expired: bool, limited: bool) -> sa.Executable:
@@ -443,7 +448,7 @@ class LedgerCore:
                 "message_id": None,
             },
             where=self._takeover(take_expired, limited),
-        ).returning(t.c.id, t.c.token, t.c.attempt, t.c.lease_until)
+        ).returning(t.c.id, t.c.token, t.c.attempt)
 
     def _claim_mysql(self, rows: int, take_expired: bool, limited: bool) -> sa.Executable:
         """MySQL/MariaDB: ``INSERT ... ON DUPLICATE KEY UPDATE``, then read back by token.
@@ -482,7 +487,7 @@ class LedgerCore:
         stmt = self._statements.get("read_back")
         if stmt is None:
             t = self.table
-            stmt = sa.select(t.c.id, t.c.token, t.c.attempt, t.c.lease_until).where(
+            stmt = sa.select(t.c.id, t.c.token, t.c.attempt).where(
                 t.c.action == sa.bindparam("action", type_=t.c.action.type),
                 sa.tuple_(t.c.cycle, t.c.subject).in_(sa.bindparam("pairs", expanding=True)),
                 t.c.token.in_(sa.bindparam("tokens", expanding=True)),
@@ -823,8 +828,13 @@ def _record(row: Any) -> SlotRecord:
 
 
 def _fresh_tokens(count: int) -> list[int]:
-    """Random 63-bit fencing tokens, distinct within the batch (they map rows back)."""
-    tokens: set[int] = set()
+    """Random 63-bit fencing tokens, distinct within the batch (they map rows back).
+
+    One read of the system's random source for the whole batch, not one per token.
+    """
+    tokens = {
+        word & _TOKEN_MASK for word in struct.unpack(f"<{count}Q", secrets.token_bytes(8 * count))
+    }
     while len(tokens) < count:
         tokens.add(secrets.randbits(63))
     return list(tokens)
