@@ -51,6 +51,8 @@ _MARK_CHUNK = 500
 _LOOKUP_CHUNK = 500
 # How often the ledger reads the database server's clock again (monotonic seconds).
 _CLOCK_RESYNC = 60.0
+# Where a SQLite connection's info remembers the busy timeout the ledger set on it.
+_BUSY_TIMEOUT_INFO = "notifyonce_busy_timeout_ms"
 _TOKEN_MASK = (1 << 63) - 1  # fencing tokens fit a signed BIGINT
 # What the database can raise at run time; anything else from SQLAlchemy is a bug here.
 # OSError and asyncio's TimeoutError: some async drivers (asyncpg) let a refused or timed
@@ -206,7 +208,7 @@ class LedgerCore:
                     # would start as a reader and fail with "database is locked" when it
                     # tries to upgrade while another connection writes; the busy timeout
                     # then makes concurrent claimers queue instead of failing.
-                    conn.exec_driver_sql(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+                    self._set_busy_timeout(conn)
                     conn.exec_driver_sql("BEGIN IMMEDIATE")
                 result = body(conn)
                 conn.commit()
@@ -217,6 +219,13 @@ class LedgerCore:
                     attempt += 1
                     continue
                 raise self.translate(exc) from exc
+
+    def _set_busy_timeout(self, conn: Connection) -> None:
+        """SQLite: the busy timeout, set once per DBAPI connection (not on every call)."""
+        info = conn.connection.info  # lives as long as the DBAPI connection
+        if info.get(_BUSY_TIMEOUT_INFO) != self.busy_timeout_ms:
+            conn.exec_driver_sql(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+            info[_BUSY_TIMEOUT_INFO] = self.busy_timeout_ms
 
     @staticmethod
     def _rollback_quietly(conn: Connection) -> None:
