@@ -1,6 +1,6 @@
 """SQLite under contention: 16 connections racing to claim the same 300 keys.
 
-Run:  .venv/bin/python bench/bench_sqlite.py [--workers 16] [--keys 300]
+Run:  .venv/bin/python bench/bench_sqlite.py [--workers 16] [--keys 300] [--wal]
 
 Every worker tries every key once, in its own shuffled order (16 x 300 = 4,800 claim
 attempts, 300 wins), all on one database file, in one run of three sides:
@@ -147,15 +147,22 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--keys", type=int, default=300)
+    parser.add_argument(
+        "--wal", action="store_true", help="put all three database files in WAL mode first"
+    )
     parser.add_argument("--ledger-only", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.ledger_only is not None:
         print(asyncio.run(ledger_run(args.ledger_only, args.workers, args.keys)))
         return
     attempts = args.workers * args.keys
-    print(f"{args.workers} connections racing for {args.keys} keys ({attempts:,} attempts)")
+    mode = "WAL" if args.wal else "the default rollback journal"
+    print(f"{args.workers} connections racing for {args.keys} keys ({attempts:,} attempts), {mode}")
     with tempfile.TemporaryDirectory() as folder:
         base = Path(folder)
+        if args.wal:  # a setting of the file: it stays, whoever opens it next
+            for name in ("old.db", "ledger.db", "raw.db"):
+                sqlite3.connect(base / name).execute("PRAGMA journal_mode=WAL").connection.close()
         old_src = release_010(base)
         old = None
         if old_src is not None:
