@@ -8,10 +8,10 @@ It measures, in one run and on tables of the same shape:
   RETURNING`` (a prepared statement in autocommit), sequentially and with 16 workers;
 * ``claim_many`` with its default chunk size vs raw asyncpg ``INSERT ... SELECT FROM
   unnest(...) ON CONFLICT DO NOTHING RETURNING``, both in chunks of 500 (the same chunks)
-  and in chunks of 10,000 (the raw side at its best; the goal is measured against it).
+  and in chunks of 10,000 (fewer round trips for the raw side).
 
-Goals: claim_slot >= 0.7x the raw single-row insert, claim_many >= 0.6x raw unnest in
-chunks of 10,000 (0.8x the stretch goal). Bounded: three rounds of 1,000 single claims
+Goals: claim_slot >= 0.7x the raw single-row insert, claim_many >= 0.6x the faster of the
+two raw unnest runs (0.8x the stretch goal). Bounded: five rounds of 1,000 single claims
 (sequential and with 16 workers) and 40,000 bulk keys per case.
 """
 
@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from notifyonce import AsyncLedger
 
 UTC = dt.timezone.utc
-ROUNDS = 3
+ROUNDS = 5
 SINGLE = 1000
 WORKERS = 16
 BULK = 40_000
@@ -196,11 +196,16 @@ async def main(url: str) -> int:
             print(f"  {label:<46} {rate:>10,.0f} claims/s")
         raw_seq, led_seq, raw_par, led_par, raw_many, raw_big, led_many = best.values()
 
-        print("ratios (ledger / raw; goals: claim_slot >= 0.7, claim_many >= 0.6 of raw unnest)")
-        print(f"  claim_slot sequential                    {led_seq / raw_seq:.2f}")
-        print(f"  claim_slot {WORKERS} workers                   {led_par / raw_par:.2f}")
-        print(f"  claim_many / raw unnest, chunks of {RAW_CHUNK:,}  {led_many / raw_big:.2f}")
-        print(f"  claim_many / raw unnest, chunks of {CHUNK}     {led_many / raw_many:.2f}")
+        print(
+            "ratios (ledger / raw; goals: claim_slot >= 0.7, claim_many >= 0.6 of the faster raw)"
+        )
+        print(f"  claim_slot, sequential                      {led_seq / raw_seq:.2f}")
+        print(f"  claim_slot, {WORKERS} workers                      {led_par / raw_par:.2f}")
+        print(f"  claim_many / raw unnest, chunks of {RAW_CHUNK:,}     {led_many / raw_big:.2f}")
+        print(f"  claim_many / raw unnest, chunks of {CHUNK}        {led_many / raw_many:.2f}")
+        print(
+            f"  claim_many / the faster of the two raw runs {led_many / max(raw_big, raw_many):.2f}"
+        )
     finally:
         await pool.close()
         async with engine.begin() as conn:
