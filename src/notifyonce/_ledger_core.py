@@ -519,14 +519,14 @@ class LedgerCore:
         return values
 
     def mark(self, conn: Connection, claim: Claim, status: SlotStatus, detail: str | None) -> bool:
-        """Compare-and-set one claim's row: only while its token holds it as CLAIMED."""
-        t = self.table
-        stmt = (
-            sa.update(t)
-            .where(t.c.id == claim.id, t.c.token == claim.token, t.c.status == _CLAIMED)
-            .values(self.mark_values(status, detail, self.now()))
-        )
-        return bool(conn.execute(stmt).rowcount == 1)
+        """Compare-and-set one claim's row: only while its token holds it as CLAIMED.
+
+        The statement of this shape of mark is built once and kept: a new one per call
+        cost SQLAlchemy a fresh cache key (a walk over the statement) every time.
+        """
+        values = self.mark_values(status, detail, self.now())
+        params = _mark_params(claim.id, claim.token, values)
+        return bool(conn.execute(self._mark_statement(tuple(values)), params).rowcount == 1)
 
     def mark_many(
         self, conn: Connection, results: Sequence[tuple[Claim, SlotStatus, str | None]]
@@ -572,8 +572,7 @@ class LedgerCore:
         tokens = {claim.id: claim.token for claim, _, _ in results}
         for row_id, (status, detail) in winners.items():
             values = self.mark_values(status, detail, now)
-            params = {f"m_{column}": value for column, value in values.items()}
-            params["m_id"], params["m_token"] = row_id, tokens[row_id]
+            params = _mark_params(row_id, tokens[row_id], values)
             shapes.setdefault(tuple(values), []).append(params)
         for columns, rows in shapes.items():
             conn.execute(self._mark_statement(columns), rows)
@@ -834,6 +833,13 @@ def _record(row: Any) -> SlotRecord:
         last_error=row.last_error,
         message_id=row.message_id,
     )
+
+
+def _mark_params(row_id: int, token: int, values: dict[str, Any]) -> dict[str, Any]:
+    """The parameters of the compare-and-set UPDATE (see ``_mark_statement``)."""
+    params = {f"m_{column}": value for column, value in values.items()}
+    params["m_id"], params["m_token"] = row_id, token
+    return params
 
 
 def _fresh_tokens(count: int) -> list[int]:
