@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -189,6 +190,39 @@ async def test_claim_many_returns_won_claims_in_input_order(env: Env) -> None:
     for claim in claims:
         record = await ledger.get("a", claim.key.subject, claim.key.cycle)
         assert (claim.id, claim.token, 1) == (record.id, record.token, record.attempt)
+
+
+async def test_claims_carry_the_lease_and_token_their_rows_store(env: Env) -> None:
+    """Every won claim, first claims and take-overs, in a batch and alone, carries the
+    lease_until and the token its row stores; a batch's tokens are distinct 63-bit ints."""
+    ledger = env.make()
+    assert await ledger.release(await ledger.claim_slot("a", 0, DEADLINE))
+    env.clock.advance(MINUTE)
+    lease = dt.timedelta(seconds=90)
+    claims = await ledger.claim_many("a", [(i, DEADLINE) for i in range(600)], lease=lease)
+    claims.append(await ledger.claim_slot("a", "single", DEADLINE, lease=lease))
+    assert [2] + [1] * 600 == [c.attempt for c in claims]
+    assert len({c.token for c in claims}) == 601
+    assert all(0 <= c.token < 2**63 for c in claims)
+    for claim in (claims[0], claims[599], claims[600]):
+        record = await ledger.get("a", claim.key.subject, DEADLINE)
+        assert (record.token, record.lease_until) == (claim.token, claim.lease_until)
+        assert (START + MINUTE + lease, dt.timedelta(0)) == (
+            claim.lease_until,
+            claim.lease_until.utcoffset(),
+        )
+
+
+async def test_claim_many_tells_the_two_moments_of_a_repeated_hour_apart(env: Env) -> None:
+    """When clocks go back, 02:30 happens twice; Python compares the two as equal, but
+    they are different cycles, and claim_many keeps them apart like claim_slot does."""
+    berlin = ZoneInfo("Europe/Berlin")
+    first = dt.datetime(2026, 10, 25, 2, 30, tzinfo=berlin)
+    second = first.replace(fold=1)
+    assert first == second  # the trap: one zone, wall clocks compared
+    claims = await env.make().claim_many("a", [(1, first), (1, second), (2, second)])
+    expected = ["2026-10-25T00:30:00Z", "2026-10-25T01:30:00Z", "2026-10-25T01:30:00Z"]
+    assert expected == [c.key.cycle for c in claims]
 
 
 async def test_claim_many_takes_released_and_expired(env: Env) -> None:

@@ -271,3 +271,36 @@ async def test_deadlock_victim_transaction_is_run_again(
         await ledger.claim_slot("a", 2, DEADLINE)
     assert isinstance(caught.value.__cause__, sa.exc.OperationalError)
     assert 1 == env.count()
+
+
+@pytest.mark.sqlite
+def test_sqlite_writes_run_with_the_ledgers_busy_timeout(tmp_path: Path) -> None:
+    """Every SQLite write waits up to its ledger's busy timeout for the lock. The PRAGMA is
+    sent once per connection, and again when a ledger with another timeout uses it."""
+    from notifyonce import Ledger
+
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'ledger.db'}", poolclass=sa.pool.StaticPool)
+    pragmas: list[str] = []
+
+    @sa.event.listens_for(engine, "before_cursor_execute")
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.startswith("PRAGMA busy_timeout ="):
+            pragmas.append(statement)
+
+    def timeout() -> int:
+        with engine.connect() as conn:
+            return int(conn.exec_driver_sql("PRAGMA busy_timeout").scalar_one())
+
+    try:
+        patient = Ledger(engine, busy_timeout=dt.timedelta(seconds=1.5))
+        hasty = Ledger(engine, busy_timeout=dt.timedelta(seconds=2))
+        patient.create_schema()
+        for subject in range(3):
+            patient.claim_slot("a", subject, DEADLINE)
+        assert (["PRAGMA busy_timeout = 1500"], 1500) == (pragmas, timeout())
+        hasty.claim_many("a", [(7, DEADLINE), (8, DEADLINE)])
+        assert (2000, 2) == (timeout(), len(pragmas))
+        patient.claim_slot("a", 9, DEADLINE)
+        assert (1500, 3) == (timeout(), len(pragmas))
+    finally:
+        engine.dispose()

@@ -41,8 +41,9 @@ MAX_CYCLE_LENGTH = 128
 # Stored as text so one column serves every kind of cycle. The datetime form is fixed-width
 # ISO 8601 in UTC (YYYY-MM-DDTHH:MM:SSZ), so text order is time order inside the unique index.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-# A lone surrogate cannot be encoded as UTF-8: the driver would fail mid-statement.
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
+# A control character, or a lone surrogate (it cannot be encoded as UTF-8: the driver
+# would fail mid-statement). One search for the text that has neither, nearly all of it.
+_UNSTORABLE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 # From 00:00 UTC of a date to the end of that date at UTC-12, the last zone to finish it.
 _DATE_ENDS_EVERYWHERE = dt.timedelta(hours=36)
 # The datetimes and dates a cycle may be: far enough from datetime.min/max that converting
@@ -100,13 +101,13 @@ class SlotKey:
 
 
 def _check_text(field: str, value: str, limit: int) -> str:
-    if not value or not value.strip():
+    if not value or value.isspace():
         raise ValidationError(field, "must not be empty or blank")
     if len(value) > limit:
         raise ValidationError(field, f"is {len(value)} characters long, the limit is {limit}")
-    if _CONTROL.search(value):
-        raise ValidationError(field, "must not contain control characters (NUL included)")
-    if _SURROGATE.search(value):
+    if _UNSTORABLE.search(value):
+        if _CONTROL.search(value):
+            raise ValidationError(field, "must not contain control characters (NUL included)")
         raise ValidationError(field, "must not contain lone surrogates (it cannot be UTF-8)")
     return value
 

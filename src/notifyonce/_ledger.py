@@ -291,18 +291,30 @@ _SQLITE_THREAD_GATES: dict[str, threading.Lock] = {}
 # The sync engines AsyncLedgers use on SQLite files, shared per file while in use.
 _SQLITE_TWINS: weakref.WeakValueDictionary[str, sa.Engine] = weakref.WeakValueDictionary()
 _GATES_LOCK = threading.Lock()
+_SQLITE_PATHS: weakref.WeakKeyDictionary[sa.Engine, str] = weakref.WeakKeyDictionary()
 
 
 def _sqlite_file(engine: sa.Engine) -> str:
-    database = engine.url.database
-    if not database or database == ":memory:" or database.startswith("file:"):
-        return f"engine-{id(engine)}"  # a private database: its own gate
-    return os.path.realpath(database)
+    # Resolved once per engine: realpath costs a system call per path component, and
+    # the gate is looked up on every call.
+    path = _SQLITE_PATHS.get(engine)
+    if path is None:
+        database = engine.url.database
+        if not database or database == ":memory:" or database.startswith("file:"):
+            path = f"engine-{id(engine)}"  # a private database: its own gate
+        else:
+            path = os.path.realpath(database)
+        _SQLITE_PATHS[engine] = path
+    return path
 
 
 def _sqlite_gate(engine: sa.Engine) -> asyncio.Lock:
     gates = _SQLITE_GATES.setdefault(asyncio.get_running_loop(), {})
-    return gates.setdefault(_sqlite_file(engine), asyncio.Lock())
+    path = _sqlite_file(engine)
+    gate = gates.get(path)
+    if gate is None:
+        gate = gates[path] = asyncio.Lock()
+    return gate
 
 
 def _sqlite_thread_gate(engine: sa.Engine) -> threading.Lock:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ._claim import Claim
 from ._errors import ValidationError, ValidationTypeError
-from ._keys import SlotKey, normalize_action, normalize_cycle, normalize_subject
+from ._keys import MAX_SUBJECT_LENGTH, SlotKey, normalize_action, normalize_cycle, normalize_subject
 from ._table import MAX_ERROR_LENGTH, MAX_MESSAGE_ID_LENGTH, SlotStatus
 
 __all__ = [
@@ -29,6 +29,8 @@ __all__ = [
     "storable",
 ]
 
+# Cycles whose normal form depends only on their value (equal values, equal forms).
+_MEMO_CYCLES = frozenset({dt.datetime, dt.date, int, str})
 _MARK_STATUSES = frozenset(
     {SlotStatus.SENT, SlotStatus.FAILED, SlotStatus.UNKNOWN, SlotStatus.RELEASED}
 )
@@ -138,20 +140,40 @@ class ClaimOptions:
 
 
 def normalize_items(action: object, items: object) -> list[SlotKey]:
-    """Validate every item before any SQL; collapse duplicates, keep first-seen order."""
+    """Validate every item before any SQL; collapse duplicates, keep first-seen order.
+
+    A window run names the same few cycles (deadlines) for many subjects, so each
+    distinct cycle is normalised once per call; an int subject, the common case, skips
+    the general check unless it is too long.
+    """
     action_text = normalize_action(action)
     if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
         raise ValidationTypeError("items", "must be an iterable of (subject, cycle) pairs")
     keys: dict[tuple[str, str], SlotKey] = {}
+    cycles: dict[tuple[object, ...], tuple[str, dt.datetime | None]] = {}
     for index, item in enumerate(items):
         if not isinstance(item, tuple) or len(item) != 2:
             raise ValidationTypeError(
                 "items", f"item {index} must be a (subject, cycle) tuple, got {type(item).__name__}"
             )
-        subject = normalize_subject(item[0])
-        cycle, cycle_at = normalize_cycle(item[1])
-        if (subject, cycle) not in keys:
-            keys[subject, cycle] = SlotKey(action_text, subject, cycle, cycle_at)
+        subject, cycle = item
+        text = str(subject) if type(subject) is int else ""
+        if not text or len(text) > MAX_SUBJECT_LENGTH:
+            text = normalize_subject(subject)
+        kind = type(cycle)
+        if kind in _MEMO_CYCLES:
+            # Python compares datetimes of one zone by their wall clock, fold ignored: the
+            # two 02:30 of a night whose clocks go back are equal but are different
+            # moments, so the fold is part of the memo's key.
+            memo = (kind, cycle, cycle.fold) if kind is dt.datetime else (kind, cycle)
+            normalized = cycles.get(memo)
+            if normalized is None:
+                normalized = cycles[memo] = normalize_cycle(cycle)
+        else:
+            normalized = normalize_cycle(cycle)  # raises the type error
+        pair = (text, normalized[0])
+        if pair not in keys:
+            keys[pair] = SlotKey(action_text, text, normalized[0], normalized[1])
     return list(keys.values())
 
 

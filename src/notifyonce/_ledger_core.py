@@ -13,6 +13,7 @@ import contextlib
 import datetime as dt
 import math
 import secrets
+import struct
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -50,6 +51,9 @@ _MARK_CHUNK = 500
 _LOOKUP_CHUNK = 500
 # How often the ledger reads the database server's clock again (monotonic seconds).
 _CLOCK_RESYNC = 60.0
+# Where a SQLite connection's info remembers the busy timeout the ledger set on it.
+_BUSY_TIMEOUT_INFO = "notifyonce_busy_timeout_ms"
+_TOKEN_MASK = (1 << 63) - 1  # fencing tokens fit a signed BIGINT
 # What the database can raise at run time; anything else from SQLAlchemy is a bug here.
 # OSError and asyncio's TimeoutError: some async drivers (asyncpg) let a refused or timed
 # out connect through unwrapped.
@@ -204,7 +208,7 @@ class LedgerCore:
                     # would start as a reader and fail with "database is locked" when it
                     # tries to upgrade while another connection writes; the busy timeout
                     # then makes concurrent claimers queue instead of failing.
-                    conn.exec_driver_sql(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+                    self._set_busy_timeout(conn)
                     conn.exec_driver_sql("BEGIN IMMEDIATE")
                 result = body(conn)
                 conn.commit()
@@ -215,6 +219,13 @@ class LedgerCore:
                     attempt += 1
                     continue
                 raise self.translate(exc) from exc
+
+    def _set_busy_timeout(self, conn: Connection) -> None:
+        """SQLite: the busy timeout, set once per DBAPI connection (not on every call)."""
+        info = conn.connection.info  # lives as long as the DBAPI connection
+        if info.get(_BUSY_TIMEOUT_INFO) != self.busy_timeout_ms:
+            conn.exec_driver_sql(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+            info[_BUSY_TIMEOUT_INFO] = self.busy_timeout_ms
 
     @staticmethod
     def _rollback_quietly(conn: Connection) -> None:
@@ -340,10 +351,13 @@ class LedgerCore:
             won = conn.execute(self._read_back_statement(), read_back).all()
         else:
             won = conn.execute(stmt, batch).all()
+        # Every won row took this statement's lease_until (inserted or taken over), so it
+        # is not read back: one timestamp less to decode per row.
+        lease_until = params["lease_until"]
         return [
-            Claim(by_token[row.token], row.id, row.token, row.attempt, row.lease_until)
-            for row in won
-            if row.token in by_token
+            Claim(by_token[token], row_id, token, attempt, lease_until)
+            for row_id, token, attempt in won
+            if token in by_token
         ]
 
     def _claim_statement(self, rows: int, take_expired: bool, limited: bool) -> sa.Executable:
@@ -443,7 +457,7 @@ class LedgerCore:
                 "message_id": None,
             },
             where=self._takeover(take_expired, limited),
-        ).returning(t.c.id, t.c.token, t.c.attempt, t.c.lease_until)
+        ).returning(t.c.id, t.c.token, t.c.attempt)
 
     def _claim_mysql(self, rows: int, take_expired: bool, limited: bool) -> sa.Executable:
         """MySQL/MariaDB: ``INSERT ... ON DUPLICATE KEY UPDATE``, then read back by token.
@@ -482,7 +496,7 @@ class LedgerCore:
         stmt = self._statements.get("read_back")
         if stmt is None:
             t = self.table
-            stmt = sa.select(t.c.id, t.c.token, t.c.attempt, t.c.lease_until).where(
+            stmt = sa.select(t.c.id, t.c.token, t.c.attempt).where(
                 t.c.action == sa.bindparam("action", type_=t.c.action.type),
                 sa.tuple_(t.c.cycle, t.c.subject).in_(sa.bindparam("pairs", expanding=True)),
                 t.c.token.in_(sa.bindparam("tokens", expanding=True)),
@@ -505,14 +519,14 @@ class LedgerCore:
         return values
 
     def mark(self, conn: Connection, claim: Claim, status: SlotStatus, detail: str | None) -> bool:
-        """Compare-and-set one claim's row: only while its token holds it as CLAIMED."""
-        t = self.table
-        stmt = (
-            sa.update(t)
-            .where(t.c.id == claim.id, t.c.token == claim.token, t.c.status == _CLAIMED)
-            .values(self.mark_values(status, detail, self.now()))
-        )
-        return bool(conn.execute(stmt).rowcount == 1)
+        """Compare-and-set one claim's row: only while its token holds it as CLAIMED.
+
+        The statement of this shape of mark is built once and kept: a new one per call
+        cost SQLAlchemy a fresh cache key (a walk over the statement) every time.
+        """
+        values = self.mark_values(status, detail, self.now())
+        params = _mark_params(claim.id, claim.token, values)
+        return bool(conn.execute(self._mark_statement(tuple(values)), params).rowcount == 1)
 
     def mark_many(
         self, conn: Connection, results: Sequence[tuple[Claim, SlotStatus, str | None]]
@@ -558,8 +572,7 @@ class LedgerCore:
         tokens = {claim.id: claim.token for claim, _, _ in results}
         for row_id, (status, detail) in winners.items():
             values = self.mark_values(status, detail, now)
-            params = {f"m_{column}": value for column, value in values.items()}
-            params["m_id"], params["m_token"] = row_id, tokens[row_id]
+            params = _mark_params(row_id, tokens[row_id], values)
             shapes.setdefault(tuple(values), []).append(params)
         for columns, rows in shapes.items():
             conn.execute(self._mark_statement(columns), rows)
@@ -822,9 +835,21 @@ def _record(row: Any) -> SlotRecord:
     )
 
 
+def _mark_params(row_id: int, token: int, values: dict[str, Any]) -> dict[str, Any]:
+    """The parameters of the compare-and-set UPDATE (see ``_mark_statement``)."""
+    params = {f"m_{column}": value for column, value in values.items()}
+    params["m_id"], params["m_token"] = row_id, token
+    return params
+
+
 def _fresh_tokens(count: int) -> list[int]:
-    """Random 63-bit fencing tokens, distinct within the batch (they map rows back)."""
-    tokens: set[int] = set()
+    """Random 63-bit fencing tokens, distinct within the batch (they map rows back).
+
+    One read of the system's random source for the whole batch, not one per token.
+    """
+    tokens = {
+        word & _TOKEN_MASK for word in struct.unpack(f"<{count}Q", secrets.token_bytes(8 * count))
+    }
     while len(tokens) < count:
         tokens.add(secrets.randbits(63))
     return list(tokens)
