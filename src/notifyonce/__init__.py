@@ -34,6 +34,7 @@ from ._ledger import AsyncLedger, Ledger
 from ._ledger_records import LedgerStats, SlotRecord, SweepResult
 from ._message import Message, Receipt, Sender
 from ._notifier import Notification, Notifier, Report, Result, TickReport
+from ._observe import Observer, SendEvent, report_flood_wait
 from ._outcome import DeliveryMode, Outcome
 from ._quiet import QuietHours
 from ._schedule import Schedule
@@ -63,6 +64,7 @@ __all__ = [
     "Notification",
     "Notifier",
     "NotifyOnceError",
+    "Observer",
     "Outcome",
     "PermanentSendError",
     "QuietHours",
@@ -73,6 +75,7 @@ __all__ = [
     "Schedule",
     "ScheduleError",
     "SendError",
+    "SendEvent",
     "Sender",
     "SenderConfigError",
     "SlotKey",
@@ -91,6 +94,7 @@ __all__ = [
     "make_key",
     "recipients_from_file",
     "recipients_from_query",
+    "report_flood_wait",
     "schedule_filter",
     "window_filter",
     "window_filters",
