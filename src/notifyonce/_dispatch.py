@@ -225,7 +225,7 @@ class Run:
             await self._execute(source)
             return
         # Before the pipeline's tasks exist: they inherit what run_started set in the context.
-        handle = hooks.call(hooks.observer.run_started, self.action)
+        handle = hooks.call("run_started", self.action)
         error: str | None = None
         try:
             await self._execute(source)
@@ -233,7 +233,7 @@ class Run:
             error = type(exc).__name__
             raise
         finally:
-            hooks.call(hooks.observer.run_finished, handle, self.action, self.report, error)
+            hooks.call("run_finished", handle, self.action, self.report, error)
 
     async def _execute(self, source: Iterable[Notification] | AsyncIterable[Notification]) -> None:
         self.tasks = [asyncio.ensure_future(self._guard(self._intake(source)))]
@@ -457,8 +457,7 @@ class Run:
         self, hooks: Hooks, target: str, message: Message, claim: Claim
     ) -> Decision:
         """`_send` with the observer told of its start, its end and its flood waits."""
-        observer = hooks.observer
-        handle = hooks.call(observer.send_started, self.action, claim.attempt)
+        handle = hooks.call("send_started", self.action, claim.attempt)
         probe = SendProbe(hooks, self.action)
         sending = SENDING.set(probe)
         started = _clock()
@@ -472,14 +471,14 @@ class Run:
             # Cancelled (or a foreign BaseException) mid-send: recorded as uncertain.
             interrupted = decide_uncertain("", self.n.mode, claim.attempt, self.n.max_attempts)
             event = probe.event(claim.attempt, interrupted.outcome, _clock() - started, None)
-            hooks.call(observer.send_finished, handle, replace(event, error=type(exc).__name__))
+            hooks.call("send_finished", handle, replace(event, error=type(exc).__name__))
             raise
         else:
             decision, error = _delivered(receipt), None
         finally:
             SENDING.reset(sending)
         event = probe.event(claim.attempt, decision.outcome, _clock() - started, error)
-        hooks.call(observer.send_finished, handle, event)
+        hooks.call("send_finished", handle, event)
         return decision
 
     def _refused(self, exc: Exception, claim: Claim) -> Decision:
@@ -537,7 +536,7 @@ class Run:
         if self.keep == "all" or (self.keep == "attention" and outcome in ATTENTION):
             self.kept.append((item.index, result))
         if self.hooks is not None:
-            self.hooks.call(self.hooks.observer.on_result, result)
+            self.hooks.call("on_result", result)
         self.n._emit(result)
 
     def recorded(self, entry: _Entry, landed: bool | None) -> None:
@@ -591,7 +590,7 @@ class _Claimer:
                 continue
             if hooks is not None:
                 seconds = _clock() - started
-                hooks.call(hooks.observer.claimed, run.action, seconds, len(live), len(claims))
+                hooks.call("claimed", run.action, seconds, len(live), len(claims))
             won = {slot(c.key): c for c in claims}
             now = time.monotonic()
             for item, future in live:

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ._errors import SendError, TransientSendError, ValidationError, ValidationTypeError
 from ._outcome import Outcome
@@ -43,8 +42,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("notifyonce.notifier")
-
-_T = TypeVar("_T")
 
 # The observed send under way in this task (set by the Notifier only when it has an
 # observer): how a sender's report_flood_wait reaches it without knowing the Notifier.
@@ -200,12 +197,12 @@ class Hooks:
         self.sender = sender
         self.failed: set[str] = set()
 
-    def call(self, hook: Callable[..., _T], *args: Any) -> _T | None:
-        """``hook(*args)``, or None when it raised (logged, never its message)."""
+    def call(self, name: str, *args: Any) -> Any:
+        """The observer's hook ``name`` called with ``args``, or None when it raised
+        (logged by class names, never with its message)."""
         try:
-            return hook(*args)
+            return getattr(self.observer, name)(*args)
         except Exception as exc:
-            name = getattr(hook, "__name__", "hook")
             # Loud once per hook and run; a hook that fails on every send stays quiet after.
             level = logging.DEBUG if name in self.failed else logging.WARNING
             self.failed.add(name)
@@ -233,7 +230,7 @@ class SendProbe:
     def flood(self, seconds: float) -> None:
         self.count += 1
         self.seconds += seconds
-        self.hooks.call(self.hooks.observer.flood_wait, self.action, self.hooks.sender, seconds)
+        self.hooks.call("flood_wait", self.action, self.hooks.sender, seconds)
 
     def refused(self, error: BaseException) -> None:
         """Count a flood refusal ``send`` raised, unless the sender reported its waits."""
