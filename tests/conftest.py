@@ -9,6 +9,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from notifyonce import AsyncLedger
+
 from ._databases import Backend, drop_table, make_backend
 
 _MARKS = {
@@ -72,3 +74,13 @@ def sync_engine(sync_backend: Backend) -> Iterator[sa.Engine]:
     engine = sa.create_engine(sync_backend.sync_url)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture
+async def sqlite_ledger(tmp_path: Path) -> AsyncIterator[AsyncLedger]:
+    """An AsyncLedger on a SQLite file, for tests of what surrounds the ledger."""
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'ledger.sqlite3'}")
+    ledger = AsyncLedger(engine)
+    await ledger.create_schema()
+    yield ledger
+    await engine.dispose()

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from notifyonce import (
     AsyncLedger,
@@ -79,20 +76,11 @@ class Recording(Observer):
         return [call[2] for call in self.named("send_finished")]
 
 
-@pytest.fixture
-async def ledger(tmp_path: Path) -> AsyncIterator[AsyncLedger]:
-    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'ledger.sqlite3'}")
-    ledger = AsyncLedger(engine)
-    await ledger.create_schema()
-    yield ledger
-    await engine.dispose()
-
-
 def notifications(*subjects: int) -> list[Notification]:
     return [Notification(s, "c1", Message(TEXT)) for s in subjects]
 
 
-async def test_each_hook_hears_its_part_of_a_run_in_order(ledger: AsyncLedger) -> None:
+async def test_each_hook_hears_its_part_of_a_run_in_order(sqlite_ledger: AsyncLedger) -> None:
     """A run: started, one claim statement per send, a start and an end per send (not for
     a repeat), a result per notification, finished; no subject or text in any hook."""
     sender = FakeSender()
@@ -100,7 +88,7 @@ async def test_each_hook_hears_its_part_of_a_run_in_order(ledger: AsyncLedger) -
         PermanentSendError("Forbidden: bot was blocked", code=403), recipient="7000002"
     )
     observer = Recording()
-    notifier = Notifier(ledger, sender, concurrency=1, observer=observer)
+    notifier = Notifier(sqlite_ledger, sender, concurrency=1, observer=observer)
     report = await notifier.send_many("news", notifications(*SUBJECTS, SUBJECTS[0]))
 
     assert ("run_started", "news") == observer.calls[0]
@@ -120,18 +108,18 @@ async def test_each_hook_hears_its_part_of_a_run_in_order(ledger: AsyncLedger) -
     assert TEXT not in heard
 
 
-async def test_finished_slots_are_neither_claimed_nor_sent(ledger: AsyncLedger) -> None:
+async def test_finished_slots_are_neither_claimed_nor_sent(sqlite_ledger: AsyncLedger) -> None:
     """A second run over sent slots tells only of the run and its duplicate results."""
-    await Notifier(ledger, FakeSender()).send_many("news", notifications(*SUBJECTS))
+    await Notifier(sqlite_ledger, FakeSender()).send_many("news", notifications(*SUBJECTS))
     observer = Recording()
-    await Notifier(ledger, FakeSender(), observer=observer).send_many(
+    await Notifier(sqlite_ledger, FakeSender(), observer=observer).send_many(
         "news", notifications(*SUBJECTS)
     )
     assert ["run_started", "run_finished"] == [call[0] for call in observer.calls]
     assert [Outcome.DUPLICATE] * 3 == [r.outcome for r in observer.results]
 
 
-async def test_a_raised_429_is_a_flood_wait(ledger: AsyncLedger) -> None:
+async def test_a_raised_429_is_a_flood_wait(sqlite_ledger: AsyncLedger) -> None:
     """A sender that raises a 429 with retry_after (and reports nothing itself) counts one
     flood wait; a retry_after without 429 (a rate-limit turn too far) counts none."""
     sender = FakeSender()
@@ -144,7 +132,7 @@ async def test_a_raised_429_is_a_flood_wait(ledger: AsyncLedger) -> None:
         recipient="7000002",
     )
     observer = Recording()
-    await Notifier(ledger, sender, concurrency=1, observer=observer).send_many(
+    await Notifier(sqlite_ledger, sender, concurrency=1, observer=observer).send_many(
         "news", notifications(*SUBJECTS[:2])
     )
     assert [("flood_wait", "news", "FakeSender", 7.0)] == observer.named("flood_wait")
@@ -155,7 +143,7 @@ async def test_a_raised_429_is_a_flood_wait(ledger: AsyncLedger) -> None:
 
 @pytest.mark.parametrize("max_retries", [3, 0])
 async def test_telegram_reports_each_429_once(
-    ledger: AsyncLedger, bot_api_server: BotAPIServer, max_retries: int
+    sqlite_ledger: AsyncLedger, bot_api_server: BotAPIServer, max_retries: int
 ) -> None:
     """A 429 from the Bot API is one flood wait, whether the sender waits it out and
     delivers, or gives up and raises it (then not counted a second time)."""
@@ -172,7 +160,7 @@ async def test_telegram_reports_each_429_once(
         max_retries=max_retries,
         sleep=no_sleep,
     ) as sender:
-        notifier = Notifier(ledger, sender, observer=observer)
+        notifier = Notifier(sqlite_ledger, sender, observer=observer)
         outcome = await notifier.send_once("news", SUBJECTS[0], "c1", Message(TEXT))
     expected = Outcome.SENT if max_retries else Outcome.RETRY
     assert expected == outcome
@@ -192,7 +180,7 @@ class Broken(Observer):
 
 
 async def test_a_raising_observer_is_logged_and_ignored(
-    ledger: AsyncLedger, caplog: pytest.LogCaptureFixture
+    sqlite_ledger: AsyncLedger, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Hooks that raise change nothing: every send goes out and is recorded, the caller's
     on_result sees every result, and each failing hook is logged once at WARNING by its
@@ -201,7 +189,7 @@ async def test_a_raising_observer_is_logged_and_ignored(
     sender.fail_next(TransientSendError("Too Many Requests", code=429, retry_after=1))
     seen: list[Outcome] = []
     notifier = Notifier(
-        ledger, sender, on_result=lambda r: seen.append(r.outcome), observer=Broken()
+        sqlite_ledger, sender, on_result=lambda r: seen.append(r.outcome), observer=Broken()
     )
     with caplog.at_level(logging.DEBUG, logger="notifyonce.notifier"):
         report = await notifier.send_many("news", notifications(*SUBJECTS))
@@ -225,7 +213,7 @@ async def test_a_raising_observer_is_logged_and_ignored(
 
 
 async def test_without_an_observer_nothing_is_measured(
-    ledger: AsyncLedger, monkeypatch: pytest.MonkeyPatch
+    sqlite_ledger: AsyncLedger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No observer: no clock read, no probe built, no context set for the sender; the
     same run with an observer does all three (so this test can tell them apart)."""
@@ -249,20 +237,22 @@ async def test_without_an_observer_nothing_is_measured(
 
     monkeypatch.setattr(_dispatch, "_clock", clock)
     monkeypatch.setattr(_dispatch, "SendProbe", probe)
-    report = await Notifier(ledger, Peeking()).send_many("news", notifications(*SUBJECTS))
+    report = await Notifier(sqlite_ledger, Peeking()).send_many("news", notifications(*SUBJECTS))
     assert (3, [], [], [None] * 3) == (report.counts[Outcome.SENT], reads, probes, contexts)
 
-    await Notifier(ledger, Peeking(), observer=Observer()).send_many("again", notifications(1))
+    await Notifier(sqlite_ledger, Peeking(), observer=Observer()).send_many(
+        "again", notifications(1)
+    )
     assert (True, [1], True) == (bool(reads), probes, contexts[-1] is not None)
 
 
-async def test_a_cancelled_send_still_ends(ledger: AsyncLedger) -> None:
+async def test_a_cancelled_send_still_ends(sqlite_ledger: AsyncLedger) -> None:
     """A run cancelled mid-send ends that send's hook pair (CancelledError, unknown in
     at-most-once mode) and the run's, in the task that started them."""
     sender = FakeSender()
     sender.hold_answers()
     observer = Recording()
-    notifier = Notifier(ledger, sender, observer=observer)
+    notifier = Notifier(sqlite_ledger, sender, observer=observer)
     run = asyncio.ensure_future(notifier.send_many("news", notifications(SUBJECTS[0])))
     await sender.wait_in_flight(1)
     run.cancel()
@@ -273,13 +263,13 @@ async def test_a_cancelled_send_still_ends(ledger: AsyncLedger) -> None:
     assert ("run_finished", "run", "news", 1, "CancelledError") == observer.calls[-1]
 
 
-def test_an_observer_is_checked(ledger: AsyncLedger) -> None:
+def test_an_observer_is_checked(sqlite_ledger: AsyncLedger) -> None:
     """Not an Observer, or its own on_result passed again: an error naming the field."""
     observer = Observer()
     with pytest.raises(ValidationTypeError) as wrong:
-        Notifier(ledger, FakeSender(), observer=object())  # type: ignore[arg-type]
+        Notifier(sqlite_ledger, FakeSender(), observer=object())  # type: ignore[arg-type]
     with pytest.raises(ValidationError) as twice:
-        Notifier(ledger, FakeSender(), observer=observer, on_result=observer.on_result)
+        Notifier(sqlite_ledger, FakeSender(), observer=observer, on_result=observer.on_result)
     assert ("observer", "on_result") == (wrong.value.field, twice.value.field)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -193,6 +192,15 @@ def histograms(
     return found
 
 
+async def no_sleep(seconds: float) -> None:
+    return None
+
+
+def telegram(server: BotAPIServer) -> TelegramSender:
+    """A sender to the local Bot API whose waits take no time."""
+    return TelegramSender(TOKEN, base_url=server.url, rate_limit=None, sleep=no_sleep)
+
+
 def every_attribute(reader: InMemoryMetricReader, exporter: InMemorySpanExporter) -> list[str]:
     """Every span name, status, event and attribute, and every metric attribute, as text."""
     seen: list[str] = []
@@ -210,24 +218,16 @@ def every_attribute(reader: InMemoryMetricReader, exporter: InMemorySpanExporter
     return seen
 
 
-@pytest.fixture
-async def ledger(tmp_path: Path) -> AsyncIterator[AsyncLedger]:
-    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'ledger.sqlite3'}")
-    ledger = AsyncLedger(engine)
-    await ledger.create_schema()
-    yield ledger
-    await engine.dispose()
-
-
 async def test_claim_and_send_latency_are_histograms_per_action(
-    telemetry: tuple[Telemetry, InMemoryMetricReader, InMemorySpanExporter], ledger: AsyncLedger
+    telemetry: tuple[Telemetry, InMemoryMetricReader, InMemorySpanExporter],
+    sqlite_ledger: AsyncLedger,
 ) -> None:
     """One claim record per claim statement and one send record per send, per action (and
     outcome), in seconds; outcomes are counted through the observer alone."""
     tel, reader, _ = telemetry
     sender = FakeSender()
     sender.fail_next(PermanentSendError("Forbidden: bot was blocked", code=403), recipient="2")
-    notifier = Notifier(ledger, sender, concurrency=1, observer=tel)
+    notifier = Notifier(sqlite_ledger, sender, concurrency=1, observer=tel)
     await notifier.send_many("news", [Notification(i, "c1", Message("x")) for i in (1, 2, 3, 1)])
     await notifier.send_once("other", 9, "c1", Message("x"))
 
@@ -251,14 +251,15 @@ async def test_claim_and_send_latency_are_histograms_per_action(
 
 
 async def test_each_send_is_a_child_span_of_its_run(
-    telemetry: tuple[Telemetry, InMemoryMetricReader, InMemorySpanExporter], ledger: AsyncLedger
+    telemetry: tuple[Telemetry, InMemoryMetricReader, InMemorySpanExporter],
+    sqlite_ledger: AsyncLedger,
 ) -> None:
     """A run is one span (also through telemetry.send_many) with a child span per send
     (none for a repeat); a failed send's span names the error class only."""
     tel, _, exporter = telemetry
     sender = FakeSender()
     sender.fail_next(PermanentSendError("Forbidden: bot was blocked", code=403), recipient="2")
-    notifier = Notifier(ledger, sender, concurrency=1, observer=tel)
+    notifier = Notifier(sqlite_ledger, sender, concurrency=1, observer=tel)
     await tel.send_many(notifier, "news", [Notification(i, "c1", Message("x")) for i in (1, 2, 1)])
 
     spans = exporter.get_finished_spans()
@@ -291,7 +292,7 @@ async def test_each_send_is_a_child_span_of_its_run(
 
 async def test_a_429_from_the_bot_api_is_a_flood_wait(
     telemetry: tuple[Telemetry, InMemoryMetricReader, InMemorySpanExporter],
-    ledger: AsyncLedger,
+    sqlite_ledger: AsyncLedger,
     bot_api_server: BotAPIServer,
 ) -> None:
     """A 429 with retry_after 1, waited out by TelegramSender, counts one flood wait of 1 s
@@ -299,13 +300,8 @@ async def test_a_429_from_the_bot_api_is_a_flood_wait(
     tel, reader, exporter = telemetry
     bot_api_server.script(str(SUBJECT), [Reply.flood(1)])
 
-    async def no_sleep(seconds: float) -> None:
-        return None
-
-    async with TelegramSender(
-        TOKEN, base_url=bot_api_server.url, rate_limit=None, sleep=no_sleep
-    ) as sender:
-        notifier = Notifier(ledger, sender, observer=tel)
+    async with telegram(bot_api_server) as sender:
+        notifier = Notifier(sqlite_ledger, sender, observer=tel)
         assert Outcome.SENT == await notifier.send_once("news", SUBJECT, "c1", Message(SECRET_TEXT))
 
     labels = (("notifyonce.action", "news"), ("notifyonce.sender", "TelegramSender"))
@@ -323,7 +319,7 @@ async def test_a_429_from_the_bot_api_is_a_flood_wait(
 
 async def test_no_attribute_holds_a_text_a_token_or_a_subject(
     telemetry: tuple[Telemetry, InMemoryMetricReader, InMemorySpanExporter],
-    ledger: AsyncLedger,
+    sqlite_ledger: AsyncLedger,
     bot_api_server: BotAPIServer,
 ) -> None:
     """Sends that flood-wait, fail with the text and the token in the error, or go out:
@@ -331,18 +327,13 @@ async def test_no_attribute_holds_a_text_a_token_or_a_subject(
     tel, reader, exporter = telemetry
     bot_api_server.script(str(SUBJECT), [Reply.flood(1), Reply.blocked()])
 
-    async def no_sleep(seconds: float) -> None:
-        return None
-
-    async with TelegramSender(
-        TOKEN, base_url=bot_api_server.url, rate_limit=None, sleep=no_sleep
-    ) as sender:
-        notifier = Notifier(ledger, sender, observer=tel)
+    async with telegram(bot_api_server) as sender:
+        notifier = Notifier(sqlite_ledger, sender, observer=tel)
         await notifier.send_once("news", SUBJECT, "c1", Message(SECRET_TEXT))
         await notifier.send_once("news", SUBJECT + 1, "c1", Message(SECRET_TEXT))
     fake = FakeSender()
     fake.fail_next(UncertainSendError(f"{SECRET_TEXT} {TOKEN} {SUBJECT + 2}"))
-    await Notifier(ledger, fake, observer=tel).send_once(
+    await Notifier(sqlite_ledger, fake, observer=tel).send_once(
         "news", SUBJECT + 2, "c1", Message(SECRET_TEXT)
     )
 
@@ -353,13 +344,14 @@ async def test_no_attribute_holds_a_text_a_token_or_a_subject(
 
 
 async def test_a_broadcast_span_holds_its_run_and_its_sends(
-    telemetry: tuple[Telemetry, InMemoryMetricReader, InMemorySpanExporter], ledger: AsyncLedger
+    telemetry: tuple[Telemetry, InMemoryMetricReader, InMemorySpanExporter],
+    sqlite_ledger: AsyncLedger,
 ) -> None:
     """With the observer on the broadcast's Notifier: broadcast > run > one span per send."""
     from notifyonce import Broadcast
 
     tel, _, exporter = telemetry
-    notifier = Notifier(ledger, FakeSender(), observer=tel)
+    notifier = Notifier(sqlite_ledger, FakeSender(), observer=tel)
     await tel.run_broadcast(Broadcast(notifier, "news", "c7", Message(SECRET_TEXT), [1, 2]))
     spans = {s.context.span_id: s for s in exporter.get_finished_spans()}
     parents = sorted(
