@@ -10,6 +10,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from notifyonce import AsyncLedger
+
 from ._databases import Backend, drop_table, make_backend
 
 _MARKS = {
@@ -89,3 +91,13 @@ async def http_client(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
 
     async with httpx.AsyncClient(limits=DEFAULT_LIMITS) as client:
         yield client
+
+
+@pytest.fixture
+async def sqlite_ledger(tmp_path: Path) -> AsyncIterator[AsyncLedger]:
+    """An AsyncLedger on a SQLite file, for tests of what surrounds the ledger."""
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'ledger.sqlite3'}")
+    ledger = AsyncLedger(engine)
+    await ledger.create_schema()
+    yield ledger
+    await engine.dispose()

@@ -35,6 +35,7 @@ from ._ledger_records import LedgerStats, SlotRecord, SweepResult
 from ._media import Document, Photo, Video
 from ._message import Message, Receipt, Sender
 from ._notifier import Notification, Notifier, Report, Result, TickReport
+from ._observe import Observer, SendEvent, report_flood_wait
 from ._outcome import DeliveryMode, Outcome
 from ._quiet import QuietHours
 from ._schedule import Schedule
@@ -65,6 +66,7 @@ __all__ = [
     "Notification",
     "Notifier",
     "NotifyOnceError",
+    "Observer",
     "Outcome",
     "PermanentSendError",
     "Photo",
@@ -76,6 +78,7 @@ __all__ = [
     "Schedule",
     "ScheduleError",
     "SendError",
+    "SendEvent",
     "Sender",
     "SenderConfigError",
     "SlotKey",
@@ -95,6 +98,7 @@ __all__ = [
     "make_key",
     "recipients_from_file",
     "recipients_from_query",
+    "report_flood_wait",
     "schedule_filter",
     "window_filter",
     "window_filters",

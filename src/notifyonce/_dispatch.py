@@ -24,6 +24,9 @@ Why this shape:
   under way finish and are recorded, then the error is raised.
 - Claims whose sends take long (retries, flood waits) have their leases renewed, so an
   at-least-once worker elsewhere never takes over a send still under way.
+- An observer (``Notifier(observer=...)``, see ``_observe``) hears of the run, each claim
+  statement, each send and each result. Without one, every hook site is a single
+  ``is None`` check: no clock is read and nothing is built for it.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ from ._errors import (
     ValidationError,
 )
 from ._keys import SlotKey
-from ._message import Receipt
+from ._message import Message, Receipt
+from ._observe import SENDING, Hooks, SendProbe
 from ._outcome import DeliveryMode, Outcome
 from ._results import ATTENTION, Notification, Report, Result
 from ._table import SlotStatus
@@ -71,6 +75,8 @@ _RECORD_EARLY = 64
 _SETTLE_TIMEOUT = 15.0
 # A claim needs at least this share of its lease left for its send to start.
 _LEASE_MARGIN = 0.1
+# What claim and send durations are measured with, only when there is an observer.
+_clock = time.perf_counter
 
 Keep = Literal["all", "attention", "none"]
 
@@ -207,11 +213,29 @@ class Run:
             turn if callable(turn) else _no_turn
         )
         self.lease_margin = notifier.ledger.lease * _LEASE_MARGIN
+        observer = notifier.observer
+        self.hooks = None if observer is None else Hooks(observer, type(notifier.sender).__name__)
 
     # -- the whole run --------------------------------------------------------------
 
     async def execute(self, source: Iterable[Notification] | AsyncIterable[Notification]) -> None:
         """Run the pipeline; raise what stopped it, after every claim is settled."""
+        hooks = self.hooks
+        if hooks is None:
+            await self._execute(source)
+            return
+        # Before the pipeline's tasks exist: they inherit what run_started set in the context.
+        handle = hooks.call("run_started", self.action)
+        error: str | None = None
+        try:
+            await self._execute(source)
+        except BaseException as exc:
+            error = type(exc).__name__
+            raise
+        finally:
+            hooks.call("run_finished", handle, self.action, self.report, error)
+
+    async def _execute(self, source: Iterable[Notification] | AsyncIterable[Notification]) -> None:
         self.tasks = [asyncio.ensure_future(self._guard(self._intake(source)))]
         self.tasks += [
             asyncio.ensure_future(self._guard(self._worker())) for _ in range(self.n.concurrency)
@@ -421,14 +445,48 @@ class Run:
             # The same key on every attempt of this slot: a receiver that deduplicates by
             # it turns at-least-once into exactly-once.
             message = replace(message, idempotency_key=claim.key.idempotency_key)
+        if self.hooks is not None:
+            return await self._observed_send(self.hooks, item.notification.target, message, claim)
         try:
             receipt = await self.n.sender.send(item.notification.target, message)
         except Exception as exc:
-            if isinstance(exc, SenderConfigError):
-                # The sender is wrong, not this message: free it, stop the run, raise.
-                self.stop(exc, hard=False)
-            return decide_error(exc, self.n.mode, claim.attempt, self.n.max_attempts)
-        return Decision(SlotStatus.SENT, Outcome.SENT, receipt=receipt, may_have_delivered=True)
+            return self._refused(exc, claim)
+        return _delivered(receipt)
+
+    async def _observed_send(
+        self, hooks: Hooks, target: str, message: Message, claim: Claim
+    ) -> Decision:
+        """`_send` with the observer told of its start, its end and its flood waits."""
+        handle = hooks.call("send_started", self.action, claim.attempt)
+        probe = SendProbe(hooks, self.action)
+        sending = SENDING.set(probe)
+        started = _clock()
+        try:
+            receipt = await self.n.sender.send(target, message)
+        except Exception as exc:
+            decision = self._refused(exc, claim)
+            probe.refused(exc)
+            error: str | None = type(exc).__name__
+        except BaseException as exc:
+            # Cancelled (or a foreign BaseException) mid-send: recorded as uncertain.
+            interrupted = decide_uncertain("", self.n.mode, claim.attempt, self.n.max_attempts)
+            event = probe.event(claim.attempt, interrupted.outcome, _clock() - started, None)
+            hooks.call("send_finished", handle, replace(event, error=type(exc).__name__))
+            raise
+        else:
+            decision, error = _delivered(receipt), None
+        finally:
+            SENDING.reset(sending)
+        event = probe.event(claim.attempt, decision.outcome, _clock() - started, error)
+        hooks.call("send_finished", handle, event)
+        return decision
+
+    def _refused(self, exc: Exception, claim: Claim) -> Decision:
+        """The decision for what ``send`` raised."""
+        if isinstance(exc, SenderConfigError):
+            # The sender is wrong, not this message: free it, stop the run, raise.
+            self.stop(exc, hard=False)
+        return decide_error(exc, self.n.mode, claim.attempt, self.n.max_attempts)
 
     # -- leases ---------------------------------------------------------------------
 
@@ -477,6 +535,8 @@ class Run:
         self.report.counts[outcome] += 1
         if self.keep == "all" or (self.keep == "attention" and outcome in ATTENTION):
             self.kept.append((item.index, result))
+        if self.hooks is not None:
+            self.hooks.call("on_result", result)
         self.n._emit(result)
 
     def recorded(self, entry: _Entry, landed: bool | None) -> None:
@@ -514,6 +574,8 @@ class _Claimer:
             live = [(item, future) for item, future in batch if not future.done()]
             if not live:
                 continue
+            hooks = run.hooks
+            started = 0.0 if hooks is None else _clock()
             try:
                 claims = await run.ledger.claim_many(
                     run.action,
@@ -526,6 +588,9 @@ class _Claimer:
                     if not future.done():
                         future.set_exception(exc)
                 continue
+            if hooks is not None:
+                seconds = _clock() - started
+                hooks.call("claimed", run.action, seconds, len(live), len(claims))
             won = {slot(c.key): c for c in claims}
             now = time.monotonic()
             for item, future in live:
@@ -611,6 +676,10 @@ class _Recorder:
             type(exc.__cause__ or exc).__name__,
         )
         return [None] * len(batch)
+
+
+def _delivered(receipt: Receipt) -> Decision:
+    return Decision(SlotStatus.SENT, Outcome.SENT, receipt=receipt, may_have_delivered=True)
 
 
 @contextlib.asynccontextmanager

@@ -36,6 +36,7 @@ from ._errors import ValidationError, ValidationTypeError
 from ._keys import SlotKey, make_key, normalize_action
 from ._ledger import AsyncLedger
 from ._message import Message, Sender
+from ._observe import Observer
 from ._outcome import DeliveryMode, Outcome
 from ._quiet import QuietHours
 from ._results import Notification, Report, Result
@@ -125,6 +126,11 @@ class Notifier:
             only those that need attention (``FAILED``, ``UNKNOWN``, ``RETRY``,
             ``LEASE_LOST``) for a stream, so that a streamed run's memory stays flat.
         on_result: Called with every [`Result`][notifyonce.Result], e.g. to feed metrics.
+            If it raises, the run stops (no new sends) and raises it.
+        observer: Told of each run, claim statement, send (duration, outcome, flood
+            waits) and result; see [`Observer`][notifyonce.Observer] and, for
+            OpenTelemetry, [`Telemetry`][notifyonce.otel.Telemetry]. A hook that raises
+            is logged and ignored. None (the default) costs nothing.
 
     Examples:
         >>> import asyncio
@@ -159,6 +165,7 @@ class Notifier:
         dry_run: bool = False,
         keep_results: bool | None = None,
         on_result: Callable[[Result], None] | None = None,
+        observer: Observer | None = None,
     ) -> None:
         if not isinstance(mode, DeliveryMode):
             raise ValidationTypeError("mode", f"must be a DeliveryMode, got {type(mode).__name__}")
@@ -180,6 +187,7 @@ class Notifier:
             raise ValidationTypeError("sender", "must have an async send(recipient, message)")
         if keep_results is not None and not isinstance(keep_results, bool):
             raise ValidationTypeError("keep_results", "must be True, False or None")
+        _check_observer(observer, on_result)
         if not isinstance(cast(object, ledger), AsyncLedger):
             hint = (
                 "; the Notifier is async: build an AsyncLedger on an AsyncEngine "
@@ -204,6 +212,7 @@ class Notifier:
         self.dry_run = dry_run
         self.keep_results = keep_results
         self.on_result = on_result
+        self.observer = observer
         check = getattr(sender, "check", None)
         self._sender_check: Callable[[str, Message], None] | None = (
             check if callable(check) else None
@@ -476,6 +485,22 @@ def _log_extra(
             "error": error,
         }
     }
+
+
+def _check_observer(observer: object, on_result: object) -> None:
+    if observer is None:
+        return
+    if not isinstance(observer, Observer):
+        raise ValidationTypeError(
+            "observer",
+            f"must be a notifyonce.Observer (subclass it) or None, got {type(observer).__name__}",
+        )
+    if on_result is not None and on_result == observer.on_result:
+        raise ValidationError(
+            "on_result",
+            "is the observer's own on_result, which the observer already gets: every result "
+            "would be counted twice; pass observer= alone",
+        )
 
 
 def _only_outcome(report: Report) -> Outcome:

@@ -35,6 +35,7 @@ from notifyonce._http import (
 )
 from notifyonce._media import refuse_media
 from notifyonce._message import Message, Receipt
+from notifyonce._observe import note_flood
 from notifyonce._signing import (
     IDEMPOTENCY_HEADER,
     SIGNATURE_HEADER,
@@ -424,6 +425,7 @@ class WebhookSender(HTTPSenderBase):
                 if isinstance(outcome, Accepted):
                     return Receipt(recipient, outcome.message_id)
                 error = outcome
+            note_flood(error)  # the Notifier's observer, when it has one
             wait = plan.next_wait(error, certain_transport=certain)
             if wait is None:
                 chain_cause(error, cause, self._secrets.scrub)

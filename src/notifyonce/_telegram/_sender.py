@@ -37,6 +37,7 @@ from notifyonce._http import (
 )
 from notifyonce._media import Media, file_size
 from notifyonce._message import Message, Receipt
+from notifyonce._observe import note_flood
 from notifyonce._rate_stores import (
     BOT_LANE,
     PAID_LANE,
@@ -476,6 +477,7 @@ class TelegramSender(HTTPSenderBase):
                 continue
 
             error = outcome
+            note_flood(error)  # the Notifier's observer, when it has one
             wait = plan.next_wait(error, certain_transport=certain_transport)
             flood = error.retry_after if isinstance(error, TransientSendError) else None
             if flood is not None and self._limiter is not None:
