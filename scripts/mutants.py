@@ -186,7 +186,7 @@ MUTANTS = [
     Mutant(
         "leases-on-the-host-clock",
         "leases are measured on the database server's clock",
-        "_ledger_core.py",
+        "_ledger/core.py",
         r'self\.server_clock = clock is None and self\.dialect != "sqlite"',
         "self.server_clock = False",
         ("tests/test_ledger.py::test_leases_are_measured_on_the_database_clock",),
@@ -194,7 +194,7 @@ MUTANTS = [
     Mutant(
         "purge-ignores-age",
         "purge never deletes a cycle that can still fire",
-        "_ledger_core.py",
+        "_ledger/core.py",
         r"sa\.delete\(t\)\.where\(old, sa\.not_\(held\)\)",
         "sa.delete(t).where(sa.not_(held))",
         ("tests/test_ledger.py::test_purge_never_frees_a_slot_that_can_still_fire",),
@@ -202,7 +202,7 @@ MUTANTS = [
     Mutant(
         "purge-ignores-live-leases",
         "purge never deletes a row a live claim holds",
-        "_ledger_core.py",
+        "_ledger/core.py",
         r"sa\.delete\(t\)\.where\(old, sa\.not_\(held\)\)",
         "sa.delete(t).where(old)",
         ("tests/test_ledger.py::test_purge_never_frees_a_slot_that_can_still_fire",),
@@ -210,7 +210,7 @@ MUTANTS = [
     Mutant(
         "sweep-alo-ignores-max-attempts",
         "the at-least-once sweep releases only while attempts remain",
-        "_ledger_core.py",
+        "_ledger/core.py",
         r"retry = mode is DeliveryMode\.AT_LEAST_ONCE and row\.attempt < max_attempts",
         "retry = mode is DeliveryMode.AT_LEAST_ONCE",
         ("tests/test_ledger.py",),
@@ -218,7 +218,7 @@ MUTANTS = [
     Mutant(
         "sweep-amo-releases",
         "the at-most-once sweep makes expired claims UNKNOWN, never free",
-        "_ledger_core.py",
+        "_ledger/core.py",
         r"retry = mode is DeliveryMode\.AT_LEAST_ONCE and row\.attempt < max_attempts",
         "retry = row.attempt < max_attempts",
         ("tests/test_ledger.py",),
@@ -226,7 +226,7 @@ MUTANTS = [
     Mutant(
         "take-over-ignores-max-attempts",
         "a take-over of an expired claim respects max_attempts",
-        "_ledger_core.py",
+        "_ledger/core.py",
         r"expired = sa\.and_\(expired, t\.attempt < limit\)",
         "expired = expired",
         ("tests/test_ledger.py", "tests/test_ledger_model.py"),
@@ -234,7 +234,7 @@ MUTANTS = [
     Mutant(
         "mark-without-fencing",
         "a worker whose claim was taken over cannot mark the slot",
-        "_ledger_core.py",
+        "_ledger/core.py",
         r"\.where\(t\.c\.id == claim\.id, t\.c\.token == claim\.token, t\.c\.status == _CLAIMED\)",
         ".where(t.c.id == claim.id, t.c.status == _CLAIMED)",
         ("tests/test_ledger.py", "tests/test_ledger_races.py"),
@@ -243,7 +243,7 @@ MUTANTS = [
     Mutant(
         "overlap-up-to-a-minute",
         "windows that overlap at all are refused",
-        "_schedule_rules.py",
+        "_schedule/rules.py",
         r"if shared > ZERO:",
         "if shared > dt.timedelta(minutes=1):",
         ("tests/test_schedule.py::test_any_overlap_is_refused",),
@@ -251,7 +251,7 @@ MUTANTS = [
     Mutant(
         "window-width-unchecked",
         "a window narrower than period + max_downtime is refused",
-        "_schedule_rules.py",
+        "_schedule/rules.py",
         r"if timing_ok and w\.width < required:",
         "if False:",
         ("tests/test_schedule.py",),

@@ -87,7 +87,7 @@ async def http_client(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
         return
     import httpx
 
-    from notifyonce._http import DEFAULT_LIMITS
+    from notifyonce._senders.http import DEFAULT_LIMITS
 
     async with httpx.AsyncClient(limits=DEFAULT_LIMITS) as client:
         yield client

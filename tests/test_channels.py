@@ -20,7 +20,7 @@ from notifyonce import (
     UncertainSendError,
     ValidationError,
 )
-from notifyonce._channels import combine_fanout
+from notifyonce._senders.channels import combine_fanout
 from notifyonce.testing import OK, FakeSender
 
 MESSAGE = Message("6 hours left", idempotency_key="slot-1")

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from notifyonce import Message, TransientSendError
-from notifyonce._aiohttp import AiohttpTransport, _Attempt, _error
-from notifyonce._http import DEFAULT_LIMITS, default_transport
+from notifyonce._senders.aiohttp_transport import AiohttpTransport, _Attempt, _error
+from notifyonce._senders.http import DEFAULT_LIMITS, default_transport
 from notifyonce.telegram import TelegramSender
 from notifyonce.testing import BotAPIServer, Reply
 
@@ -118,7 +118,7 @@ async def test_the_own_client_sends_over_aiohttp_and_closes_it(
 
 def test_without_aiohttp_the_own_client_is_httpxs(monkeypatch: pytest.MonkeyPatch) -> None:
     """httpx alone installed: the sender falls back to httpx's own transport."""
-    monkeypatch.setitem(sys.modules, "notifyonce._aiohttp", None)
+    monkeypatch.setitem(sys.modules, "notifyonce._senders.aiohttp_transport", None)
     assert default_transport(DEFAULT_LIMITS) is None
 
 

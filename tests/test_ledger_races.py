@@ -207,7 +207,7 @@ async def test_failed_chunk_releases_the_chunks_already_won(
     """When a later chunk of claim_many fails, the earlier chunks' claims are released, so
     the next run can win them instead of waiting for their leases to expire."""
     from notifyonce import LedgerError, SlotStatus
-    from notifyonce._ledger_core import LedgerCore
+    from notifyonce._ledger.core import LedgerCore
 
     real = LedgerCore.claim_keys
     calls = 0
@@ -246,7 +246,7 @@ async def test_deadlock_victim_transaction_is_run_again(
     """A claim whose transaction was chosen as deadlock victim is retried (the server rolled
     it back) on PostgreSQL and MySQL; SQLite has no deadlocks to retry and raises."""
     from notifyonce import LedgerError
-    from notifyonce._ledger_core import LedgerCore
+    from notifyonce._ledger.core import LedgerCore
 
     real = LedgerCore.claim_keys
     failures = 2

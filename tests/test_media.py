@@ -24,8 +24,8 @@ from notifyonce import (
     Video,
 )
 from notifyonce._cli import main
-from notifyonce._telegram._payload import multipart
-from notifyonce._telegram._sender import prepare
+from notifyonce._senders.telegram.payload import multipart
+from notifyonce._senders.telegram.sender import prepare
 from notifyonce.telegram import MemoryFileIdStore, SQLFileIdStore, TelegramSender
 from notifyonce.testing import BotAPIServer, Reply
 from notifyonce.testing._server import parse_form

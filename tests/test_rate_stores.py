@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from notifyonce import Message, TransientSendError, ValidationError
-from notifyonce._rate_stores import ScopeState, decide_flood, turn_from
+from notifyonce._senders.rate.stores import ScopeState, decide_flood, turn_from
 from notifyonce.ratelimit import (
     MemoryRateStore,
     RateLimit,

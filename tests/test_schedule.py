@@ -21,7 +21,7 @@ from notifyonce import (
     ValidationTypeError,
     Window,
 )
-from notifyonce._durations import format_duration
+from notifyonce._schedule.durations import format_duration
 
 UTC = dt.timezone.utc
 MSK = dt.timezone(dt.timedelta(hours=3))

@@ -19,7 +19,7 @@ from notifyonce import (
     UncertainSendError,
     ValidationError,
 )
-from notifyonce._telegram._classify import MAX_RETRY_AFTER, classify_response
+from notifyonce._senders.telegram.classify import MAX_RETRY_AFTER, classify_response
 from notifyonce.telegram import TelegramSender
 from notifyonce.testing import BotAPIServer
 

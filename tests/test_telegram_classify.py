@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from notifyonce import SendError, TransientSendError
-from notifyonce._telegram._classify import Delivered, Migrated, classify_response, redact
+from notifyonce._senders.telegram.classify import Delivered, Migrated, classify_response, redact
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),

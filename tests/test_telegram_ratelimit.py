@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from notifyonce import ValidationError, ValidationTypeError
-from notifyonce._telegram._ratelimit import AsyncRateLimiter, RateLimitState
+from notifyonce._senders.telegram.ratelimit import AsyncRateLimiter, RateLimitState
 from notifyonce.telegram import RateLimit
 
 from ._fakes import FakeClock

@@ -22,8 +22,8 @@ from notifyonce import (
     ValidationError,
     ValidationTypeError,
 )
-from notifyonce._aiohttp import AiohttpTransport
-from notifyonce._telegram._classify import EXCEPTION_CLASSES
+from notifyonce._senders.aiohttp_transport import AiohttpTransport
+from notifyonce._senders.telegram.classify import EXCEPTION_CLASSES
 from notifyonce.telegram import RateLimit, TelegramSender
 
 from ._fakes import FakeClock, Script

@@ -27,8 +27,8 @@ from notifyonce import (
     ValidationError,
     ValidationTypeError,
 )
-from notifyonce._http import EXCEPTION_CLASSES
-from notifyonce._webhook import Accepted, classify_webhook_response
+from notifyonce._senders.http import EXCEPTION_CLASSES
+from notifyonce._senders.webhook import Accepted, classify_webhook_response
 from notifyonce.webhook import WebhookSender, sign, verify_signature
 
 from ._fakes import FakeClock, Script

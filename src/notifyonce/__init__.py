@@ -6,7 +6,7 @@ sent, so restarts, parallel workers and flaky networks cannot send it twice.
 
 from __future__ import annotations
 
-from ._broadcast import (
+from notifyonce._broadcast import (
     Broadcast,
     BroadcastProgress,
     BroadcastReport,
@@ -14,9 +14,7 @@ from ._broadcast import (
     recipients_from_file,
     recipients_from_query,
 )
-from ._channels import Channel, ChannelReceipt, FallbackSender, FanoutSender
-from ._claim import Claim
-from ._errors import (
+from notifyonce._errors import (
     LedgerError,
     LedgerUnavailableError,
     NotifyOnceError,
@@ -29,20 +27,27 @@ from ._errors import (
     ValidationError,
     ValidationTypeError,
 )
-from ._keys import Cycle, SlotKey, Subject, make_key
-from ._ledger import AsyncLedger, Ledger
-from ._ledger_records import LedgerStats, SlotRecord, SweepResult
-from ._media import Document, Photo, Video
-from ._message import Message, Receipt, Sender
-from ._notifier import Notification, Notifier, Report, Result, TickReport
-from ._observe import Observer, SendEvent, report_flood_wait
-from ._outcome import DeliveryMode, Outcome
-from ._quiet import QuietHours
-from ._schedule import Schedule
-from ._selection import deadline_filter, schedule_filter, window_filter, window_filters
-from ._table import SlotStatus
-from ._version import __version__
-from ._window import DeadlineRange, Window
+from notifyonce._keys import Cycle, SlotKey, Subject, make_key
+from notifyonce._ledger.claim import Claim
+from notifyonce._ledger.ledger import AsyncLedger, Ledger
+from notifyonce._ledger.records import LedgerStats, SlotRecord, SweepResult
+from notifyonce._ledger.table import SlotStatus
+from notifyonce._media import Document, Photo, Video
+from notifyonce._message import Message, Receipt, Sender
+from notifyonce._notifier import Notification, Notifier, Report, Result, TickReport
+from notifyonce._observe import Observer, SendEvent, report_flood_wait
+from notifyonce._outcome import DeliveryMode, Outcome
+from notifyonce._quiet import QuietHours
+from notifyonce._schedule.schedule import Schedule
+from notifyonce._schedule.selection import (
+    deadline_filter,
+    schedule_filter,
+    window_filter,
+    window_filters,
+)
+from notifyonce._schedule.window import DeadlineRange, Window
+from notifyonce._senders.channels import Channel, ChannelReceipt, FallbackSender, FanoutSender
+from notifyonce._version import __version__
 
 __all__ = [
     "AsyncLedger",

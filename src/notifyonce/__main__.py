@@ -1,6 +1,6 @@
 """`python -m notifyonce`: the command line."""
 
-from ._cli import main
+from notifyonce._cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

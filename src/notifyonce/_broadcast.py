@@ -23,17 +23,17 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import sqlalchemy as sa
 
-from ._errors import ValidationError, ValidationTypeError
-from ._keys import Subject, normalize_action, normalize_cycle, normalize_subject
-from ._message import Message
-from ._outcome import Outcome
-from ._results import Notification, Report, Result
-from ._table import SlotStatus
+from notifyonce._errors import ValidationError, ValidationTypeError
+from notifyonce._keys import Subject, normalize_action, normalize_cycle, normalize_subject
+from notifyonce._ledger.table import SlotStatus
+from notifyonce._message import Message
+from notifyonce._outcome import Outcome
+from notifyonce._results import Notification, Report, Result
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from ._notifier import Notifier
+    from notifyonce._notifier import Notifier
 
 __all__ = [
     "Broadcast",

@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from . import _cli_broadcast
-from ._durations import format_duration
-from ._errors import LedgerError, ScheduleError, ValidationError
-from ._outcome import DeliveryMode
-from ._table import SlotStatus
-from ._version import __version__
+from notifyonce import _cli_broadcast
+from notifyonce._errors import LedgerError, ScheduleError, ValidationError
+from notifyonce._ledger.table import SlotStatus
+from notifyonce._outcome import DeliveryMode
+from notifyonce._schedule.durations import format_duration
+from notifyonce._version import __version__
 
 if TYPE_CHECKING:
-    from ._ledger import Ledger
-    from ._ledger_records import LedgerStats
+    from notifyonce._ledger.ledger import Ledger
+    from notifyonce._ledger.records import LedgerStats
 
 __all__ = ["main", "parse_duration"]
 
@@ -304,7 +304,7 @@ def _sync_url(raw: str | None) -> str:
 def _ledger(args: argparse.Namespace) -> Ledger:
     import sqlalchemy as sa
 
-    from ._ledger import Ledger
+    from notifyonce._ledger.ledger import Ledger
 
     url = _sync_url(args.database_url or os.environ.get(ENV_URL))
     try:
@@ -332,7 +332,7 @@ def _load(target: str) -> object:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from ._schedule import Schedule
+    from notifyonce._schedule.schedule import Schedule
 
     try:
         schedule = _load(args.target)
@@ -427,7 +427,7 @@ def _purge(args: argparse.Namespace) -> int:
 def _migrate(args: argparse.Namespace) -> int:
     from alembic.util import CommandError
 
-    from .migrations import upgrade
+    from notifyonce.migrations import upgrade
 
     ledger = _ledger(args)
     before = _revisions(ledger, args.table, args.schema)
@@ -447,7 +447,7 @@ def _revisions(ledger: Ledger, table: str, schema: str | None) -> str:
     """The revisions the ledger table's own version table records, or "" before any."""
     from alembic.runtime.migration import MigrationContext
 
-    from .migrations import default_version_table
+    from notifyonce.migrations import default_version_table
 
     options = {"version_table": default_version_table(table), "version_table_schema": schema}
     with ledger.engine.connect() as connection:

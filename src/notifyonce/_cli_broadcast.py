@@ -22,16 +22,16 @@ import signal
 import sys
 from typing import IO, TYPE_CHECKING
 
-from ._errors import SenderConfigError, ValidationError
+from notifyonce._errors import SenderConfigError, ValidationError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from ._broadcast import Broadcast, BroadcastProgress, BroadcastReport
-    from ._media import Media
-    from ._message import Message, Receipt, Sender
+    from notifyonce._broadcast import Broadcast, BroadcastProgress, BroadcastReport
+    from notifyonce._media import Media
+    from notifyonce._message import Message, Receipt, Sender
 
 __all__ = ["add_parser", "render_bar", "render_line", "run"]
 
@@ -59,7 +59,7 @@ def add_parser(
     commands: argparse._SubParsersAction[argparse.ArgumentParser], db: argparse.ArgumentParser
 ) -> None:
     """Register ``broadcast`` on the command line's subcommands."""
-    from ._cli import _duration_arg
+    from notifyonce._cli import _duration_arg
 
     parser = commands.add_parser(
         "broadcast",
@@ -140,7 +140,7 @@ def add_parser(
 
 def run(args: argparse.Namespace) -> int:
     """Run ``notifyonce broadcast``; the exit code."""
-    from ._cli import ENV_URL, _UsageError
+    from notifyonce._cli import ENV_URL, _UsageError
 
     message = _message(args)
     token = os.environ.get(args.token_env, "")
@@ -164,8 +164,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _message(args: argparse.Namespace) -> Message:
-    from ._cli import _UsageError
-    from ._message import Message
+    from notifyonce._cli import _UsageError
+    from notifyonce._message import Message
 
     media = _media(args)
     if media is None and args.caption_file:
@@ -187,7 +187,7 @@ def _message(args: argparse.Namespace) -> Message:
 
 
 def _read_text(option: str, path: str) -> str:
-    from ._cli import _UsageError
+    from notifyonce._cli import _UsageError
 
     try:
         with open(path, encoding="utf-8") as file:
@@ -200,8 +200,8 @@ def _media(args: argparse.Namespace) -> Media | None:
     """The --photo, --document or --video file, checked (exists, readable, size)."""
     from pathlib import Path
 
-    from ._cli import _UsageError
-    from ._media import Document, Photo, Video
+    from notifyonce._cli import _UsageError
+    from notifyonce._media import Document, Photo, Video
 
     for option, kind in (("photo", Photo), ("document", Document), ("video", Video)):
         path = getattr(args, option)
@@ -217,7 +217,7 @@ def _async_url(raw: str) -> str:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    from ._cli import _UsageError
+    from notifyonce._cli import _UsageError
 
     try:
         url = make_url(raw)
@@ -250,11 +250,11 @@ async def _broadcast(
 ) -> int:
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from ._broadcast import Broadcast, recipients_from_file, recipients_from_query
-    from ._cli import _UsageError
-    from ._ledger import AsyncLedger
-    from ._notifier import Notifier
-    from ._outcome import DeliveryMode
+    from notifyonce._broadcast import Broadcast, recipients_from_file, recipients_from_query
+    from notifyonce._cli import _UsageError
+    from notifyonce._ledger.ledger import AsyncLedger
+    from notifyonce._notifier import Notifier
+    from notifyonce._outcome import DeliveryMode
 
     try:
         engine = create_async_engine(url)
@@ -313,13 +313,13 @@ async def _broadcast(
 
 def _telegram(args: argparse.Namespace, token: str) -> Callable[[AsyncEngine], Sender]:
     """Check the options and the token now; build the sender once the engine exists."""
-    from ._cli import _UsageError
+    from notifyonce._cli import _UsageError
 
     try:
-        from .telegram import RateLimit, SQLFileIdStore, TelegramSender
+        from notifyonce.telegram import RateLimit, SQLFileIdStore, TelegramSender
     except ImportError:
         raise _UsageError("broadcast needs httpx: pip install 'notifyonce[telegram]'") from None
-    from ._file_sql import default_file_table
+    from notifyonce._senders.telegram.file_sql import default_file_table
 
     rate = args.rate if args.rate is not None else (1000.0 if args.paid else 30.0)
     if rate < 0:
@@ -346,7 +346,7 @@ def _check_token(base_url: str, token: str, env: str) -> None:
     before any chat is tried (the sender would record each one as failed for good)."""
     import httpx
 
-    from ._cli import _UsageError
+    from notifyonce._cli import _UsageError
 
     try:
         answer = httpx.post(f"{base_url.rstrip('/')}/bot{token}/getMe", timeout=15.0)

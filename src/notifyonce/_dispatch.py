@@ -39,7 +39,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._errors import (
+from notifyonce._errors import (
     LedgerError,
     LedgerUnavailableError,
     PermanentSendError,
@@ -48,16 +48,16 @@ from ._errors import (
     TransientSendError,
     ValidationError,
 )
-from ._keys import SlotKey
-from ._message import Message, Receipt
-from ._observe import SENDING, Hooks, SendProbe
-from ._outcome import DeliveryMode, Outcome
-from ._results import ATTENTION, Notification, Report, Result
-from ._table import SlotStatus
+from notifyonce._keys import SlotKey
+from notifyonce._ledger.table import SlotStatus
+from notifyonce._message import Message, Receipt
+from notifyonce._observe import SENDING, Hooks, SendProbe
+from notifyonce._outcome import DeliveryMode, Outcome
+from notifyonce._results import ATTENTION, Notification, Report, Result
 
 if TYPE_CHECKING:
-    from ._claim import Claim
-    from ._notifier import Notifier
+    from notifyonce._ledger.claim import Claim
+    from notifyonce._notifier import Notifier
 
 __all__ = ["Decision", "Run", "decide_error", "decide_uncertain", "settle"]
 

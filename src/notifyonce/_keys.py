@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from ._errors import ValidationError, ValidationTypeError
+from notifyonce._errors import ValidationError, ValidationTypeError
 
 __all__ = [
     "MAX_ACTION_LENGTH",

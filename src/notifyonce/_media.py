@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import ClassVar, TypeAlias
 
-from ._errors import ValidationError, ValidationTypeError
+from notifyonce._errors import ValidationError, ValidationTypeError
 
 __all__ = ["MB", "Document", "Media", "Photo", "Video", "refuse_media"]
 

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ._errors import ValidationError, ValidationTypeError
-from ._media import Document, Media, Photo, Video
+from notifyonce._errors import ValidationError, ValidationTypeError
+from notifyonce._media import Document, Media, Photo, Video
 
 __all__ = ["Message", "Receipt", "Sender"]
 

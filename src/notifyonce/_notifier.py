@@ -31,21 +31,21 @@ from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequen
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
-from ._dispatch import Keep, Run
-from ._errors import ValidationError, ValidationTypeError
-from ._keys import SlotKey, make_key, normalize_action
-from ._ledger import AsyncLedger
-from ._message import Message, Sender
-from ._observe import Observer
-from ._outcome import DeliveryMode, Outcome
-from ._quiet import QuietHours
-from ._results import Notification, Report, Result
+from notifyonce._dispatch import Keep, Run
+from notifyonce._errors import ValidationError, ValidationTypeError
+from notifyonce._keys import SlotKey, make_key, normalize_action
+from notifyonce._ledger.ledger import AsyncLedger
+from notifyonce._message import Message, Sender
+from notifyonce._observe import Observer
+from notifyonce._outcome import DeliveryMode, Outcome
+from notifyonce._quiet import QuietHours
+from notifyonce._results import Notification, Report, Result
 
 if TYPE_CHECKING:
-    from ._keys import Cycle, Subject
-    from ._ledger_records import SweepResult
-    from ._schedule import Schedule
-    from ._window import DeadlineRange, Window
+    from notifyonce._keys import Cycle, Subject
+    from notifyonce._ledger.records import SweepResult
+    from notifyonce._schedule.schedule import Schedule
+    from notifyonce._schedule.window import DeadlineRange, Window
 
 __all__ = ["Notification", "Notifier", "Report", "Result", "Selector", "TickReport"]
 

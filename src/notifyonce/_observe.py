@@ -24,11 +24,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._errors import SendError, TransientSendError, ValidationError, ValidationTypeError
-from ._outcome import Outcome
+from notifyonce._errors import SendError, TransientSendError, ValidationError, ValidationTypeError
+from notifyonce._outcome import Outcome
 
 if TYPE_CHECKING:
-    from ._results import Report, Result
+    from notifyonce._results import Report, Result
 
 __all__ = [
     "SENDING",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from ._errors import ValidationError, ValidationTypeError
+from notifyonce._errors import ValidationError, ValidationTypeError
 
 __all__ = ["QuietHours"]
 

@@ -6,12 +6,12 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ._keys import Cycle, SlotKey, Subject
-from ._message import Message, Receipt
-from ._outcome import Outcome
+from notifyonce._keys import Cycle, SlotKey, Subject
+from notifyonce._message import Message, Receipt
+from notifyonce._outcome import Outcome
 
 if TYPE_CHECKING:
-    from ._ledger_records import SweepResult
+    from notifyonce._ledger.records import SweepResult
 
 __all__ = ["ATTENTION", "Notification", "Report", "Result"]
 

@@ -19,6 +19,6 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         'notifyonce.aiogram needs aiogram 3: pip install "notifyonce[aiogram]"'
     ) from exc
 
-from ._aiogram import AiogramSender, classify_aiogram_error
+from notifyonce._senders.telegram.aiogram import AiogramSender, classify_aiogram_error
 
 __all__ = ["AiogramSender", "classify_aiogram_error"]

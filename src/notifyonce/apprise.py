@@ -18,6 +18,6 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         'notifyonce.apprise needs Apprise: pip install "notifyonce[apprise]"'
     ) from exc
 
-from ._apprise import AppriseSender, classify_apprise_result
+from notifyonce._senders.apprise import AppriseSender, classify_apprise_result
 
 __all__ = ["AppriseSender", "classify_apprise_result"]

@@ -64,12 +64,12 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "notifyonce.otel needs OpenTelemetry: pip install 'notifyonce[otel]'"
     ) from exc
 
-from ._observe import Observer, SendEvent
-from ._version import __version__
+from notifyonce._observe import Observer, SendEvent
+from notifyonce._version import __version__
 
 if TYPE_CHECKING:
-    from ._broadcast import Broadcast, BroadcastReport
-    from ._notifier import Notification, Notifier, Report, Result, TickReport
+    from notifyonce._broadcast import Broadcast, BroadcastReport
+    from notifyonce._notifier import Notification, Notifier, Report, Result, TickReport
 
 __all__ = ["Telemetry"]
 

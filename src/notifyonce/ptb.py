@@ -19,6 +19,6 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         'notifyonce.ptb needs python-telegram-bot: pip install "notifyonce[ptb]"'
     ) from exc
 
-from ._ptb import PTBSender, classify_ptb_error
+from notifyonce._senders.telegram.ptb import PTBSender, classify_ptb_error
 
 __all__ = ["PTBSender", "classify_ptb_error"]

@@ -21,9 +21,9 @@ Examples:
 
 from __future__ import annotations
 
-from ._rate_redis import RedisRateStore
-from ._rate_sql import DEFAULT_RATE_TABLE_NAME, SQLRateStore
-from ._rate_stores import (
+from notifyonce._senders.rate.redis import RedisRateStore
+from notifyonce._senders.rate.sql import DEFAULT_RATE_TABLE_NAME, SQLRateStore
+from notifyonce._senders.rate.stores import (
     MemoryRateStore,
     RateStore,
     RateStoreUnavailableError,
@@ -31,7 +31,7 @@ from ._rate_stores import (
     TurnRequest,
     bot_key,
 )
-from ._telegram._ratelimit import RateLimit
+from notifyonce._senders.telegram.ratelimit import RateLimit
 
 __all__ = [
     "DEFAULT_RATE_TABLE_NAME",

@@ -19,11 +19,11 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         'notifyonce.telegram needs httpx: pip install "notifyonce[telegram]"'
     ) from exc
 
-from ._file_sql import SQLFileIdStore
-from ._http import SenderClosedError
-from ._telegram._files import FileIdStore, MemoryFileIdStore
-from ._telegram._ratelimit import RateLimit
-from ._telegram._sender import (
+from notifyonce._senders.http import SenderClosedError
+from notifyonce._senders.telegram.file_sql import SQLFileIdStore
+from notifyonce._senders.telegram.files import FileIdStore, MemoryFileIdStore
+from notifyonce._senders.telegram.ratelimit import RateLimit
+from notifyonce._senders.telegram.sender import (
     CONNECT_TIMEOUT,
     DEFAULT_BUDGET,
     DEFAULT_LIMITS,

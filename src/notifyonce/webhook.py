@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._signing import (
+from notifyonce._senders.signing import (
     DEFAULT_TOLERANCE,
     IDEMPOTENCY_HEADER,
     SIGNATURE_HEADER,
@@ -27,8 +27,8 @@ from ._signing import (
 )
 
 if TYPE_CHECKING:
-    from ._http import RedactedTransportError
-    from ._webhook import BodyBuilder, WebhookSender, default_body
+    from notifyonce._senders.http import RedactedTransportError
+    from notifyonce._senders.webhook import BodyBuilder, WebhookSender, default_body
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -56,7 +56,8 @@ def __getattr__(name: str) -> Any:
         raise ImportError(
             f'notifyonce.webhook.{name} needs httpx: pip install "notifyonce[webhook]"'
         ) from exc
-    from . import _http, _webhook
+    from notifyonce._senders import http as _http
+    from notifyonce._senders import webhook as _webhook
 
     value = getattr(_http, name, None) or getattr(_webhook, name)
     globals()[name] = value

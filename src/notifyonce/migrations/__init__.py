@@ -28,7 +28,7 @@ from alembic.config import Config
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from notifyonce._table import DEFAULT_TABLE_NAME
+from notifyonce._ledger.table import DEFAULT_TABLE_NAME
 
 __all__ = [
     "SCRIPT_LOCATION",
@@ -72,7 +72,7 @@ def rate_table_from_config(config: Config) -> str:
     ledger table: ``notifyonce_rate_limits``, or ``<ledger table>_rate_limits`` beside a
     ledger table of another name.
     """
-    from notifyonce._rate_sql import default_rate_table
+    from notifyonce._senders.rate.sql import default_rate_table
 
     explicit = config.attributes.get(_RATE_TABLE) or config.get_main_option(_RATE_TABLE)
     return explicit or default_rate_table(settings_from_config(config)[0])
@@ -85,7 +85,7 @@ def file_table_from_config(config: Config) -> str:
     ledger table: ``notifyonce_file_ids``, or ``<ledger table>_file_ids`` beside a ledger
     table of another name.
     """
-    from notifyonce._file_sql import default_file_table
+    from notifyonce._senders.telegram.file_sql import default_file_table
 
     explicit = config.attributes.get(_FILE_TABLE) or config.get_main_option(_FILE_TABLE)
     return explicit or default_file_table(settings_from_config(config)[0])

@@ -22,9 +22,14 @@ Examples:
 
 from __future__ import annotations
 
-from ._fake import OK, FakeSender, SendRecord
-from ._receiver import WebhookDelivery, WebhookReceiver, WebhookReply, WebhookRequest
-from ._server import BotAPIServer, Delivery, Reply, Request, Upload
+from notifyonce.testing._fake import OK, FakeSender, SendRecord
+from notifyonce.testing._receiver import (
+    WebhookDelivery,
+    WebhookReceiver,
+    WebhookReply,
+    WebhookRequest,
+)
+from notifyonce.testing._server import BotAPIServer, Delivery, Reply, Request, Upload
 
 __all__ = [
     "OK",

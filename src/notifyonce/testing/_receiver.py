@@ -15,15 +15,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from notifyonce._signing import (
+from notifyonce._senders.signing import (
     DEFAULT_TOLERANCE,
     IDEMPOTENCY_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     verify_signature,
 )
-
-from ._server import LocalServer, Scripts, read_head
+from notifyonce.testing._server import LocalServer, Scripts, read_head
 
 __all__ = ["WebhookDelivery", "WebhookReceiver", "WebhookReply", "WebhookRequest"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from notifyonce._table import KeyText, UtcDateTime, index_names
+from notifyonce._ledger.table import KeyText, UtcDateTime, index_names
 from notifyonce.migrations import settings_from_config
 
 revision = "notifyonce_0001"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from notifyonce._rate_sql import rate_pk_name
+from notifyonce._senders.rate.sql import rate_pk_name
 from notifyonce.migrations import rate_table_from_config, settings_from_config
 
 revision = "notifyonce_0002"

@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from notifyonce._file_sql import file_pk_name
-from notifyonce._table import UtcDateTime
+from notifyonce._ledger.table import UtcDateTime
+from notifyonce._senders.telegram.file_sql import file_pk_name
 from notifyonce.migrations import file_table_from_config, settings_from_config
 
 revision = "notifyonce_0003"

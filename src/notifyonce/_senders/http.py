@@ -28,7 +28,7 @@ from notifyonce._errors import (
     ValidationError,
     ValidationTypeError,
 )
-from notifyonce._redact import RedactedTransportError, chain_cause, scrubbed, short
+from notifyonce._senders.redaction import RedactedTransportError, chain_cause, scrubbed, short
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -544,9 +544,12 @@ class HTTPSenderBase:
 
 def default_transport(limits: httpx.Limits) -> httpx.AsyncBaseTransport | None:
     """The sender's own transport: aiohttp's connection pool when aiohttp is installed (the
-    extras install it), else None (httpx's own, over httpcore). See `notifyonce._aiohttp`."""
+    extras install it), else None (httpx's own, over httpcore).
+
+    See `notifyonce._senders.aiohttp_transport`.
+    """
     try:
-        from notifyonce._aiohttp import AiohttpTransport
+        from notifyonce._senders.aiohttp_transport import AiohttpTransport
     except ImportError:
         return None
     return AiohttpTransport(limits)

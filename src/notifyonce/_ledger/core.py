@@ -22,16 +22,16 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from ._claim import Claim
-from ._errors import LedgerError, LedgerUnavailableError, ValidationError
-from ._keys import SlotKey
-from ._ledger_checks import ClaimOptions, check_bool, check_lease, check_positive_int
-from ._ledger_records import LedgerStats, SlotRecord, SweepResult
-from ._outcome import DeliveryMode
-from ._table import (
+from notifyonce._errors import LedgerError, LedgerUnavailableError, ValidationError
+from notifyonce._keys import SlotKey
+from notifyonce._ledger.checks import ClaimOptions, check_bool, check_lease, check_positive_int
+from notifyonce._ledger.claim import Claim
+from notifyonce._ledger.records import LedgerStats, SlotRecord, SweepResult
+from notifyonce._ledger.table import (
     SlotStatus,
     build_table,
 )
+from notifyonce._outcome import DeliveryMode
 
 __all__ = ["DATABASE_ERRORS", "LedgerCore"]
 

@@ -6,11 +6,11 @@ import datetime as dt
 import textwrap
 from typing import TYPE_CHECKING
 
-from ._durations import format_duration as fd
-from ._errors import ValidationError, ValidationTypeError
+from notifyonce._errors import ValidationError, ValidationTypeError
+from notifyonce._schedule.durations import format_duration as fd
 
 if TYPE_CHECKING:
-    from ._schedule import Schedule
+    from notifyonce._schedule.schedule import Schedule
 
 __all__ = ["MIN_WIDTH", "render_timeline"]
 

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from notifyonce._errors import PermanentSendError, SendError, ValidationTypeError
 from notifyonce._media import refuse_media
 from notifyonce._message import Message, Receipt
-from notifyonce._redact import chain_cause, redact, scrubbed, short
-
-from ._chat import chat_id, validate_recipient
-from ._payload import check_text, encode, jsonable
+from notifyonce._senders.redaction import chain_cause, redact, scrubbed, short
+from notifyonce._senders.telegram.chat import chat_id, validate_recipient
+from notifyonce._senders.telegram.payload import check_text, encode, jsonable
 
 __all__ = ["Moved", "WrappedBotSender"]
 

@@ -28,12 +28,12 @@ from notifyonce._errors import (
     ValidationError,
     ValidationTypeError,
 )
-from notifyonce._http import transport_error_class
 from notifyonce._message import Message
-from notifyonce._redact import short
-from notifyonce._status import error_for_status, retry_after_in, status_in
-from notifyonce._telegram._chat import message_fields
-from notifyonce._telegram._wrapped import Moved, WrappedBotSender
+from notifyonce._senders.http import transport_error_class
+from notifyonce._senders.redaction import short
+from notifyonce._senders.status import error_for_status, retry_after_in, status_in
+from notifyonce._senders.telegram.chat import message_fields
+from notifyonce._senders.telegram.wrapped import Moved, WrappedBotSender
 
 __all__ = ["PTBSender", "classify_ptb_error"]
 

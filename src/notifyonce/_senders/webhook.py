@@ -18,7 +18,10 @@ from notifyonce._errors import (
     ValidationError,
     ValidationTypeError,
 )
-from notifyonce._http import (
+from notifyonce._media import refuse_media
+from notifyonce._message import Message, Receipt
+from notifyonce._observe import note_flood
+from notifyonce._senders.http import (
     CONNECT_TIMEOUT,
     DEFAULT_BUDGET,
     DEFAULT_CLOCK,
@@ -33,17 +36,14 @@ from notifyonce._http import (
     parse_retry_after,
     scrubbed,
 )
-from notifyonce._media import refuse_media
-from notifyonce._message import Message, Receipt
-from notifyonce._observe import note_flood
-from notifyonce._signing import (
+from notifyonce._senders.signing import (
     IDEMPOTENCY_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     secret_bytes,
     sign,
 )
-from notifyonce._status import error_for_status
+from notifyonce._senders.status import error_for_status
 
 __all__ = ["Accepted", "BodyBuilder", "WebhookSender", "classify_webhook_response", "default_body"]
 

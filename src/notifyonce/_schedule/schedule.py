@@ -7,9 +7,9 @@ import functools
 from collections.abc import Iterable, Iterator
 from typing import Any, NoReturn
 
-from ._errors import ScheduleError, ValidationTypeError
-from ._schedule_rules import find_problems, sort_windows
-from ._window import DeadlineRange, Window, to_utc
+from notifyonce._errors import ScheduleError, ValidationTypeError
+from notifyonce._schedule.rules import find_problems, sort_windows
+from notifyonce._schedule.window import DeadlineRange, Window, to_utc
 
 __all__ = ["Schedule"]
 
@@ -289,6 +289,8 @@ class Schedule:
 
         See [Send windows](../concepts/windows.md) for an example.
         """
-        from ._timeline import render_timeline  # the drawing code is only needed here
+        from notifyonce._schedule.timeline import (
+            render_timeline,  # the drawing code is only needed here
+        )
 
         return render_timeline(self, width=width)

@@ -23,9 +23,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
-from ._claim import Claim
-from ._keys import Cycle, SlotKey, Subject, make_key, normalize_action
-from ._ledger_checks import (
+from notifyonce._keys import Cycle, SlotKey, Subject, make_key, normalize_action
+from notifyonce._ledger.checks import (
     ClaimOptions,
     check_aware,
     check_bool,
@@ -39,10 +38,11 @@ from ._ledger_checks import (
     normalize_items,
     normalize_subjects,
 )
-from ._ledger_core import DATABASE_ERRORS, LedgerCore
-from ._ledger_records import LedgerStats, SlotRecord, SweepResult
-from ._outcome import DeliveryMode
-from ._table import DEFAULT_TABLE_NAME, SlotStatus
+from notifyonce._ledger.claim import Claim
+from notifyonce._ledger.core import DATABASE_ERRORS, LedgerCore
+from notifyonce._ledger.records import LedgerStats, SlotRecord, SweepResult
+from notifyonce._ledger.table import DEFAULT_TABLE_NAME, SlotStatus
+from notifyonce._outcome import DeliveryMode
 
 __all__ = ["AsyncLedger", "Ledger"]
 
@@ -57,7 +57,7 @@ _REQUEUEABLE = frozenset({SlotStatus.UNKNOWN, SlotStatus.FAILED})
 
 
 def raise_type(field: str, expected: str, value: object) -> NoReturn:
-    from ._errors import ValidationTypeError
+    from notifyonce._errors import ValidationTypeError
 
     raise ValidationTypeError(field, f"must be {expected}, got {type(value).__name__}")
 

@@ -6,8 +6,8 @@ import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ._keys import SlotKey
-from ._table import SlotStatus
+from notifyonce._keys import SlotKey
+from notifyonce._ledger.table import SlotStatus
 
 __all__ = ["LedgerStats", "SlotRecord", "SweepResult"]
 

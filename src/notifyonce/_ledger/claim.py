@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from ._keys import SlotKey
+from notifyonce._keys import SlotKey
 
 __all__ = ["Claim"]
 

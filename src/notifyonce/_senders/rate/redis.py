@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from notifyonce._errors import ValidationError
-from notifyonce._rate_stores import (
+from notifyonce._senders.rate.stores import (
     PAID_LANE,
     Turn,
     TurnRequest,
@@ -22,7 +22,7 @@ from notifyonce._rate_stores import (
 
 __all__ = ["RedisRateStore"]
 
-# The same rule as decide_turn / decide_flood in _rate_stores (the tests compare them).
+# The same rule as decide_turn / decide_flood in _senders.rate.stores (the tests compare them).
 _PRELUDE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000

@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from notifyonce._errors import ValidationError, ValidationTypeError
-from notifyonce._table import DEFAULT_TABLE_NAME, UtcDateTime
+from notifyonce._ledger.table import DEFAULT_TABLE_NAME, UtcDateTime
 
 __all__ = [
     "DEFAULT_FILE_TABLE_NAME",

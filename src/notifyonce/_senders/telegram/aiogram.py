@@ -36,10 +36,10 @@ from notifyonce._errors import (
     ValidationTypeError,
 )
 from notifyonce._message import Message
-from notifyonce._redact import short
-from notifyonce._status import error_for_status, retry_after_in, status_in
-from notifyonce._telegram._chat import message_fields
-from notifyonce._telegram._wrapped import Moved, WrappedBotSender
+from notifyonce._senders.redaction import short
+from notifyonce._senders.status import error_for_status, retry_after_in, status_in
+from notifyonce._senders.telegram.chat import message_fields
+from notifyonce._senders.telegram.wrapped import Moved, WrappedBotSender
 
 __all__ = ["AiogramSender", "classify_aiogram_error"]
 

@@ -7,8 +7,8 @@ import itertools
 from collections import Counter
 from collections.abc import Sequence
 
-from ._durations import format_duration as fd
-from ._window import Window
+from notifyonce._schedule.durations import format_duration as fd
+from notifyonce._schedule.window import Window
 
 __all__ = ["find_problems", "sort_windows"]
 

@@ -20,7 +20,10 @@ from notifyonce._errors import (
     ValidationError,
     ValidationTypeError,
 )
-from notifyonce._http import (
+from notifyonce._media import Media, file_size
+from notifyonce._message import Message, Receipt
+from notifyonce._observe import note_flood
+from notifyonce._senders.http import (
     CONNECT_TIMEOUT,
     DEFAULT_BUDGET,
     DEFAULT_CLOCK,
@@ -35,10 +38,7 @@ from notifyonce._http import (
     chain_cause,
     scrubbed,
 )
-from notifyonce._media import Media, file_size
-from notifyonce._message import Message, Receipt
-from notifyonce._observe import note_flood
-from notifyonce._rate_stores import (
+from notifyonce._senders.rate.stores import (
     BOT_LANE,
     PAID_LANE,
     MemoryRateStore,
@@ -46,14 +46,19 @@ from notifyonce._rate_stores import (
     SharedRateLimiter,
     bot_key,
 )
-
-from ._chat import chat_id as _chat_id
-from ._chat import message_fields
-from ._chat import validate_recipient as _validate_recipient
-from ._classify import Delivered, Migrated, classify_response, redact
-from ._files import FileIdStore, UploadOnce, read_upload
-from ._payload import check_caption, check_text, encode, jsonable, multipart
-from ._ratelimit import RateLimit
+from notifyonce._senders.telegram.chat import chat_id as _chat_id
+from notifyonce._senders.telegram.chat import message_fields
+from notifyonce._senders.telegram.chat import validate_recipient as _validate_recipient
+from notifyonce._senders.telegram.classify import Delivered, Migrated, classify_response, redact
+from notifyonce._senders.telegram.files import FileIdStore, UploadOnce, read_upload
+from notifyonce._senders.telegram.payload import (
+    check_caption,
+    check_text,
+    encode,
+    jsonable,
+    multipart,
+)
+from notifyonce._senders.telegram.ratelimit import RateLimit
 
 __all__ = [
     "CONNECT_TIMEOUT",

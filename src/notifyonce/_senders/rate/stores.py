@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from notifyonce._errors import TransientSendError, ValidationError, ValidationTypeError
-from notifyonce._telegram._ratelimit import RateLimit, RateLimitState, Reservation
+from notifyonce._senders.telegram.ratelimit import RateLimit, RateLimitState, Reservation
 
 __all__ = [
     "BOT_LANE",

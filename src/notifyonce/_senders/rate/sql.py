@@ -21,7 +21,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from notifyonce._errors import ValidationError, ValidationTypeError
-from notifyonce._rate_stores import (
+from notifyonce._ledger.table import DEFAULT_TABLE_NAME
+from notifyonce._senders.rate.stores import (
     PAID_LANE,
     ScopeState,
     Turn,
@@ -30,7 +31,6 @@ from notifyonce._rate_stores import (
     decide_flood,
     turn_from,
 )
-from notifyonce._table import DEFAULT_TABLE_NAME
 
 __all__ = [
     "DEFAULT_RATE_TABLE_NAME",

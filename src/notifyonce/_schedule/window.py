@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from ._durations import format_duration
-from ._errors import ValidationError, ValidationTypeError
-from ._keys import normalize_action
+from notifyonce._errors import ValidationError, ValidationTypeError
+from notifyonce._keys import normalize_action
+from notifyonce._schedule.durations import format_duration
 
 __all__ = ["DeadlineRange", "Window", "to_utc"]
 

@@ -13,7 +13,7 @@ have been delivered?*
 - Possibly delivered -> [`UncertainSendError`][notifyonce.UncertainSendError] (never retried
   here: Telegram has no idempotency key, so a resend may be a duplicate).
 
-What a status means is decided once for every HTTP sender, in ``notifyonce._status``.
+What a status means is decided once for every HTTP sender, in ``notifyonce._senders.status``.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from notifyonce._errors import SendError, TransientSendError
-from notifyonce._http import EXCEPTION_CLASSES, classify_transport_error
-from notifyonce._redact import redact, short
-from notifyonce._status import MAX_RETRY_AFTER, error_for_status, retry_after_in
+from notifyonce._senders.http import EXCEPTION_CLASSES, classify_transport_error
+from notifyonce._senders.redaction import redact, short
+from notifyonce._senders.status import MAX_RETRY_AFTER, error_for_status, retry_after_in
 
 __all__ = [
     "EXCEPTION_CLASSES",
@@ -193,7 +193,7 @@ def classify_exception(
     request_started: bool | None = None,
     token: str | None = None,
 ) -> SendError:
-    """Classify an exception raised while sending one request (see `_http`).
+    """Classify an exception raised while sending one request (see `_senders.http`).
 
     Args:
         exc: What httpx (or a caller's transport) raised.

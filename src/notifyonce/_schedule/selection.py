@@ -19,9 +19,9 @@ import sqlalchemy as sa
 from sqlalchemy.orm import QueryableAttribute
 from sqlalchemy.sql.elements import ColumnElement
 
-from ._errors import ValidationTypeError
-from ._schedule import Schedule
-from ._window import DeadlineRange, Window, to_utc
+from notifyonce._errors import ValidationTypeError
+from notifyonce._schedule.schedule import Schedule
+from notifyonce._schedule.window import DeadlineRange, Window, to_utc
 
 __all__ = [
     "DeadlineColumn",

@@ -135,7 +135,7 @@ def build_table(
     metadata: sa.MetaData, table_name: str = DEFAULT_TABLE_NAME, schema: str | None = None
 ) -> sa.Table:
     """Define the ledger table on ``metadata``."""
-    from ._keys import MAX_ACTION_LENGTH, MAX_CYCLE_LENGTH, MAX_SUBJECT_LENGTH
+    from notifyonce._keys import MAX_ACTION_LENGTH, MAX_CYCLE_LENGTH, MAX_SUBJECT_LENGTH
 
     names = index_names(table_name)
     return sa.Table(

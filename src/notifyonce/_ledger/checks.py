@@ -8,10 +8,16 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ._claim import Claim
-from ._errors import ValidationError, ValidationTypeError
-from ._keys import MAX_SUBJECT_LENGTH, SlotKey, normalize_action, normalize_cycle, normalize_subject
-from ._table import MAX_ERROR_LENGTH, MAX_MESSAGE_ID_LENGTH, SlotStatus
+from notifyonce._errors import ValidationError, ValidationTypeError
+from notifyonce._keys import (
+    MAX_SUBJECT_LENGTH,
+    SlotKey,
+    normalize_action,
+    normalize_cycle,
+    normalize_subject,
+)
+from notifyonce._ledger.claim import Claim
+from notifyonce._ledger.table import MAX_ERROR_LENGTH, MAX_MESSAGE_ID_LENGTH, SlotStatus
 
 __all__ = [
     "ClaimOptions",
