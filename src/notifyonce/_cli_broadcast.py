@@ -344,20 +344,15 @@ def _telegram(args: argparse.Namespace, token: str) -> Callable[[AsyncEngine], S
 def _check_token(base_url: str, token: str, env: str) -> None:
     """Ask ``getMe`` before the first send: a rejected token must stop the broadcast
     before any chat is tried (the sender would record each one as failed for good)."""
-    import httpx
-
     from notifyonce._cli import _UsageError
+    from notifyonce._senders.telegram.probe import get_me_status
 
-    try:
-        answer = httpx.post(f"{base_url.rstrip('/')}/bot{token}/getMe", timeout=15.0)
-    except httpx.HTTPError as exc:
-        # The exception text can quote the URL, and so the token: name its class only.
+    status = get_me_status(base_url, token)
+    if isinstance(status, str):
+        raise _UsageError(f"cannot reach the Bot API at --base-url ({status})")
+    if status in (401, 404):
         raise _UsageError(
-            f"cannot reach the Bot API at --base-url ({type(exc).__name__})"
-        ) from None
-    if answer.status_code in (401, 404):
-        raise _UsageError(
-            f"the Bot API refused the token ({answer.status_code}): check "
+            f"the Bot API refused the token ({status}): check "
             f"${env} and --base-url; nothing was sent"
         )
 
