@@ -67,3 +67,25 @@ def test_redact_hides_token_path_segments() -> None:
         "POST http://h/bot12:a-b_c/sendMessage"
     )
     assert "token <redacted> leaked" == redact("token 12:abc leaked", "12:abc")
+
+
+def test_a_proxys_retry_after_is_read_as_the_webhook_reads_it() -> None:
+    """One Retry-After parser for every HTTP sender: seconds, or an HTTP date (which a
+    proxy in front of the Bot API may send), capped like the Bot API's own wait."""
+    import email.utils
+    import time
+
+    from notifyonce._senders.status import MAX_RETRY_AFTER
+
+    def wait(value: str) -> float | None:
+        error = classify_response(503, httpx.Headers({"retry-after": value}), b"<html>")
+        assert isinstance(error, TransientSendError)
+        return error.retry_after
+
+    assert wait("7") == 7.0
+    assert wait("1e9") == MAX_RETRY_AFTER
+    assert wait("-1") is None
+    later = email.utils.formatdate(time.time() + 120, usegmt=True)
+    seconds = wait(later)
+    assert seconds is not None
+    assert 100 < seconds <= 121

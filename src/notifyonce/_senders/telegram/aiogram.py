@@ -38,8 +38,8 @@ from notifyonce._errors import (
 from notifyonce._message import Message
 from notifyonce._senders.redaction import short
 from notifyonce._senders.status import error_for_status, retry_after_in, status_in
-from notifyonce._senders.telegram.chat import message_fields
-from notifyonce._senders.telegram.wrapped import Moved, WrappedBotSender
+from notifyonce._senders.telegram.chat import Migrated, message_fields
+from notifyonce._senders.telegram.wrapped import WrappedBotSender
 
 __all__ = ["AiogramSender", "classify_aiogram_error"]
 
@@ -63,7 +63,7 @@ _CONNECT_FAILURES: tuple[type[BaseException], ...] = (aiohttp.ClientConnectorErr
 
 def classify_aiogram_error(
     exc: BaseException, scrub: Callable[[str], str] = str
-) -> Moved | SendError | None:
+) -> Migrated | SendError | None:
     """Map an exception from aiogram's ``Bot`` into notifyonce's classes.
 
     aiogram raises one ``TelegramNetworkError`` for a refused connection, a dropped one
@@ -76,12 +76,12 @@ def classify_aiogram_error(
         scrub: Removes the token from descriptions.
 
     Returns:
-        `Moved` for a migration, the SendError to raise, or None when the
+        `Migrated` for a migration, the SendError to raise, or None when the
         exception is not aiogram's (the caller re-raises it).
     """
     description = short(str(getattr(exc, "message", "") or exc), scrub)
     if isinstance(exc, TelegramMigrateToChat):
-        return Moved(str(exc.migrate_to_chat_id), description)
+        return Migrated(str(exc.migrate_to_chat_id), description)
     if isinstance(exc, TelegramRetryAfter):
         return TransientSendError(description, code=429, retry_after=float(exc.retry_after))
     for klass, code in _REFUSALS:
@@ -183,5 +183,5 @@ class AiogramSender(WrappedBotSender):
         sent = await self.bot(request, request_timeout=self.request_timeout)
         return sent.message_id
 
-    def _classify(self, exc: Exception) -> Moved | SendError | None:
+    def _classify(self, exc: Exception) -> Migrated | SendError | None:
         return classify_aiogram_error(exc, self._scrub)

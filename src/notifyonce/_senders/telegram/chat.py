@@ -4,15 +4,28 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from notifyonce._errors import ValidationError, ValidationTypeError
 from notifyonce._message import Message
 
-__all__ = ["chat_id", "message_fields", "validate_recipient"]
+__all__ = ["Migrated", "chat_id", "message_fields", "validate_recipient"]
 
 _CHAT_ID = re.compile(r"-?[1-9][0-9]{0,19}")
 _USERNAME = re.compile(r"@[A-Za-z][A-Za-z0-9_]{2,63}")
+
+
+@dataclass(frozen=True, slots=True)
+class Migrated:
+    """The chat moved (a group became a supergroup); resend to ``new_chat_id``.
+
+    What the Bot API's answer says (``migrate_to_chat_id``) and what aiogram's and
+    python-telegram-bot's exceptions say, in one shape.
+    """
+
+    new_chat_id: str
+    description: str
 
 
 def validate_recipient(recipient: object) -> str:

@@ -24,15 +24,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from notifyonce._errors import SendError, TransientSendError
-from notifyonce._senders.http import EXCEPTION_CLASSES, classify_transport_error
+from notifyonce._senders.http import EXCEPTION_CLASSES, parse_retry_after
 from notifyonce._senders.redaction import redact, short
 from notifyonce._senders.status import MAX_RETRY_AFTER, error_for_status, retry_after_in
+from notifyonce._senders.telegram.chat import Migrated
 
 __all__ = [
     "EXCEPTION_CLASSES",
     "Delivered",
     "Migrated",
-    "classify_exception",
     "classify_response",
     "redact",
 ]
@@ -45,14 +45,6 @@ class Delivered:
     message_id: int | None
     chat_id: str | None
     file_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Migrated:
-    """The chat moved (a group became a supergroup); resend to ``new_chat_id``."""
-
-    new_chat_id: str
-    description: str
 
 
 # --------------------------------------------------------------------------------------
@@ -75,14 +67,9 @@ def _parse_json(body: bytes) -> Mapping[str, Any] | None:
 
 
 def _retry_after_header(headers: Mapping[str, str]) -> float | None:
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None  # an HTTP date: no proxy in front of Telegram sends one; ignore it
-    return seconds if seconds >= 0 else None
+    # The webhook's parser: delta-seconds or an HTTP-date, capped like the Bot API's own.
+    seconds = parse_retry_after(headers.get("retry-after"))
+    return None if seconds is None else min(seconds, MAX_RETRY_AFTER)
 
 
 def _number(value: object) -> float | None:
@@ -181,29 +168,3 @@ def _classify_non_api(status: int, headers: Mapping[str, str]) -> SendError:
     # 500/503 without an envelope come from the front end itself (overload, maintenance):
     # it did not hand the request on. 3xx: we never follow redirects, a wrong base_url.
     return error_for_status(status, description, retry_after=_retry_after_header(headers))
-
-
-# --------------------------------------------------------------------------------------
-# Exceptions
-
-
-def classify_exception(
-    exc: BaseException,
-    *,
-    request_started: bool | None = None,
-    token: str | None = None,
-) -> SendError:
-    """Classify an exception raised while sending one request (see `_senders.http`).
-
-    Args:
-        exc: What httpx (or a caller's transport) raised.
-        request_started: Whether httpcore reported starting to write the request; False
-            makes any transport failure transient.
-        token: Redacted from the description.
-
-    Returns:
-        The error to raise. It is not chained here: the sender decides what to chain.
-    """
-    return classify_transport_error(
-        exc, request_started=request_started, scrub=lambda text: redact(text, token)
-    )

@@ -32,8 +32,8 @@ from notifyonce._message import Message
 from notifyonce._senders.http import transport_error_class
 from notifyonce._senders.redaction import short
 from notifyonce._senders.status import error_for_status, retry_after_in, status_in
-from notifyonce._senders.telegram.chat import message_fields
-from notifyonce._senders.telegram.wrapped import Moved, WrappedBotSender
+from notifyonce._senders.telegram.chat import Migrated, message_fields
+from notifyonce._senders.telegram.wrapped import WrappedBotSender
 
 __all__ = ["PTBSender", "classify_ptb_error"]
 
@@ -63,7 +63,7 @@ def _seconds(exc: RetryAfter) -> float:
 
 def classify_ptb_error(
     exc: BaseException, scrub: Callable[[str], str] = str
-) -> Moved | SendError | None:
+) -> Migrated | SendError | None:
     """Map an exception from python-telegram-bot's ``Bot`` into notifyonce's classes.
 
     python-telegram-bot raises one ``NetworkError`` (or ``TimedOut``) for a refused
@@ -76,7 +76,7 @@ def classify_ptb_error(
         scrub: Removes the token from descriptions.
 
     Returns:
-        `Moved` for a migration, the SendError to raise, or None when the
+        `Migrated` for a migration, the SendError to raise, or None when the
         exception is not python-telegram-bot's (the caller re-raises it).
     """
     if not isinstance(exc, TelegramError):
@@ -84,7 +84,7 @@ def classify_ptb_error(
     # PTB appends the unparsable body to the message: a proxy's page, or an echo of ours.
     description = short(exc.message.split(". Parsing the server response")[0], scrub)
     if isinstance(exc, ChatMigrated):
-        return Moved(str(exc.new_chat_id), description)
+        return Migrated(str(exc.new_chat_id), description)
     if isinstance(exc, RetryAfter):
         return TransientSendError(description, code=429, retry_after=_seconds(exc))
     if isinstance(exc, InvalidToken):
@@ -167,5 +167,5 @@ class PTBSender(WrappedBotSender):
         sent = await self.bot.send_message(chat_id=chat, text=message.text, **kwargs)
         return sent.message_id
 
-    def _classify(self, exc: Exception) -> Moved | SendError | None:
+    def _classify(self, exc: Exception) -> Migrated | SendError | None:
         return classify_ptb_error(exc, self._scrub)

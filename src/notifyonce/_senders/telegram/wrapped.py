@@ -8,24 +8,15 @@ No httpx here: an aiogram bot has only aiohttp.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 from notifyonce._errors import PermanentSendError, SendError, ValidationTypeError
 from notifyonce._media import refuse_media
 from notifyonce._message import Message, Receipt
 from notifyonce._senders.redaction import chain_cause, redact, scrubbed, short
-from notifyonce._senders.telegram.chat import chat_id, validate_recipient
+from notifyonce._senders.telegram.chat import Migrated, chat_id, validate_recipient
 from notifyonce._senders.telegram.payload import check_text, encode, jsonable
 
-__all__ = ["Moved", "WrappedBotSender"]
-
-
-@dataclass(frozen=True, slots=True)
-class Moved:
-    """The chat moved (a group became a supergroup); resend to ``new_chat_id``."""
-
-    new_chat_id: str
-    description: str
+__all__ = ["WrappedBotSender"]
 
 
 class WrappedBotSender:
@@ -43,7 +34,7 @@ class WrappedBotSender:
         """Send once through the library; return Telegram's message id."""
         raise NotImplementedError
 
-    def _classify(self, exc: Exception) -> Moved | SendError | None:
+    def _classify(self, exc: Exception) -> Migrated | SendError | None:
         """The library's exception as a migration or a SendError; None: not the library's."""
         raise NotImplementedError
 
@@ -76,11 +67,11 @@ class WrappedBotSender:
                 outcome = self._classify(exc)
                 if outcome is None:
                     raise
-                if isinstance(outcome, Moved) and migrated_to is None:
+                if isinstance(outcome, Migrated) and migrated_to is None:
                     migrated_to = target = outcome.new_chat_id
                     logger.info("chat migrated; following it to the new chat id")
                     continue
-                if isinstance(outcome, Moved):
+                if isinstance(outcome, Migrated):
                     error = PermanentSendError(
                         f"the chat moved twice ({outcome.description})", code=400
                     )
