@@ -17,8 +17,10 @@ import os
 import shutil
 import subprocess
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -28,6 +30,20 @@ POSTGRES_ENV = "NOTIFYONCE_TEST_POSTGRES_URL"
 MYSQL_ENV = "NOTIFYONCE_TEST_MYSQL_URL"
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+# Every database and driver the tests run on, with the marker that selects it.
+MARKS = {
+    "sqlite": pytest.mark.sqlite,
+    "postgres-asyncpg": pytest.mark.postgres,
+    "postgres-psycopg": pytest.mark.postgres,
+    "mariadb": pytest.mark.mariadb,
+}
+SYNC_NAMES = ("sqlite", "postgres-psycopg", "mariadb")
+
+
+def backend_params(names: Iterable[str], prefix: str = "") -> list[Any]:
+    """``pytest.param`` for each backend name, marked, with ``prefix`` in its id."""
+    return [pytest.param(name, marks=MARKS[name], id=f"{prefix}{name}") for name in names]
 
 
 @dataclass(frozen=True)

@@ -20,36 +20,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from notifyonce import AsyncLedger, Ledger
 
-from ._databases import Backend, drop_table, make_backend
+from ._clocks import WallClock
+from ._databases import MARKS, SYNC_NAMES, Backend, drop_table, make_backend
 
 UTC = dt.timezone.utc
 START = dt.datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
-_MARKS = {
-    "sqlite": pytest.mark.sqlite,
-    "postgres-asyncpg": pytest.mark.postgres,
-    "postgres-psycopg": pytest.mark.postgres,
-    "mariadb": pytest.mark.mariadb,
-}
 FLAVOURS = [
-    pytest.param(("async", name), marks=mark, id=f"async-{name}") for name, mark in _MARKS.items()
-] + [
-    pytest.param(("sync", name), marks=_MARKS[name], id=f"sync-{name}")
-    for name in ("sqlite", "postgres-psycopg", "mariadb")
-]
-
-
-class FakeClock:
-    """An injectable clock that only moves when told to."""
-
-    def __init__(self, start: dt.datetime = START) -> None:
-        self.now = start
-
-    def __call__(self) -> dt.datetime:
-        return self.now
-
-    def advance(self, delta: dt.timedelta) -> None:
-        self.now += delta
+    pytest.param(("async", name), marks=mark, id=f"async-{name}") for name, mark in MARKS.items()
+] + [pytest.param(("sync", name), marks=MARKS[name], id=f"sync-{name}") for name in SYNC_NAMES]
 
 
 class Awaitable:
@@ -76,7 +55,7 @@ class Env:
     backend: Backend
     table: str
     engine: AsyncEngine | sa.Engine
-    clock: FakeClock = field(default_factory=FakeClock)
+    clock: WallClock = field(default_factory=lambda: WallClock(START))
 
     @property
     def dialect(self) -> str:

@@ -1,4 +1,9 @@
-"""Shared fixtures: real databases, each test on its own table."""
+"""Shared fixtures: real databases, each test on its own table, and one wall clock.
+
+The one fixture system of the tests: ``async_backend``/``sync_backend`` (each database),
+``async_table``/``sync_table``, ``async_engine``/``sync_engine``, ``env`` (both ledgers on
+each database, from ``_ledger_env``), ``clock`` and ``ledger`` (an AsyncLedger on it).
+"""
 
 from __future__ import annotations
 
@@ -12,20 +17,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from notifyonce import AsyncLedger
 
-from ._databases import Backend, drop_table, make_backend
+from ._clocks import WallClock
+from ._databases import MARKS, SYNC_NAMES, Backend, backend_params, drop_table, make_backend
+from ._ledger_env import env_fixture  # noqa: F401 - the `env` fixture, for every test module
 
-_MARKS = {
-    "sqlite": pytest.mark.sqlite,
-    "postgres-asyncpg": pytest.mark.postgres,
-    "postgres-psycopg": pytest.mark.postgres,
-    "mariadb": pytest.mark.mariadb,
-}
-
-ASYNC_BACKENDS = [pytest.param(name, marks=mark, id=name) for name, mark in _MARKS.items()]
-SYNC_BACKENDS = [
-    pytest.param(name, marks=_MARKS[name], id=name)
-    for name in ("sqlite", "postgres-psycopg", "mariadb")
-]
+ASYNC_BACKENDS = backend_params(MARKS)
+SYNC_BACKENDS = backend_params(SYNC_NAMES)
 
 
 @pytest.fixture(params=ASYNC_BACKENDS)
@@ -101,3 +98,17 @@ async def sqlite_ledger(tmp_path: Path) -> AsyncIterator[AsyncLedger]:
     await ledger.create_schema()
     yield ledger
     await engine.dispose()
+
+
+@pytest.fixture
+def clock() -> WallClock:
+    """The wall clock of one test, shared by its ledgers and notifiers."""
+    return WallClock()
+
+
+@pytest.fixture
+async def ledger(async_engine: AsyncEngine, async_table: str, clock: WallClock) -> AsyncLedger:
+    """An AsyncLedger with its table, on each database, on the test's clock."""
+    ledger = AsyncLedger(async_engine, table_name=async_table, clock=clock)
+    await ledger.create_schema()
+    return ledger

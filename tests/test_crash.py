@@ -32,7 +32,7 @@ import sqlalchemy as sa
 
 from notifyonce.testing import BotAPIServer, Reply, Request
 
-from ._databases import Backend, drop_table, make_backend
+from ._databases import Backend, backend_params, drop_table, make_backend
 
 WORKER = Path(__file__).with_name("_crash_worker.py")
 PATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -41,13 +41,7 @@ SUBJECTS = 40
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", marks=pytest.mark.sqlite),
-        pytest.param("postgres-asyncpg", marks=pytest.mark.postgres),
-        pytest.param("mariadb", marks=pytest.mark.mariadb),
-    ]
-)
+@pytest.fixture(params=backend_params(["sqlite", "postgres-asyncpg", "mariadb"]))
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     return make_backend(request.param, tmp_path)
 

@@ -33,35 +33,12 @@ from notifyonce import (
 )
 from notifyonce.testing import FakeSender
 
+from ._clocks import WallClock
+
 UTC = dt.timezone.utc
 CYCLE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
 AMO, ALO = DeliveryMode.AT_MOST_ONCE, DeliveryMode.AT_LEAST_ONCE
 ACTION = "trial_6h"
-
-
-class Clock:
-    """A settable clock shared by the ledgers of one test."""
-
-    def __init__(self) -> None:
-        self.now = dt.datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
-
-    def __call__(self) -> dt.datetime:
-        return self.now
-
-    def advance(self, **kwargs: float) -> None:
-        self.now += dt.timedelta(**kwargs)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-async def ledger(async_engine: AsyncEngine, async_table: str, clock: Clock) -> AsyncLedger:
-    ledger = AsyncLedger(async_engine, table_name=async_table, clock=clock)
-    await ledger.create_schema()
-    return ledger
 
 
 def items(count: int, start: int = 0) -> list[Notification]:
@@ -241,7 +218,7 @@ SENDER_MOMENTS = ["sending", "delivered", "answered"]
 @pytest.mark.parametrize("mode", [AMO, ALO], ids=["at-most-once", "at-least-once"])
 @pytest.mark.parametrize("moment", ["start", *LEDGER_MOMENTS, *SENDER_MOMENTS, "end"])
 async def test_cancellation_at_any_moment(
-    ledger: AsyncLedger, clock: Clock, moment: str, mode: DeliveryMode
+    ledger: AsyncLedger, clock: WallClock, moment: str, mode: DeliveryMode
 ) -> None:
     """Cancelled at any moment, then run again: no duplicate at most once, no unknown slot
     that was never handed to the sender, at most `concurrency` duplicates at least once."""
@@ -357,7 +334,7 @@ class RefusingLedger(AsyncLedger):
         return await super().mark_many(results)
 
 
-async def test_a_refused_row_is_isolated(ledger: AsyncLedger, clock: Clock) -> None:
+async def test_a_refused_row_is_isolated(ledger: AsyncLedger, clock: WallClock) -> None:
     """A batch the database refuses is written row by row: the others land, the bad one bare."""
     refusing = RefusingLedger(ledger.engine, table_name=ledger.table_name, clock=clock)
     sender = FakeSender()
@@ -383,7 +360,7 @@ async def test_a_refused_row_is_isolated(ledger: AsyncLedger, clock: Clock) -> N
 
 
 async def test_a_lost_ledger_reports_unknown_not_recorded(
-    ledger: AsyncLedger, clock: Clock
+    ledger: AsyncLedger, clock: WallClock
 ) -> None:
     """When the outcome cannot be written, the run says UNKNOWN, never that it was recorded."""
 

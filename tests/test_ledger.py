@@ -17,7 +17,7 @@ from notifyonce import (
     ValidationTypeError,
 )
 
-from ._ledger_env import START, UTC, Env, env_fixture  # noqa: F401 - the `env` fixture
+from ._ledger_env import START, UTC, Env
 
 DEADLINE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
 MINUTE = dt.timedelta(minutes=1)

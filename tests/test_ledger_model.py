@@ -21,8 +21,9 @@ from hypothesis.stateful import (
 
 from notifyonce import Claim, DeliveryMode, Ledger, SlotStatus
 
+from ._clocks import WallClock
 from ._databases import make_backend
-from ._ledger_env import FakeClock, drop_table
+from ._ledger_env import START, drop_table
 
 DEADLINE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=dt.timezone.utc)
 LEASE = dt.timedelta(minutes=5)
@@ -50,7 +51,7 @@ class LedgerModel(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.clock = FakeClock()
+        self.clock = WallClock(START)
         if self.dialect == "sqlite":
             self.tmp = tempfile.TemporaryDirectory()
             url = f"sqlite:///{os.path.join(self.tmp.name, 'model.sqlite3')}"

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from notifyonce import Claim, LedgerUnavailableError
 
-from ._ledger_env import UTC, Env, env_fixture  # noqa: F401 - the `env` fixture
+from ._ledger_env import UTC, Env
 from ._ledger_env import Awaitable as Wrapped
 
 T = TypeVar("T")

@@ -9,7 +9,7 @@ import pytest
 
 from notifyonce import SlotStatus, ValidationError
 
-from ._ledger_env import START, UTC, Env, env_fixture  # noqa: F401 - the `env` fixture
+from ._ledger_env import START, UTC, Env
 
 DEADLINE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
 HOUR = dt.timedelta(hours=1)

@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from notifyonce import (
     AsyncLedger,
@@ -30,35 +29,12 @@ from notifyonce import (
 )
 from notifyonce.testing import FakeSender
 
+from ._clocks import WallClock
+
 UTC = dt.timezone.utc
 CYCLE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
 SECRET_TEXT = "secret-text-7f3a: your trial ends soon"
 AMO, ALO = DeliveryMode.AT_MOST_ONCE, DeliveryMode.AT_LEAST_ONCE
-
-
-class Clock:
-    """A settable clock shared by ledgers and notifiers in one test."""
-
-    def __init__(self) -> None:
-        self.now = dt.datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
-
-    def __call__(self) -> dt.datetime:
-        return self.now
-
-    def advance(self, **kwargs: float) -> None:
-        self.now += dt.timedelta(**kwargs)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-async def ledger(async_engine: AsyncEngine, async_table: str, clock: Clock) -> AsyncLedger:
-    ledger = AsyncLedger(async_engine, table_name=async_table, clock=clock)
-    await ledger.create_schema()
-    return ledger
 
 
 @pytest.fixture
@@ -66,7 +42,7 @@ def sender() -> FakeSender:
     return FakeSender()
 
 
-def fresh(ledger: AsyncLedger, clock: Clock) -> AsyncLedger:
+def fresh(ledger: AsyncLedger, clock: WallClock) -> AsyncLedger:
     """A new ledger object on the same table: what a restarted process has."""
     return AsyncLedger(ledger.engine, table_name=ledger.table_name, clock=clock)
 
@@ -91,7 +67,7 @@ async def test_sent_once_then_duplicate(ledger: AsyncLedger, sender: FakeSender)
 
 
 async def test_restart_does_not_resend(
-    ledger: AsyncLedger, sender: FakeSender, clock: Clock
+    ledger: AsyncLedger, sender: FakeSender, clock: WallClock
 ) -> None:
     """A restarted process (fresh ledger and notifier objects) never re-sends a slot."""
     assert Outcome.SENT == await Notifier(ledger, sender).send_once("trial_6h", 1, CYCLE, msg())
@@ -207,7 +183,7 @@ async def test_foreign_exception_is_uncertain_and_text_not_logged(
 class TakeoverSender:
     """While 'sending', the lease expires and another worker takes the slot over."""
 
-    def __init__(self, rival: AsyncLedger, clock: Clock) -> None:
+    def __init__(self, rival: AsyncLedger, clock: WallClock) -> None:
         self.rival = rival
         self.clock = clock
         self.taken = None
@@ -221,7 +197,7 @@ class TakeoverSender:
 
 
 async def test_lease_lost_overwrites_nothing(
-    ledger: AsyncLedger, clock: Clock, caplog: pytest.LogCaptureFixture
+    ledger: AsyncLedger, clock: WallClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A worker whose lease was taken over reports LEASE_LOST, loudly, and leaves the row alone."""
     sender = TakeoverSender(fresh(ledger, clock), clock)
@@ -316,7 +292,7 @@ async def test_dry_run_claims_sends_and_records_nothing(
 
 
 async def test_min_spacing_across_actions(
-    ledger: AsyncLedger, sender: FakeSender, clock: Clock
+    ledger: AsyncLedger, sender: FakeSender, clock: WallClock
 ) -> None:
     """A subject sent anything within min_spacing is skipped, under any action."""
     notifier = Notifier(ledger, sender, min_spacing=dt.timedelta(hours=1))
@@ -333,7 +309,7 @@ async def test_min_spacing_across_actions(
 
 
 async def test_sweep_after_crash_at_most_once(
-    ledger: AsyncLedger, sender: FakeSender, clock: Clock
+    ledger: AsyncLedger, sender: FakeSender, clock: WallClock
 ) -> None:
     """At most once: a claim left by a crashed worker becomes UNKNOWN and is not sent."""
     crashed = await fresh(ledger, clock).claim_slot("trial_6h", 1, CYCLE)
@@ -349,7 +325,7 @@ async def test_sweep_after_crash_at_most_once(
 
 
 async def test_sweep_after_crash_at_least_once(
-    ledger: AsyncLedger, sender: FakeSender, clock: Clock
+    ledger: AsyncLedger, sender: FakeSender, clock: WallClock
 ) -> None:
     """At least once: a claim left by a crashed worker is claimed again and sent."""
     await fresh(ledger, clock).claim_slot("trial_6h", 1, CYCLE)
@@ -360,7 +336,7 @@ async def test_sweep_after_crash_at_least_once(
     assert 1 == len(sender.sent)
 
 
-async def test_racing_notifiers_send_each_slot_once(ledger: AsyncLedger, clock: Clock) -> None:
+async def test_racing_notifiers_send_each_slot_once(ledger: AsyncLedger, clock: WallClock) -> None:
     """Several notifiers over the same notifications at once: each slot is sent once."""
     sender = FakeSender(latency=0.001)
     items = [Notification(s, CYCLE, msg()) for s in range(40)]
@@ -414,7 +390,7 @@ async def test_every_attempt_carries_the_slot_idempotency_key(ledger: AsyncLedge
 
 
 async def test_sweep_touches_only_its_own_actions(
-    ledger: AsyncLedger, sender: FakeSender, clock: Clock
+    ledger: AsyncLedger, sender: FakeSender, clock: WallClock
 ) -> None:
     """An at-least-once job never re-sends the expired claims of an at-most-once job."""
     other = await fresh(ledger, clock).claim_slot("relay", 1, CYCLE)  # another job's claim
@@ -442,7 +418,7 @@ async def test_transient_failures_never_exhaust_at_least_once(
     assert 1 == len(sender.sent)
 
 
-async def test_cancelled_run_settles_every_claim(ledger: AsyncLedger, clock: Clock) -> None:
+async def test_cancelled_run_settles_every_claim(ledger: AsyncLedger, clock: WallClock) -> None:
     """A run cancelled mid-batch leaves no claim behind: sent ones are recorded, unsent released."""
     sender = FakeSender(latency=0.05)
     notifier = Notifier(ledger, sender, concurrency=2)
@@ -472,7 +448,7 @@ async def test_cancelled_run_settles_every_claim(ledger: AsyncLedger, clock: Clo
 class ClockEatingSender(FakeSender):
     """Each send takes longer than the whole lease (by the test clock)."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: WallClock) -> None:
         super().__init__()
         self.clock = clock
 
@@ -481,7 +457,9 @@ class ClockEatingSender(FakeSender):
         return await super().send(recipient, message)
 
 
-async def test_claims_are_made_just_before_their_send(ledger: AsyncLedger, clock: Clock) -> None:
+async def test_claims_are_made_just_before_their_send(
+    ledger: AsyncLedger, clock: WallClock
+) -> None:
     """Slow sends do not age the claims of later ones: each slot is claimed when its send starts."""
     sender = ClockEatingSender(clock)
     notifier = Notifier(ledger, sender, concurrency=1)
@@ -496,7 +474,7 @@ async def test_claims_are_made_just_before_their_send(ledger: AsyncLedger, clock
 class LateClaimLedger(AsyncLedger):
     """Its claims come back after their lease has already run out (a stalled database)."""
 
-    def __init__(self, *args: Any, clock: Clock, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, clock: WallClock, **kwargs: Any) -> None:
         super().__init__(*args, clock=clock, **kwargs)
         self.test_clock = clock
 
@@ -506,7 +484,7 @@ class LateClaimLedger(AsyncLedger):
         return claims
 
 
-async def test_no_send_after_the_lease_expired(ledger: AsyncLedger, clock: Clock) -> None:
+async def test_no_send_after_the_lease_expired(ledger: AsyncLedger, clock: WallClock) -> None:
     """A claim whose lease ran out before its send could start is released, not sent."""
     late = LateClaimLedger(ledger.engine, table_name=ledger.table_name, clock=clock)
     sender = FakeSender()
@@ -526,7 +504,9 @@ class SlowToReturnLedger(AsyncLedger):
         return claims
 
 
-async def test_cancelled_while_claiming_frees_the_batch(ledger: AsyncLedger, clock: Clock) -> None:
+async def test_cancelled_while_claiming_frees_the_batch(
+    ledger: AsyncLedger, clock: WallClock
+) -> None:
     """A run cancelled after its claims committed but before they returned frees them all."""
     sender = FakeSender()
     slow = SlowToReturnLedger(ledger.engine, table_name=ledger.table_name, clock=clock)
