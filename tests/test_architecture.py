@@ -51,10 +51,31 @@ def _modules() -> list[tuple[str, Path]]:
     return out
 
 
-def _imports(path: Path) -> set[str]:
-    """Every module the file imports, at any depth (lazy imports in functions count too)."""
+def _type_only(tree: ast.Module) -> set[ast.AST]:
+    """The import nodes under ``if TYPE_CHECKING:``: names for annotations, never loaded."""
+    nodes: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in TYPE_CHECKING_TESTS:
+            for child in node.body:
+                nodes.update(ast.walk(child))
+    return nodes
+
+
+TYPE_CHECKING_TESTS = {"TYPE_CHECKING", "typing.TYPE_CHECKING"}
+
+
+def _imports(path: Path, *, loaded_only: bool = False) -> set[str]:
+    """Every module the file imports, at any depth (lazy imports in functions count too).
+
+    With ``loaded_only``, imports under ``if TYPE_CHECKING:`` are left out: a layer may
+    name a type of the layer above it in an annotation without ever loading it.
+    """
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    skipped = _type_only(tree) if loaded_only else set()
+    for node in ast.walk(tree):
+        if node in skipped:
+            continue
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -89,7 +110,7 @@ def test_wings_and_vocabulary_keep_to_their_layer(module: str, path: Path) -> No
     if room not in WINGS and room not in VOCABULARY:
         return
     wrong = []
-    for name in _imports(path):
+    for name in _imports(path, loaded_only=True):
         parts = name.split(".")
         if parts[0] != "notifyonce" or len(parts) < 2:
             continue
