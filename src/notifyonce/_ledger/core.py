@@ -1,9 +1,10 @@
-"""The ledger's one implementation: statements per dialect, transactions, result reading.
+"""The ledger's one implementation: its statements, transactions and result reading.
 
 Everything here is plain sync code over a SQLAlchemy ``Connection``. ``Ledger`` calls it
 directly; ``AsyncLedger`` calls it through ``AsyncConnection.run_sync``, which runs the
 same code on the async driver (SQLAlchemy's greenlet bridge), so there is exactly one
-copy of the SQL and of the transaction rules.
+copy of the SQL and of the transaction rules. What differs between databases is asked of
+the ledger's `Dialect` (``dialects.py``), one class per database.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from notifyonce._errors import LedgerError, LedgerUnavailableError, ValidationError
 from notifyonce._keys import SlotKey
 from notifyonce._ledger.checks import ClaimOptions, check_bool, check_lease, check_positive_int
 from notifyonce._ledger.claim import Claim
+from notifyonce._ledger.dialects import Dialect, dialect_for, takeover
 from notifyonce._ledger.records import LedgerStats, SlotRecord, SweepResult
 from notifyonce._ledger.table import (
     SlotStatus,
@@ -39,11 +40,6 @@ T = TypeVar("T")
 Clock = Callable[[], dt.datetime]
 
 _CLAIMED = SlotStatus.CLAIMED.value
-# MySQL/MariaDB: 1213 deadlock victim, 1205 lock wait timeout. The server rolled the
-# transaction back, so running it again from the start is safe.
-_MYSQL_RETRY_CODES = frozenset({1213, 1205})
-# PostgreSQL: deadlock detected, serialization failure (a caller running SERIALIZABLE).
-_PG_RETRY_STATES = frozenset({"40P01", "40001"})
 _SWEEP_NOTE = "lease expired before a result was recorded"
 # Rows per mark statement: about 12 bind parameters a row, so 500 rows stay near 6,000.
 _MARK_CHUNK = 500
@@ -51,8 +47,6 @@ _MARK_CHUNK = 500
 _LOOKUP_CHUNK = 500
 # How often the ledger reads the database server's clock again (monotonic seconds).
 _CLOCK_RESYNC = 60.0
-# Where a SQLite connection's info remembers the busy timeout the ledger set on it.
-_BUSY_TIMEOUT_INFO = "notifyonce_busy_timeout_ms"
 _TOKEN_MASK = (1 << 63) - 1  # fencing tokens fit a signed BIGINT
 # What the database can raise at run time; anything else from SQLAlchemy is a bug here.
 # OSError and asyncio's TimeoutError: some async drivers (asyncpg) let a refused or timed
@@ -94,17 +88,13 @@ class LedgerCore:
             raise ValidationError("table_name", "must be a non-empty str")
         if schema is not None and (not isinstance(schema, str) or not schema):
             raise ValidationError("schema", "must be a non-empty str or None")
-        self.dialect = "mysql" if dialect_name in ("mysql", "mariadb") else dialect_name
-        if self.dialect not in ("postgresql", "mysql", "sqlite"):
-            raise ValidationError(
-                "engine", f"dialect {dialect_name!r} is not supported (PostgreSQL, MySQL, SQLite)"
-            )
         self.table = build_table(sa.MetaData(), table_name, schema)
+        self.dialect: Dialect = dialect_for(dialect_name, self.table)
         self.lease = check_lease(lease)
         # Without a clock of the caller's, time is the database server's: every worker then
         # measures leases on one clock, whatever its own host's clock says. SQLite has no
         # server; its workers share the host, and so its clock.
-        self.server_clock = clock is None and self.dialect != "sqlite"
+        self.server_clock = clock is None and self.dialect.clock_query is not None
         self.local_clock: Clock = clock if clock is not None else _utc_now
         self._offset = dt.timedelta(0)  # server time minus local time
         self._offset_read_at = -math.inf
@@ -112,7 +102,7 @@ class LedgerCore:
             check_lease(busy_timeout, "busy_timeout") / dt.timedelta(milliseconds=1)
         )
         self.retries = check_positive_int("retries", retries)
-        # Claim statements per shape (rows, take_expired, max_attempts given), built once.
+        # Mark statements per shape (the columns a mark writes), built once.
         self._statements: dict[object, sa.Executable] = {}
 
     # ---- time, options -------------------------------------------------------------
@@ -142,13 +132,9 @@ class LedgerCore:
         most half of one round trip. On a connection of the ledger's own, call it before
         anything else and end the transaction it began (``rollback``).
         """
-        if not self.clock_due:
+        query = self.dialect.clock_query
+        if query is None or not self.clock_due:  # no server clock, or a recent reading
             return
-        query = (
-            "SELECT clock_timestamp()"
-            if self.dialect == "postgresql"
-            else "SELECT UTC_TIMESTAMP(6)"
-        )
         before = self.local_clock().astimezone(dt.timezone.utc)
         server = conn.exec_driver_sql(query).scalar_one()
         after = self.local_clock().astimezone(dt.timezone.utc)
@@ -192,7 +178,7 @@ class LedgerCore:
         autocommit: the statement is its own transaction, committed when it returns, and
         BEGIN and COMMIT cost no round trips (a third of the time of a claim).
         """
-        if owned and single_statement and self.dialect == "postgresql":
+        if owned and single_statement and self.dialect.autocommit_single_statements:
             conn.execution_options(isolation_level="AUTOCOMMIT")
         if not owned:
             try:
@@ -203,13 +189,8 @@ class LedgerCore:
         attempt = 1
         while True:
             try:
-                if write and self.dialect == "sqlite":
-                    # BEGIN IMMEDIATE takes SQLite's write lock up front. A deferred BEGIN
-                    # would start as a reader and fail with "database is locked" when it
-                    # tries to upgrade while another connection writes; the busy timeout
-                    # then makes concurrent claimers queue instead of failing.
-                    self._set_busy_timeout(conn)
-                    conn.exec_driver_sql("BEGIN IMMEDIATE")
+                if write:
+                    self.dialect.begin_write(conn, self.busy_timeout_ms)
                 result = body(conn)
                 conn.commit()
                 return result
@@ -219,13 +200,6 @@ class LedgerCore:
                     attempt += 1
                     continue
                 raise self.translate(exc) from exc
-
-    def _set_busy_timeout(self, conn: Connection) -> None:
-        """SQLite: the busy timeout, set once per DBAPI connection (not on every call)."""
-        info = conn.connection.info  # lives as long as the DBAPI connection
-        if info.get(_BUSY_TIMEOUT_INFO) != self.busy_timeout_ms:
-            conn.exec_driver_sql(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
-            info[_BUSY_TIMEOUT_INFO] = self.busy_timeout_ms
 
     @staticmethod
     def _rollback_quietly(conn: Connection) -> None:
@@ -237,13 +211,7 @@ class LedgerCore:
         """A deadlock or lock timeout whose transaction the server rolled back."""
         if not isinstance(exc, sa.exc.DBAPIError) or exc.connection_invalidated:
             return False
-        orig = exc.orig
-        if self.dialect == "mysql":
-            args: tuple[Any, ...] = getattr(orig, "args", ())
-            return bool(args) and args[0] in _MYSQL_RETRY_CODES
-        if self.dialect == "postgresql":
-            return getattr(orig, "sqlstate", None) in _PG_RETRY_STATES
-        return False
+        return self.dialect.is_retryable(exc.orig)
 
     def translate(self, exc: BaseException) -> LedgerError:
         """The notifyonce error for a driver or SQLAlchemy error (chain it with ``from``)."""
@@ -257,7 +225,7 @@ class LedgerCore:
         if isinstance(exc, sa.exc.OperationalError) and not self.is_retryable(exc):
             # SQLite's OperationalError is also "database is locked": the database is
             # there, it is busy, so that one stays a plain LedgerError.
-            unavailable = unavailable or self.dialect != "sqlite"
+            unavailable = unavailable or self.dialect.operational_error_is_unavailable
         if unavailable:
             return LedgerUnavailableError(f"database unavailable ({message})")
         return LedgerError(f"database error ({message})")
@@ -269,22 +237,6 @@ class LedgerCore:
         self.table.metadata.create_all(conn, checkfirst=True)
 
     # ---- claims ----------------------------------------------------------------------
-
-    def _takeover(self, take_expired: bool, limited: bool) -> sa.ColumnElement[bool]:
-        """When an existing row may be won again (read from the row before the update)."""
-        t = self.table.c
-        # A released slot was certainly not delivered (or its uncertain attempt still had
-        # attempts left): it is always won again. max_attempts bounds only the take-over
-        # of expired claims, whose worker may have sent before it died.
-        cond: sa.ColumnElement[bool] = t.status == SlotStatus.RELEASED.value
-        if take_expired:
-            now = sa.bindparam("now", type_=t.lease_until.type)
-            expired = sa.and_(t.status == _CLAIMED, t.lease_until < now)
-            if limited:
-                limit = sa.bindparam("max_attempts", type_=sa.Integer())
-                expired = sa.and_(expired, t.attempt < limit)
-            cond = sa.or_(cond, expired)
-        return cond
 
     def claim_keys(
         self,
@@ -306,51 +258,9 @@ class LedgerCore:
         limited = options.take_expired and options.max_attempts is not None
         if limited:
             params["max_attempts"] = options.max_attempts
-        unnest = self.dialect == "postgresql" and len(ordered) > 1
-        batch: dict[str, Any] | list[dict[str, Any]]
-        if unnest:
-            params["subjects"] = [k.subject for k in ordered]
-            params["cycles"] = [k.cycle for k in ordered]
-            params["cycle_ats"] = [k.cycle_at for k in ordered]
-            params["tokens"] = tokens
-            batch = params
-        elif self.dialect == "mysql":
-            # One multi-row VALUES statement. (PyMySQL's executemany cannot batch an
-            # ON DUPLICATE KEY UPDATE clause that has parameters of its own.)
-            for i, (key, token) in enumerate(zip(ordered, tokens, strict=True)):
-                params[f"subject_{i}"] = key.subject
-                params[f"cycle_{i}"] = key.cycle
-                params[f"cycle_at_{i}"] = key.cycle_at
-                params[f"token_{i}"] = token
-            batch = params
-        else:
-            # SQLite: one cached single-row statement with many parameter sets; SQLAlchemy
-            # ("insertmanyvalues") sends them as multi-row VALUES statements with
-            # RETURNING, in this order, without compiling a new statement per batch.
-            batch = [
-                {
-                    **params,
-                    "subject_0": key.subject,
-                    "cycle_0": key.cycle,
-                    "cycle_at_0": key.cycle_at,
-                    "token_0": token,
-                }
-                for key, token in zip(ordered, tokens, strict=True)
-            ]
-            if len(batch) == 1:
-                batch = batch[0]
-        rows = 0 if unnest else len(ordered) if self.dialect == "mysql" else 1
-        stmt = self._claim_statement(rows, options.take_expired, limited)
-        if self.dialect == "mysql":
-            conn.execute(stmt, batch)
-            read_back = {
-                "action": action,
-                "pairs": [(k.cycle, k.subject) for k in ordered],
-                "tokens": tokens,
-            }
-            won = conn.execute(self._read_back_statement(), read_back).all()
-        else:
-            won = conn.execute(stmt, batch).all()
+        rows, batch = self.dialect.claim_batch(params, ordered, tokens)
+        stmt = self.dialect.claim_statement(rows, options.take_expired, limited)
+        won = self.dialect.run_claim(conn, stmt, batch, action, ordered, tokens)
         # Every won row took this statement's lease_until (inserted or taken over), so it
         # is not read back: one timestamp less to decode per row.
         lease_until = params["lease_until"]
@@ -359,150 +269,6 @@ class LedgerCore:
             for row_id, token, attempt in won
             if token in by_token
         ]
-
-    def _claim_statement(self, rows: int, take_expired: bool, limited: bool) -> sa.Executable:
-        """The claim statement for ``rows`` VALUES rows (0: PostgreSQL's unnest), built once.
-
-        Built from bind parameters and kept, so each call skips building and compiling.
-        """
-        shape = (rows, take_expired, limited)
-        stmt = self._statements.get(shape)
-        if stmt is None:
-            if self.dialect == "mysql":
-                stmt = self._claim_mysql(rows, take_expired, limited)
-            else:
-                stmt = self._claim_on_conflict(rows, take_expired, limited)
-            self._statements[shape] = stmt
-        return stmt
-
-    def _values(self, rows: int) -> Any:
-        """VALUES for ``rows`` rows. One row stays a plain dict: SQLAlchemy caches the
-        compiled form of a single-row INSERT, not of a multi-row one."""
-        values = self._values_rows(rows)
-        return values[0] if rows == 1 else values
-
-    def _values_rows(self, rows: int) -> list[dict[str, Any]]:
-        """Multi-row VALUES: per-row key and token, the shared columns bound once."""
-        t = self.table.c
-        shared = {
-            "action": sa.bindparam("action", type_=t.action.type),
-            "status": sa.literal(_CLAIMED, t.status.type),
-            "attempt": sa.literal(1, t.attempt.type),
-            "lease_until": sa.bindparam("lease_until", type_=t.lease_until.type),
-            "created_at": sa.bindparam("now", type_=t.created_at.type),
-            "updated_at": sa.bindparam("now", type_=t.updated_at.type),
-        }
-        return [
-            {
-                **shared,
-                "subject": sa.bindparam(f"subject_{i}", type_=t.subject.type),
-                "cycle": sa.bindparam(f"cycle_{i}", type_=t.cycle.type),
-                "cycle_at": sa.bindparam(f"cycle_at_{i}", type_=t.cycle_at.type),
-                "token": sa.bindparam(f"token_{i}", type_=t.token.type),
-            }
-            for i in range(rows)
-        ]
-
-    def _claim_on_conflict(self, rows: int, take_expired: bool, limited: bool) -> sa.Executable:
-        """PostgreSQL and SQLite: ``INSERT ... ON CONFLICT DO UPDATE ... WHERE ... RETURNING``.
-
-        When the WHERE is false the conflicting row is left alone and returns nothing, as
-        with DO NOTHING, so RETURNING lists exactly the won rows.
-        """
-        t = self.table
-        insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
-        if rows == 0:
-            # PostgreSQL, many keys: one statement with four arrays whatever the batch
-            # size: no parameter limit, one plan, the same on asyncpg and psycopg.
-            unnest = (
-                sa.func.unnest(
-                    sa.bindparam("subjects", type_=postgresql.ARRAY(sa.Text)),
-                    sa.bindparam("cycles", type_=postgresql.ARRAY(sa.Text)),
-                    sa.bindparam(
-                        "cycle_ats", type_=postgresql.ARRAY(postgresql.TIMESTAMP(timezone=True))
-                    ),
-                    sa.bindparam("tokens", type_=postgresql.ARRAY(sa.BigInteger)),
-                )
-                .table_valued("subject", "cycle", "cycle_at", "token")
-                .render_derived()
-            )
-            c = t.c
-            select = sa.select(
-                sa.bindparam("action", type_=c.action.type),
-                unnest.c.subject,
-                unnest.c.cycle,
-                unnest.c.cycle_at,
-                sa.literal(_CLAIMED, c.status.type),
-                sa.literal(1, c.attempt.type),
-                unnest.c.token,
-                sa.bindparam("lease_until", type_=c.lease_until.type),
-                sa.bindparam("now", type_=c.created_at.type),
-                sa.bindparam("now", type_=c.updated_at.type),
-            )
-            columns = ["action", "subject", "cycle", "cycle_at", "status", "attempt", "token"]
-            columns += ["lease_until", "created_at", "updated_at"]
-            stmt = insert(t).from_select(columns, select)
-        else:
-            stmt = insert(t).values(self._values(rows))
-        excluded = stmt.excluded
-        return stmt.on_conflict_do_update(
-            index_elements=[t.c.action, t.c.cycle, t.c.subject],
-            set_={
-                "status": _CLAIMED,
-                "attempt": t.c.attempt + 1,
-                "token": excluded.token,
-                "lease_until": excluded.lease_until,
-                "updated_at": excluded.updated_at,
-                "sent_at": None,
-                "message_id": None,
-            },
-            where=self._takeover(take_expired, limited),
-        ).returning(t.c.id, t.c.token, t.c.attempt)
-
-    def _claim_mysql(self, rows: int, take_expired: bool, limited: bool) -> sa.Executable:
-        """MySQL/MariaDB: ``INSERT ... ON DUPLICATE KEY UPDATE``, then read back by token.
-
-        MySQL applies the assignments left to right and each one sees the columns already
-        assigned. So the take-over condition is evaluated exactly once, in the first
-        assignment (the token); every later assignment asks "does the row now carry this
-        statement's fresh token?" instead of re-reading status, lease or attempt, which
-        would already be overwritten. rowcount cannot tell a win apart (with
-        CLIENT_FOUND_ROWS an untouched duplicate counts too), so the winners are the rows
-        that carry our tokens when read back in the same transaction.
-        """
-        t = self.table
-        stmt = mysql.insert(t).values(self._values(rows))
-        new = stmt.inserted
-        won = t.c.token == new.token
-
-        def if_won(value: Any, column: sa.Column[Any]) -> Any:
-            return sa.func.IF(won, value, column, type_=column.type)
-
-        takeover = self._takeover(take_expired, limited)
-        return stmt.on_duplicate_key_update(
-            [
-                ("token", sa.func.IF(takeover, new.token, t.c.token)),
-                ("status", if_won(_CLAIMED, t.c.status)),
-                ("attempt", if_won(t.c.attempt + 1, t.c.attempt)),
-                ("lease_until", if_won(new.lease_until, t.c.lease_until)),
-                ("updated_at", if_won(new.updated_at, t.c.updated_at)),
-                ("sent_at", if_won(sa.null(), t.c.sent_at)),
-                ("message_id", if_won(sa.null(), t.c.message_id)),
-            ]
-        )
-
-    def _read_back_statement(self) -> sa.Executable:
-        """MySQL: the rows of these keys that carry one of these tokens (the won ones)."""
-        stmt = self._statements.get("read_back")
-        if stmt is None:
-            t = self.table
-            stmt = sa.select(t.c.id, t.c.token, t.c.attempt).where(
-                t.c.action == sa.bindparam("action", type_=t.c.action.type),
-                sa.tuple_(t.c.cycle, t.c.subject).in_(sa.bindparam("pairs", expanding=True)),
-                t.c.token.in_(sa.bindparam("tokens", expanding=True)),
-            )
-            self._statements["read_back"] = stmt
-        return stmt
 
     # ---- marks -----------------------------------------------------------------------
 
@@ -554,7 +320,7 @@ class LedgerCore:
         now = self.now()
         ids = sorted({claim.id for claim, _, _ in results})
         holders = sa.select(t.c.id, t.c.token).where(t.c.id.in_(ids), t.c.status == _CLAIMED)
-        if self.dialect != "sqlite":  # SQLite's BEGIN IMMEDIATE already holds the lock
+        if self.dialect.row_locks:  # SQLite's BEGIN IMMEDIATE already holds the lock
             holders = holders.with_for_update()
         live = {(row.id, row.token) for row in conn.execute(holders)}
         winners: dict[int, tuple[SlotStatus, str | None]] = {}
@@ -626,7 +392,7 @@ class LedgerCore:
             stmt = sa.select(t.c.cycle, t.c.subject).where(
                 t.c.action == action,
                 sa.tuple_(t.c.cycle, t.c.subject).in_(pairs),
-                sa.not_(self._takeover(options.take_expired, limited)),
+                sa.not_(takeover(t, options.take_expired, limited)),
             )
             taken.update((row.cycle, row.subject) for row in conn.execute(stmt, params))
         return taken
@@ -709,9 +475,9 @@ class LedgerCore:
             .order_by(t.c.lease_until, t.c.id)
             .limit(limit)
         )
-        if self.dialect != "sqlite":
+        if self.dialect.row_locks:
             # Lock what we settle; on PostgreSQL a concurrent sweep takes the next rows.
-            candidates = candidates.with_for_update(skip_locked=self.dialect == "postgresql")
+            candidates = candidates.with_for_update(skip_locked=self.dialect.skip_locked)
         rows = conn.execute(candidates).all()
         result = SweepResult(unknown=[], released=[])
         groups: dict[SlotStatus, list[int]] = {SlotStatus.UNKNOWN: [], SlotStatus.RELEASED: []}
@@ -805,7 +571,7 @@ class LedgerCore:
         cond = self._settled(action, statuses, since, subjects)
         found = sa.select(t.c.id, t.c.action, t.c.subject, t.c.cycle, t.c.cycle_at).where(cond)
         found = found.order_by(t.c.id)
-        if not dry_run and self.dialect != "sqlite":
+        if not dry_run and self.dialect.row_locks:
             found = found.with_for_update()
         rows = conn.execute(found).all()
         keys = [SlotKey(r.action, r.subject, r.cycle, r.cycle_at) for r in rows]

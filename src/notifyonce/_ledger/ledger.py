@@ -165,7 +165,7 @@ class _LedgerBase(Generic[EngineT]):
     @property
     def _single(self) -> bool:
         """A claim is one statement, except on MySQL (INSERT, then the read-back)."""
-        return self._core.dialect != "mysql"
+        return self._core.dialect.claim_is_one_statement
 
     @property
     def table(self) -> sa.Table:
@@ -248,7 +248,7 @@ class _LedgerBase(Generic[EngineT]):
                         ),
                         write=True,
                         owned=True,
-                        single_statement=core.dialect != "mysql",
+                        single_statement=core.dialect.claim_is_one_statement,
                     )
                     won.update(((c.key.subject, c.key.cycle), c) for c in claims)
             except Exception:
@@ -387,7 +387,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
             write,
             single_statement,
         )
-        if self._core.dialect != "sqlite":
+        if not self._core.dialect.one_writer:
             return cast(T, await run())
         twin = self._sqlite_twin()
         async with _sqlite_gate(self._engine.sync_engine):
@@ -741,7 +741,7 @@ class Ledger(_LedgerBase[sa.Engine]):
     ) -> T:
         if connection is not None:
             return self._core.run(connection, body, write=write, owned=False)
-        if self._core.dialect != "sqlite":
+        if not self._core.dialect.one_writer:
             return _run_owned(self._core, self._engine, body, write, single_statement)
         with _sqlite_thread_gate(self._engine):
             return _run_owned(self._core, self._engine, body, write, single_statement)
