@@ -23,7 +23,7 @@ from notifyonce import (
     ValidationTypeError,
 )
 from notifyonce._senders.aiohttp_transport import AiohttpTransport
-from notifyonce._senders.telegram.classify import EXCEPTION_CLASSES
+from notifyonce._senders.transport import EXCEPTION_CLASSES
 from notifyonce.telegram import RateLimit, TelegramSender
 
 from ._fakes import FakeClock, Script

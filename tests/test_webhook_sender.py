@@ -27,7 +27,7 @@ from notifyonce import (
     ValidationError,
     ValidationTypeError,
 )
-from notifyonce._senders.http import EXCEPTION_CLASSES
+from notifyonce._senders.transport import EXCEPTION_CLASSES
 from notifyonce._senders.webhook import Accepted, classify_webhook_response
 from notifyonce.webhook import WebhookSender, sign, verify_signature
 

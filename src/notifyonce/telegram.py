@@ -20,6 +20,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     ) from exc
 
 from notifyonce._senders.http import SenderClosedError
+from notifyonce._senders.redaction import RedactedTransportError
 from notifyonce._senders.telegram.file_sql import SQLFileIdStore
 from notifyonce._senders.telegram.files import FileIdStore, MemoryFileIdStore
 from notifyonce._senders.telegram.ratelimit import RateLimit
@@ -29,7 +30,6 @@ from notifyonce._senders.telegram.sender import (
     DEFAULT_LIMITS,
     POOL_TIMEOUT,
     WRITE_TIMEOUT,
-    RedactedTransportError,
     TelegramSender,
 )
 

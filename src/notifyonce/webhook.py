@@ -27,7 +27,7 @@ from notifyonce._senders.signing import (
 )
 
 if TYPE_CHECKING:
-    from notifyonce._senders.http import RedactedTransportError
+    from notifyonce._senders.redaction import RedactedTransportError
     from notifyonce._senders.webhook import BodyBuilder, WebhookSender, default_body
 
 __all__ = [
@@ -56,9 +56,8 @@ def __getattr__(name: str) -> Any:
         raise ImportError(
             f'notifyonce.webhook.{name} needs httpx: pip install "notifyonce[webhook]"'
         ) from exc
-    from notifyonce._senders import http as _http
-    from notifyonce._senders import webhook as _webhook
+    from notifyonce._senders import redaction, webhook
 
-    value = getattr(_http, name, None) or getattr(_webhook, name)
+    value = getattr(redaction, name, None) or getattr(webhook, name)
     globals()[name] = value
     return value

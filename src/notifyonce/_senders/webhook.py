@@ -31,11 +31,9 @@ from notifyonce._senders.http import (
     POOL_TIMEOUT,
     WRITE_TIMEOUT,
     HTTPSenderBase,
-    Secrets,
-    chain_cause,
-    parse_retry_after,
-    scrubbed,
 )
+from notifyonce._senders.redaction import Secrets, chain_cause, scrubbed
+from notifyonce._senders.retry import parse_retry_after
 from notifyonce._senders.signing import (
     IDEMPOTENCY_HEADER,
     SIGNATURE_HEADER,
@@ -132,20 +130,6 @@ def classify_webhook_response(
     # 401, 404, 405, 3xx: the URL or the credentials are wrong (SenderConfigError).
     retry_after = parse_retry_after(headers.get("retry-after"), now=now)
     return error_for_status(status, description, retry_after=retry_after)
-
-
-class _Credentials:
-    """The URL, the HMAC key and the caller's headers; its repr never shows them."""
-
-    __slots__ = ("headers", "key", "url")
-
-    def __init__(self, url: str, key: bytes | None, headers: dict[str, str]) -> None:
-        self.url = url
-        self.key = key
-        self.headers = headers
-
-    def __repr__(self) -> str:
-        return "<redacted>"
 
 
 def _display_url(url: httpx.URL) -> str:
@@ -277,9 +261,13 @@ class WebhookSender(HTTPSenderBase):
             sleep=sleep,
             rng=rng,
         )
-        self._credentials = _Credentials(url, key, extra)
         self.display_url = _display_url(parsed)
-        self._secrets = Secrets(self._secret_strings(url, parsed, secret, extra))
+        self._secrets = Secrets(
+            url,
+            key=key,
+            headers=extra,
+            replacements=self._secret_strings(url, parsed, secret, extra),
+        )
         self.signature_header = signature_header
         self.timestamp_header = timestamp_header
         self._body_builder: BodyBuilder = body_builder or default_body
@@ -332,13 +320,13 @@ class WebhookSender(HTTPSenderBase):
             ) from None
 
     def _headers_for(self, body: bytes, key: str | None) -> dict[str, str]:
-        headers = {**self._credentials.headers, "content-type": "application/json"}
+        headers = {**self._secrets.headers, "content-type": "application/json"}
         if key is not None:
             headers[IDEMPOTENCY_HEADER] = key
-        if self._credentials.key is not None:
+        if self._secrets.key is not None:
             timestamp = int(self._wall_clock())
             headers[self.timestamp_header] = str(timestamp)
-            headers[self.signature_header] = sign(body, self._credentials.key, timestamp)
+            headers[self.signature_header] = sign(body, self._secrets.key, timestamp)
         return headers
 
     async def send(
@@ -410,7 +398,7 @@ class WebhookSender(HTTPSenderBase):
                 raise TransientSendError("the send budget ran out before an attempt")
             response, cause, certain = await self._post(
                 client,
-                self._credentials.url,
+                self._secrets.url,
                 body,
                 self._headers_for(body, key),
                 remaining,

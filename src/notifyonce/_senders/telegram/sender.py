@@ -33,10 +33,6 @@ from notifyonce._senders.http import (
     POOL_TIMEOUT,
     WRITE_TIMEOUT,
     HTTPSenderBase,
-    RedactedTransportError,
-    add_log_scrubber,
-    chain_cause,
-    scrubbed,
 )
 from notifyonce._senders.rate.stores import (
     BOT_LANE,
@@ -46,10 +42,11 @@ from notifyonce._senders.rate.stores import (
     SharedRateLimiter,
     bot_key,
 )
+from notifyonce._senders.redaction import Secrets, chain_cause, scrubbed
 from notifyonce._senders.telegram.chat import chat_id as _chat_id
 from notifyonce._senders.telegram.chat import message_fields
 from notifyonce._senders.telegram.chat import validate_recipient as _validate_recipient
-from notifyonce._senders.telegram.classify import Delivered, Migrated, classify_response, redact
+from notifyonce._senders.telegram.classify import Delivered, Migrated, classify_response
 from notifyonce._senders.telegram.files import FileIdStore, UploadOnce, read_upload
 from notifyonce._senders.telegram.payload import (
     check_caption,
@@ -66,7 +63,6 @@ __all__ = [
     "DEFAULT_LIMITS",
     "POOL_TIMEOUT",
     "WRITE_TIMEOUT",
-    "RedactedTransportError",
     "TelegramSender",
 ]
 
@@ -104,26 +100,6 @@ def check_token(token: object) -> str:
 
 # The Bot API method that sends each kind of media.
 _METHODS = {"photo": "sendPhoto", "document": "sendDocument", "video": "sendVideo"}
-
-
-class _Secret:
-    """Holds the token-bearing URLs; its repr never shows them."""
-
-    __slots__ = ("token", "url", "urls")
-
-    def __init__(self, token: str, base_url: str) -> None:
-        self.token = token
-        self.urls = {
-            method: f"{base_url}/bot{token}/{method}"
-            for method in ("sendMessage", *_METHODS.values())
-        }
-        self.url = self.urls["sendMessage"]
-
-    def __repr__(self) -> str:
-        return "<redacted>"
-
-
-add_log_scrubber(redact)  # httpx logs every request URL, /bot<token>/ included
 
 
 def _payload(message: Message) -> dict[str, Any]:
@@ -298,7 +274,7 @@ class TelegramSender(HTTPSenderBase):
             rng=rng,
         )
         self.base_url = base_url.rstrip("/")
-        self._secret = _Secret(token, self.base_url)
+        self._secrets = Secrets(f"{self.base_url}/bot{token}/", token=token)
         self._limiter = _limiter(token, rate_limit, rate_store, allow_paid_broadcast, clock, sleep)
         if file_store is not None and not isinstance(file_store, FileIdStore):
             raise ValidationTypeError(
@@ -490,7 +466,7 @@ class TelegramSender(HTTPSenderBase):
                 if wait is not None:
                     wait = 0.0  # the limiter waits before the next attempt
             if wait is None:
-                chain_cause(error, cause, lambda text: redact(text, self._secret.token))
+                chain_cause(error, cause, self._secrets.scrub)
                 raise error
             await self._pause(logger, method, plan, error, wait)
 
@@ -513,11 +489,11 @@ class TelegramSender(HTTPSenderBase):
             body, content_type = multipart(payload, *upload)
         response, cause, certain = await self._post(
             client,
-            self._secret.urls[method],
+            self._secrets.url + method,
             body,
             {"content-type": content_type},
             remaining,
-            lambda text: redact(text, self._secret.token),
+            self._secrets.scrub,
         )
         if isinstance(response, SendError):
             return response, cause, certain
@@ -525,5 +501,5 @@ class TelegramSender(HTTPSenderBase):
 
     def _classify(self, response: httpx.Response) -> Delivered | Migrated | SendError:
         return classify_response(
-            response.status_code, response.headers, response.content, token=self._secret.token
+            response.status_code, response.headers, response.content, token=self._secrets.token
         )
