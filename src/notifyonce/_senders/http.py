@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any
 
 import httpx
+from typing_extensions import TypedDict, Unpack
 
 from notifyonce._errors import (
     SendError,
@@ -39,10 +40,12 @@ __all__ = [
     "DEFAULT_SLEEP",
     "POOL_TIMEOUT",
     "WRITE_TIMEOUT",
+    "HTTPOptions",
     "HTTPSenderBase",
     "SenderClosedError",
     "check_seconds",
     "default_transport",
+    "refuse_unknown_options",
 ]
 
 #: Seconds to open a TCP (+TLS) connection. A live connect takes tens of milliseconds;
@@ -75,6 +78,68 @@ class SenderClosedError(TransientSendError, RuntimeError):
 
 # --------------------------------------------------------------------------------------
 # Options and the client
+
+
+class HTTPOptions(TypedDict, total=False):
+    """How an HTTP sender times, pools and retries its requests.
+
+    Keyword arguments of [`TelegramSender`][notifyonce.telegram.TelegramSender] and
+    [`WebhookSender`][notifyonce.webhook.WebhookSender], written once here (httpx groups the
+    same settings in ``Timeout`` and ``Limits``). Every one is optional; the defaults suit a
+    notifier's concurrency. Pass them as keywords or unpack a dict typed with this class:
+    ``TelegramSender(token, **options)``.
+
+    Attributes:
+        budget: Seconds one ``send`` may take in total, including rate-limit waits, retries
+            and backoff; also the read timeout of each attempt (default
+            [`DEFAULT_BUDGET`][notifyonce.telegram.DEFAULT_BUDGET]).
+        connect_timeout: Seconds to open a connection
+            ([`CONNECT_TIMEOUT`][notifyonce.telegram.CONNECT_TIMEOUT]).
+        write_timeout: Seconds to write a request
+            ([`WRITE_TIMEOUT`][notifyonce.telegram.WRITE_TIMEOUT]).
+        pool_timeout: Seconds to wait for a free pooled connection
+            ([`POOL_TIMEOUT`][notifyonce.telegram.POOL_TIMEOUT]).
+        limits: Connection pool limits of the sender's own client (whichever transport it
+            uses, aiohttp's or httpx's own); size ``max_connections`` and
+            ``max_keepalive_connections`` to your concurrency
+            ([`DEFAULT_LIMITS`][notifyonce.telegram.DEFAULT_LIMITS]).
+        max_retries: Retries after the first attempt, for transient failures only (3).
+        backoff_base: Backoff before retry n is uniform in ``[0, min(backoff_max,
+            backoff_base * 2**n)]`` (full jitter); the first retry after a connection-level
+            failure is immediate: the pool has discarded the failed connection (0.5).
+        backoff_max: The cap of one backoff (8.0).
+    """
+
+    budget: float
+    connect_timeout: float
+    write_timeout: float
+    pool_timeout: float
+    limits: httpx.Limits
+    max_retries: int
+    backoff_base: float
+    backoff_max: float
+
+
+HTTP_DEFAULTS: HTTPOptions = {
+    "budget": DEFAULT_BUDGET,
+    "connect_timeout": CONNECT_TIMEOUT,
+    "write_timeout": WRITE_TIMEOUT,
+    "pool_timeout": POOL_TIMEOUT,
+    "limits": DEFAULT_LIMITS,
+    "max_retries": 3,
+    "backoff_base": 0.5,
+    "backoff_max": 8.0,
+}
+
+
+def refuse_unknown_options(sender: object, options: Mapping[str, object]) -> None:
+    """A TypeError naming the first keyword of ``options`` that is no `HTTPOptions` field:
+    what Python says for a misspelt keyword, which ``**http`` would otherwise take."""
+    unknown = sorted(set(options) - set(HTTP_DEFAULTS))
+    if unknown:
+        raise TypeError(
+            f"{type(sender).__name__}.__init__() got an unexpected keyword argument {unknown[0]!r}"
+        )
 
 
 def check_seconds(name: str, value: object) -> float:
@@ -112,24 +177,20 @@ class HTTPSenderBase:
         self,
         *,
         client: httpx.AsyncClient | None,
-        budget: float,
-        connect_timeout: float,
-        write_timeout: float,
-        pool_timeout: float,
-        limits: httpx.Limits,
-        max_retries: int,
-        backoff_base: float,
-        backoff_max: float,
         clock: Callable[[], float],
         sleep: Callable[[float], Awaitable[object]],
         rng: Callable[[], float],
+        **options: Unpack[HTTPOptions],
     ) -> None:
-        self.budget = check_seconds("budget", budget)
-        self.connect_timeout = check_seconds("connect_timeout", connect_timeout)
-        self.write_timeout = check_seconds("write_timeout", write_timeout)
-        self.pool_timeout = check_seconds("pool_timeout", pool_timeout)
-        self.backoff_base = check_seconds("backoff_base", backoff_base)
-        self.backoff_max = check_seconds("backoff_max", backoff_max)
+        refuse_unknown_options(self, options)
+        settings: HTTPOptions = {**HTTP_DEFAULTS, **options}
+        self.budget = check_seconds("budget", settings["budget"])
+        self.connect_timeout = check_seconds("connect_timeout", settings["connect_timeout"])
+        self.write_timeout = check_seconds("write_timeout", settings["write_timeout"])
+        self.pool_timeout = check_seconds("pool_timeout", settings["pool_timeout"])
+        self.backoff_base = check_seconds("backoff_base", settings["backoff_base"])
+        self.backoff_max = check_seconds("backoff_max", settings["backoff_max"])
+        max_retries, limits = settings["max_retries"], settings["limits"]
         if isinstance(max_retries, bool) or not isinstance(max_retries, int):
             raise ValidationTypeError("max_retries", "must be an int")
         if max_retries < 0:

@@ -11,6 +11,7 @@ from http import HTTPStatus
 from typing import Any
 
 import httpx
+from typing_extensions import Unpack
 
 from notifyonce._errors import (
     SendError,
@@ -22,15 +23,12 @@ from notifyonce._media import refuse_media
 from notifyonce._message import Message, Receipt
 from notifyonce._observe import note_flood
 from notifyonce._senders.http import (
-    CONNECT_TIMEOUT,
-    DEFAULT_BUDGET,
     DEFAULT_CLOCK,
-    DEFAULT_LIMITS,
     DEFAULT_RNG,
     DEFAULT_SLEEP,
-    POOL_TIMEOUT,
-    WRITE_TIMEOUT,
+    HTTPOptions,
     HTTPSenderBase,
+    refuse_unknown_options,
 )
 from notifyonce._senders.redaction import Secrets, chain_cause, scrubbed
 from notifyonce._senders.retry import parse_retry_after
@@ -179,15 +177,10 @@ class WebhookSender(HTTPSenderBase):
         body_builder: Builds the JSON-serialisable body from ``(recipient, message)``;
             defaults to [`default_body`][notifyonce.webhook.default_body].
         client: Your own ``httpx.AsyncClient`` (not closed by the sender).
-        budget: Seconds one `send` may take in total; also the read timeout.
-        connect_timeout: Seconds to open a connection.
-        write_timeout: Seconds to write a request.
-        pool_timeout: Seconds to wait for a free pooled connection.
-        limits: Connection pool limits of the sender's own client.
-        max_retries: Retries after the first attempt, for transient failures only.
-        backoff_base: Backoff before retry n is uniform in ``[0, min(backoff_max,
-            backoff_base * 2**n)]``; the first retry after a refused connect is immediate.
-        backoff_max: The cap of one backoff.
+        **http: Timeouts, pool limits and retries: ``budget``, ``connect_timeout``,
+            ``write_timeout``, ``pool_timeout``, ``limits``, ``max_retries``,
+            ``backoff_base``, ``backoff_max`` (see
+            [`HTTPOptions`][notifyonce.webhook.HTTPOptions]).
         clock: Monotonic clock (tests inject a fake one).
         sleep: Async sleep (tests inject a fake one).
         rng: Returns a float in [0, 1) for jitter.
@@ -210,19 +203,13 @@ class WebhookSender(HTTPSenderBase):
         headers: Mapping[str, str] | None = None,
         body_builder: BodyBuilder | None = None,
         client: httpx.AsyncClient | None = None,
-        budget: float = DEFAULT_BUDGET,
-        connect_timeout: float = CONNECT_TIMEOUT,
-        write_timeout: float = WRITE_TIMEOUT,
-        pool_timeout: float = POOL_TIMEOUT,
-        limits: httpx.Limits = DEFAULT_LIMITS,
-        max_retries: int = 3,
-        backoff_base: float = 0.5,
-        backoff_max: float = 8.0,
         clock: Callable[[], float] = DEFAULT_CLOCK,
         sleep: Callable[[float], Awaitable[object]] = DEFAULT_SLEEP,
         rng: Callable[[], float] = DEFAULT_RNG,
         wall_clock: Callable[[], float] = time.time,
+        **http: Unpack[HTTPOptions],
     ) -> None:
+        refuse_unknown_options(self, http)
         if not isinstance(url, str):
             raise ValidationTypeError("url", f"must be a str, got {type(url).__name__}")
         try:
@@ -247,20 +234,7 @@ class WebhookSender(HTTPSenderBase):
                 raise ValidationError("headers", "names and values must be printable ASCII")
         if body_builder is not None and not callable(body_builder):
             raise ValidationTypeError("body_builder", "must be callable or None")
-        self._configure(
-            client=client,
-            budget=budget,
-            connect_timeout=connect_timeout,
-            write_timeout=write_timeout,
-            pool_timeout=pool_timeout,
-            limits=limits,
-            max_retries=max_retries,
-            backoff_base=backoff_base,
-            backoff_max=backoff_max,
-            clock=clock,
-            sleep=sleep,
-            rng=rng,
-        )
+        self._configure(client=client, clock=clock, sleep=sleep, rng=rng, **http)
         self.display_url = _display_url(parsed)
         self._secrets = Secrets(
             url,

@@ -12,6 +12,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import httpx
+from typing_extensions import Unpack
 
 from notifyonce._errors import (
     PermanentSendError,
@@ -32,7 +33,9 @@ from notifyonce._senders.http import (
     DEFAULT_SLEEP,
     POOL_TIMEOUT,
     WRITE_TIMEOUT,
+    HTTPOptions,
     HTTPSenderBase,
+    refuse_unknown_options,
 )
 from notifyonce._senders.rate.stores import (
     BOT_LANE,
@@ -192,14 +195,7 @@ class TelegramSender(HTTPSenderBase):
         token: The bot token. It never appears in logs, reprs or exception messages.
         base_url: The Bot API server.
         client: Your own ``httpx.AsyncClient`` (not closed by the sender). Its limits and
-            transport apply; the timeouts below are still set on every request.
-        budget: Seconds one `send` may take in total, including rate-limit waits,
-            retries and backoff; also the read timeout of each attempt.
-        connect_timeout: Seconds to open a connection.
-        write_timeout: Seconds to write a request.
-        pool_timeout: Seconds to wait for a free pooled connection.
-        limits: Connection pool limits of the sender's own client; size
-            ``max_connections`` and ``max_keepalive_connections`` to your concurrency.
+            transport apply; the timeouts are still set on every request.
         rate_limit: Telegram's limits, on by default; None disables the limiter.
         rate_store: Where the limiter keeps its state: by default in this process only
             (a [`MemoryRateStore`][notifyonce.ratelimit.MemoryRateStore]); pass a
@@ -215,11 +211,10 @@ class TelegramSender(HTTPSenderBase):
             [`MemoryFileIdStore`][notifyonce.telegram.MemoryFileIdStore]); a
             [`SQLFileIdStore`][notifyonce.telegram.SQLFileIdStore] keeps them across runs
             and workers, so a resumed broadcast does not upload again.
-        max_retries: Retries after the first attempt for transient failures.
-        backoff_base: Backoff before retry n is uniform in ``[0, min(backoff_max,
-            backoff_base * 2**n)]`` (full jitter). The first retry after a connection-level
-            failure is immediate: the pool has discarded the failed connection.
-        backoff_max: The cap of one backoff.
+        **http: Timeouts, pool limits and retries: ``budget``, ``connect_timeout``,
+            ``write_timeout``, ``pool_timeout``, ``limits``, ``max_retries``,
+            ``backoff_base``, ``backoff_max`` (see
+            [`HTTPOptions`][notifyonce.telegram.HTTPOptions]).
         clock: Monotonic clock (tests inject a fake one).
         sleep: Async sleep (tests inject a fake one).
         rng: Returns a float in [0, 1) for jitter (tests inject a fixed one).
@@ -240,39 +235,20 @@ class TelegramSender(HTTPSenderBase):
         *,
         base_url: str = "https://api.telegram.org",
         client: httpx.AsyncClient | None = None,
-        budget: float = DEFAULT_BUDGET,
-        connect_timeout: float = CONNECT_TIMEOUT,
-        write_timeout: float = WRITE_TIMEOUT,
-        pool_timeout: float = POOL_TIMEOUT,
-        limits: httpx.Limits = DEFAULT_LIMITS,
         rate_limit: RateLimit | None = RateLimit(),  # noqa: B008 (frozen, shared safely)
         rate_store: RateStore | None = None,
         allow_paid_broadcast: bool = False,
         file_store: FileIdStore | None = None,
-        max_retries: int = 3,
-        backoff_base: float = 0.5,
-        backoff_max: float = 8.0,
         clock: Callable[[], float] = DEFAULT_CLOCK,
         sleep: Callable[[float], Awaitable[object]] = DEFAULT_SLEEP,
         rng: Callable[[], float] = DEFAULT_RNG,
+        **http: Unpack[HTTPOptions],
     ) -> None:
+        refuse_unknown_options(self, http)
         token = check_token(token)
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValidationError("base_url", "must be an http:// or https:// URL")
-        self._configure(
-            client=client,
-            budget=budget,
-            connect_timeout=connect_timeout,
-            write_timeout=write_timeout,
-            pool_timeout=pool_timeout,
-            limits=limits,
-            max_retries=max_retries,
-            backoff_base=backoff_base,
-            backoff_max=backoff_max,
-            clock=clock,
-            sleep=sleep,
-            rng=rng,
-        )
+        self._configure(client=client, clock=clock, sleep=sleep, rng=rng, **http)
         self.base_url = base_url.rstrip("/")
         self._secrets = Secrets(f"{self.base_url}/bot{token}/", token=token)
         self._limiter = _limiter(token, rate_limit, rate_store, allow_paid_broadcast, clock, sleep)
