@@ -73,3 +73,19 @@ def test_media_names_and_unchanged_message_and_receipt() -> None:
     )
     for name in ("FileIdStore", "MemoryFileIdStore", "SQLFileIdStore"):
         assert hasattr(importlib.import_module("notifyonce.telegram"), name)
+
+
+def test_http_options_are_one_typed_dict_for_both_senders() -> None:
+    """HTTPOptions is exported by notifyonce.telegram and notifyonce.webhook (the same
+    class) and lists exactly the HTTP keywords both senders accept."""
+    import typing
+
+    telegram = importlib.import_module("notifyonce.telegram")
+    webhook = importlib.import_module("notifyonce.webhook")
+    assert "HTTPOptions" in telegram.__all__
+    assert "HTTPOptions" in webhook.__all__
+    assert telegram.HTTPOptions is webhook.HTTPOptions
+    assert {
+        "budget", "connect_timeout", "write_timeout", "pool_timeout", "limits",
+        "max_retries", "backoff_base", "backoff_max",
+    } == set(typing.get_type_hints(telegram.HTTPOptions))  # fmt: skip

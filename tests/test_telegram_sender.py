@@ -1,4 +1,8 @@
-"""TelegramSender against httpx.MockTransport: classification, retries, waits, lifecycle."""
+"""TelegramSender against httpx.MockTransport: classification, retries, waits, secrets.
+
+What it shares with WebhookSender (options, timeouts, client lifecycle, the transport error
+table) is tested once in test_http_senders.py.
+"""
 
 from __future__ import annotations
 
@@ -22,8 +26,6 @@ from notifyonce import (
     ValidationError,
     ValidationTypeError,
 )
-from notifyonce._senders.aiohttp_transport import AiohttpTransport
-from notifyonce._senders.telegram.classify import EXCEPTION_CLASSES
 from notifyonce.telegram import RateLimit, TelegramSender
 
 from ._fakes import FakeClock, Script
@@ -399,22 +401,6 @@ async def test_trace_evidence_decides_closed_connection(
         assert 1 == transport.calls
 
 
-def _all_subclasses(klass: type[BaseException]) -> set[type[BaseException]]:
-    found = {klass}
-    for sub in klass.__subclasses__():
-        found |= _all_subclasses(sub)
-    return found
-
-
-def test_every_httpx_exception_class_is_mapped_explicitly() -> None:
-    """Each httpx exception class (walked from its roots) has its own row in the table."""
-    roots = (httpx.HTTPError, httpx.InvalidURL, httpx.CookieConflict, httpx.StreamError)
-    public = {
-        k for root in roots for k in _all_subclasses(root) if k.__module__.startswith("httpx")
-    }
-    assert set() == public - set(EXCEPTION_CLASSES)
-
-
 @pytest.mark.parametrize("recipient", ["", "abc", "12 3", "0", "--5", "@", "@x", "42\n", "+42"])
 async def test_invalid_recipient_is_rejected_before_sending(recipient: str) -> None:
     """A recipient that is neither a chat id nor @channelname raises naming it; no request."""
@@ -433,21 +419,6 @@ async def test_non_string_recipient_is_a_type_error() -> None:
     assert "recipient" == info.value.field
 
 
-@pytest.mark.parametrize(
-    ("options", "field"),
-    [
-        ({"budget": 0}, "budget"),
-        ({"max_retries": -1}, "max_retries"),
-        ({"connect_timeout": "5"}, "connect_timeout"),
-    ],
-)
-def test_invalid_options_name_the_field(options: dict[str, Any], field: str) -> None:
-    """Bad constructor options raise ValidationError naming the option."""
-    with pytest.raises(ValidationError) as info:
-        TelegramSender(TOKEN, **options)
-    assert field == info.value.field
-
-
 @pytest.mark.parametrize("token", ["", "has space", "a/b"])
 def test_invalid_token_is_rejected_without_echoing_it(token: str) -> None:
     """A malformed token raises naming the field, and the message does not contain it."""
@@ -455,48 +426,6 @@ def test_invalid_token_is_rejected_without_echoing_it(token: str) -> None:
         TelegramSender(token)
     assert "token" == info.value.field
     assert not token or token not in str(info.value)
-
-
-async def test_timeouts_are_split_per_request() -> None:
-    """Each request carries connect 5, write 10, pool 5 and read = the remaining budget."""
-    _, script, _ = await send([httpx.Response(200, json=OK_BODY)], budget=12.0)
-    assert {"connect": 5.0, "read": 12.0, "write": 10.0, "pool": 5.0} == script.requests[
-        0
-    ].extensions["timeout"]
-
-
-async def test_own_client_is_created_once_and_closed() -> None:
-    """The sender's own client is created lazily, reused by every send, and closed by aclose."""
-    sender = TelegramSender(TOKEN, base_url="http://127.0.0.1:9", rate_limit=None)
-    assert sender._client is None
-    first = sender._get_client()
-    assert first is sender._get_client()
-    transport = first._transport  # httpx over aiohttp's pool, sized by the sender's limits
-    assert isinstance(transport, AiohttpTransport)
-    assert DEFAULT_POOL == (
-        transport._limits.max_connections,
-        transport._limits.keepalive_expiry,
-    )
-    async with sender:
-        pass
-    assert first.is_closed
-    with pytest.raises(RuntimeError):
-        await sender.send("42", Message("x"))
-
-
-DEFAULT_POOL = (32, 60.0)
-
-
-async def test_callers_client_is_not_closed() -> None:
-    """A client passed in is used for every send and left open by aclose."""
-    script = Script([httpx.Response(200, json=OK_BODY)])
-    client = httpx.AsyncClient(transport=httpx.MockTransport(script))
-    async with TelegramSender(TOKEN, client=client, rate_limit=None) as sender:
-        await sender.send("42", Message("a"))
-        await sender.send("43", Message("b"))
-    assert not client.is_closed
-    assert 2 == len(script.requests)
-    await client.aclose()
 
 
 def test_sender_satisfies_protocol_and_hides_token() -> None:

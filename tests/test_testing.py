@@ -234,6 +234,7 @@ def test_public_names() -> None:
         "POOL_TIMEOUT",
         "WRITE_TIMEOUT",
         "FileIdStore",
+        "HTTPOptions",
         "MemoryFileIdStore",
         "RateLimit",
         "RedactedTransportError",

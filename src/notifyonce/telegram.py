@@ -19,7 +19,8 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         'notifyonce.telegram needs httpx: pip install "notifyonce[telegram]"'
     ) from exc
 
-from notifyonce._senders.http import SenderClosedError
+from notifyonce._senders.http import HTTPOptions, SenderClosedError
+from notifyonce._senders.redaction import RedactedTransportError
 from notifyonce._senders.telegram.file_sql import SQLFileIdStore
 from notifyonce._senders.telegram.files import FileIdStore, MemoryFileIdStore
 from notifyonce._senders.telegram.ratelimit import RateLimit
@@ -29,7 +30,6 @@ from notifyonce._senders.telegram.sender import (
     DEFAULT_LIMITS,
     POOL_TIMEOUT,
     WRITE_TIMEOUT,
-    RedactedTransportError,
     TelegramSender,
 )
 
@@ -40,6 +40,7 @@ __all__ = [
     "POOL_TIMEOUT",
     "WRITE_TIMEOUT",
     "FileIdStore",
+    "HTTPOptions",
     "MemoryFileIdStore",
     "RateLimit",
     "RedactedTransportError",

@@ -27,7 +27,8 @@ from notifyonce._senders.signing import (
 )
 
 if TYPE_CHECKING:
-    from notifyonce._senders.http import RedactedTransportError
+    from notifyonce._senders.http import HTTPOptions
+    from notifyonce._senders.redaction import RedactedTransportError
     from notifyonce._senders.webhook import BodyBuilder, WebhookSender, default_body
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "SIGNATURE_HEADER",
     "TIMESTAMP_HEADER",
     "BodyBuilder",
+    "HTTPOptions",
     "RedactedTransportError",
     "WebhookSender",
     "default_body",
@@ -43,7 +45,13 @@ __all__ = [
     "verify_signature",
 ]
 
-_NEEDS_HTTPX = {"BodyBuilder", "RedactedTransportError", "WebhookSender", "default_body"}
+_NEEDS_HTTPX = {
+    "BodyBuilder",
+    "HTTPOptions",
+    "RedactedTransportError",
+    "WebhookSender",
+    "default_body",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -56,9 +64,8 @@ def __getattr__(name: str) -> Any:
         raise ImportError(
             f'notifyonce.webhook.{name} needs httpx: pip install "notifyonce[webhook]"'
         ) from exc
-    from notifyonce._senders import http as _http
-    from notifyonce._senders import webhook as _webhook
+    from notifyonce._senders import http, redaction, webhook
 
-    value = getattr(_http, name, None) or getattr(_webhook, name)
+    value = getattr(http, name, None) or getattr(redaction, name, None) or getattr(webhook, name)
     globals()[name] = value
     return value

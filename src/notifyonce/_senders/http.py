@@ -1,53 +1,51 @@
-"""Shared httpx plumbing of the HTTP senders (Telegram, webhook).
+"""The base of the HTTP senders (Telegram, webhook): one reused httpx client, timed.
 
-One module you can describe in a sentence: *how a send over one reused httpx client is
-timed, retried, classified when the transport fails, and kept free of secrets*. The
-provider-specific parts (what an answer means) stay with each sender.
+*How a send over one reused httpx client is timed and posted.* The rest of the shared
+plumbing has its own module: `transport` (what a failed request means), `retry` (when
+to try again), `redaction` (keeping secrets out of text and logs); `aiohttp_transport` is
+the sender's own transport, chosen here by `default_transport`. What an answer means
+stays with each sender.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import logging
 import math
 import random
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any
 
 import httpx
+from typing_extensions import TypedDict, Unpack
 
 from notifyonce._errors import (
-    PermanentSendError,
     SendError,
     TransientSendError,
     UncertainSendError,
     ValidationError,
     ValidationTypeError,
 )
-from notifyonce._senders.redaction import RedactedTransportError, chain_cause, scrubbed, short
+from notifyonce._senders.retry import RetryPlan
+from notifyonce._senders.transport import Progress, classify_transport_error
 
 __all__ = [
     "CONNECT_TIMEOUT",
     "DEFAULT_BUDGET",
+    "DEFAULT_CLOCK",
     "DEFAULT_LIMITS",
-    "EXCEPTION_CLASSES",
+    "DEFAULT_RNG",
+    "DEFAULT_SLEEP",
     "POOL_TIMEOUT",
     "WRITE_TIMEOUT",
+    "HTTPOptions",
     "HTTPSenderBase",
-    "Progress",
-    "RedactedTransportError",
-    "RetryPlan",
-    "Secrets",
-    "chain_cause",
+    "SenderClosedError",
     "check_seconds",
-    "classify_transport_error",
-    "parse_retry_after",
-    "scrubbed",
-    "short",
+    "default_transport",
+    "refuse_unknown_options",
 ]
 
 #: Seconds to open a TCP (+TLS) connection. A live connect takes tens of milliseconds;
@@ -68,118 +66,6 @@ DEFAULT_LIMITS = httpx.Limits(
     max_connections=32, max_keepalive_connections=32, keepalive_expiry=60.0
 )
 
-# --------------------------------------------------------------------------------------
-# Transport failures
-
-# Every httpx exception class, mapped explicitly (tests walk httpx's hierarchy and fail on
-# a class missing here). Lookup walks the MRO, so a future subclass gets its parent's rule.
-_CERTAIN = TransientSendError  # raised before any byte of the request could leave
-_MAYBE = UncertainSendError  # raised after the request may have been written
-_NEVER = PermanentSendError  # the request cannot be sent as built: retrying cannot help
-
-EXCEPTION_CLASSES: dict[type[BaseException], type[SendError]] = {
-    # Before the request: waiting for a pooled connection or opening a new one.
-    httpx.PoolTimeout: _CERTAIN,
-    httpx.ConnectTimeout: _CERTAIN,
-    httpx.ConnectError: _CERTAIN,
-    httpx.ProxyError: _CERTAIN,  # the proxy refused the tunnel; nothing reached the server
-    # Configuration and programming errors, found before anything is sent.
-    httpx.UnsupportedProtocol: _NEVER,
-    httpx.InvalidURL: _NEVER,
-    httpx.LocalProtocolError: _NEVER,  # h11 refuses to emit an invalid request
-    # During or after writing: httpcore even swallows write errors and reads on, so a
-    # peer that closed or reset the connection shows up here after the request left.
-    httpx.WriteTimeout: _MAYBE,
-    httpx.WriteError: _MAYBE,
-    httpx.ReadTimeout: _MAYBE,
-    httpx.ReadError: _MAYBE,
-    httpx.RemoteProtocolError: _MAYBE,  # "Server disconnected without sending a response."
-    httpx.CloseError: _MAYBE,
-    httpx.DecodingError: _MAYBE,  # an answer arrived but could not be decoded
-    httpx.TooManyRedirects: _MAYBE,
-    httpx.HTTPStatusError: _MAYBE,  # only from a caller's hook; the sender reclassifies it
-    httpx.CookieConflict: _MAYBE,
-    httpx.StreamConsumed: _MAYBE,
-    httpx.StreamClosed: _MAYBE,
-    httpx.ResponseNotRead: _MAYBE,
-    httpx.RequestNotRead: _MAYBE,
-    # Abstract bases, for exceptions raised directly as the base class.
-    httpx.ProtocolError: _MAYBE,
-    httpx.NetworkError: _MAYBE,
-    httpx.TimeoutException: _MAYBE,
-    httpx.TransportError: _MAYBE,
-    httpx.RequestError: _MAYBE,
-    httpx.HTTPError: _MAYBE,
-    httpx.StreamError: _MAYBE,
-}
-
-
-def transport_error_class(exc: BaseException) -> type[SendError]:
-    """The failure class of an httpx exception by its class alone (unknown: uncertain)."""
-    for klass in type(exc).__mro__:
-        if klass in EXCEPTION_CLASSES:
-            return EXCEPTION_CLASSES[klass]
-    return UncertainSendError  # the Sender protocol's default
-
-
-def classify_transport_error(
-    exc: BaseException,
-    *,
-    request_started: bool | None = None,
-    placed: bool = True,
-    scrub: Callable[[str], str] = str,
-) -> SendError:
-    """Classify an exception raised while sending one request.
-
-    Args:
-        exc: What httpx (or a caller's transport) raised.
-        request_started: Whether httpcore reported starting to write the request (from
-            its ``trace`` extension). False proves nothing left this process, so any
-            transport failure is transient; True makes every failure that is not a
-            programming error uncertain; None (a transport that does not trace) falls
-            back to the exception class when ``placed``.
-        placed: Whether the transport's exception classes say where a failure happened
-            (httpx's own transport, over httpcore). A foreign transport that does not
-            trace cannot be trusted to: its connect errors are uncertain.
-        scrub: Removes secrets from the description.
-
-    Returns:
-        The error to raise. It is not chained here: the sender decides what to chain.
-    """
-    error_class = transport_error_class(exc)
-    if request_started is False and error_class is UncertainSendError:
-        error_class = TransientSendError
-    elif error_class is TransientSendError and (
-        request_started is True or (request_started is None and not placed)
-    ):
-        # The class says "before the write", but the transport said the request had
-        # started, or it cannot say and is not httpx's own: httpx-aiohttp, for one, maps
-        # every aiohttp connection error to ConnectTimeout, a drop after delivery included.
-        error_class = UncertainSendError
-    detail = short(str(exc), scrub)
-    description = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
-    return error_class(description)
-
-
-class Progress:
-    """httpcore ``trace`` callback: did this attempt start writing the request?"""
-
-    __slots__ = ("request_started", "traced")
-
-    def __init__(self) -> None:
-        self.traced = False
-        self.request_started = False
-
-    async def __call__(self, name: str, info: Mapping[str, Any]) -> None:
-        self.traced = True
-        if name.endswith("send_request_headers.started"):
-            self.request_started = True
-
-    @property
-    def evidence(self) -> bool | None:
-        """True/False when httpcore told us; None when the transport does not trace."""
-        return self.request_started if self.traced else None
-
 
 class SenderClosedError(TransientSendError, RuntimeError):
     """The sender (or the caller's client) was closed: certainly nothing was sent.
@@ -190,89 +76,70 @@ class SenderClosedError(TransientSendError, RuntimeError):
     """
 
 
-def parse_retry_after(value: str | None, *, now: Callable[[], float] = time.time) -> float | None:
-    """Seconds from a ``Retry-After`` header: delta-seconds or an HTTP-date; else None."""
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:  # RFC 9110 dates are GMT; a zone-less one is read as such
-            return None
-        return max(0.0, when.timestamp() - now())
-    return seconds if seconds >= 0 and math.isfinite(seconds) else None
-
-
 # --------------------------------------------------------------------------------------
-# Secrets
+# Options and the client
 
 
-class Secrets:
-    """The secret strings of one sender; its repr never shows them.
+class HTTPOptions(TypedDict, total=False):
+    """How an HTTP sender times, pools and retries its requests.
 
-    Live instances are consulted by the log filter on the ``httpx`` logger, which logs
-    every request URL at INFO. Held weakly: a collected sender's secrets are forgotten.
+    Keyword arguments of [`TelegramSender`][notifyonce.telegram.TelegramSender] and
+    [`WebhookSender`][notifyonce.webhook.WebhookSender], written once here (httpx groups the
+    same settings in ``Timeout`` and ``Limits``). Every one is optional; the defaults suit a
+    notifier's concurrency. Pass them as keywords or unpack a dict typed with this class:
+    ``TelegramSender(token, **options)``.
+
+    Attributes:
+        budget: Seconds one ``send`` may take in total, including rate-limit waits, retries
+            and backoff; also the read timeout of each attempt (default
+            [`DEFAULT_BUDGET`][notifyonce.telegram.DEFAULT_BUDGET]).
+        connect_timeout: Seconds to open a connection
+            ([`CONNECT_TIMEOUT`][notifyonce.telegram.CONNECT_TIMEOUT]).
+        write_timeout: Seconds to write a request
+            ([`WRITE_TIMEOUT`][notifyonce.telegram.WRITE_TIMEOUT]).
+        pool_timeout: Seconds to wait for a free pooled connection
+            ([`POOL_TIMEOUT`][notifyonce.telegram.POOL_TIMEOUT]).
+        limits: Connection pool limits of the sender's own client (whichever transport it
+            uses, aiohttp's or httpx's own); size ``max_connections`` and
+            ``max_keepalive_connections`` to your concurrency
+            ([`DEFAULT_LIMITS`][notifyonce.telegram.DEFAULT_LIMITS]).
+        max_retries: Retries after the first attempt, for transient failures only (3).
+        backoff_base: Backoff before retry n is uniform in ``[0, min(backoff_max,
+            backoff_base * 2**n)]`` (full jitter); the first retry after a connection-level
+            failure is immediate: the pool has discarded the failed connection (0.5).
+        backoff_max: The cap of one backoff (8.0).
     """
 
-    __slots__ = ("__weakref__", "replacements")
+    budget: float
+    connect_timeout: float
+    write_timeout: float
+    pool_timeout: float
+    limits: httpx.Limits
+    max_retries: int
+    backoff_base: float
+    backoff_max: float
 
-    def __init__(self, replacements: Mapping[str, str]) -> None:
-        # Longest first, so a URL is replaced as a whole before its parts are.
-        self.replacements = tuple(
-            sorted(((s, r) for s, r in replacements.items() if s), key=lambda p: -len(p[0]))
+
+HTTP_DEFAULTS: HTTPOptions = {
+    "budget": DEFAULT_BUDGET,
+    "connect_timeout": CONNECT_TIMEOUT,
+    "write_timeout": WRITE_TIMEOUT,
+    "pool_timeout": POOL_TIMEOUT,
+    "limits": DEFAULT_LIMITS,
+    "max_retries": 3,
+    "backoff_base": 0.5,
+    "backoff_max": 8.0,
+}
+
+
+def refuse_unknown_options(sender: object, options: Mapping[str, object]) -> None:
+    """A TypeError naming the first keyword of ``options`` that is no `HTTPOptions` field:
+    what Python says for a misspelt keyword, which ``**http`` would otherwise take."""
+    unknown = sorted(set(options) - set(HTTP_DEFAULTS))
+    if unknown:
+        raise TypeError(
+            f"{type(sender).__name__}.__init__() got an unexpected keyword argument {unknown[0]!r}"
         )
-        _LIVE_SECRETS.add(self)
-
-    def scrub(self, text: str) -> str:
-        """``text`` with every secret replaced."""
-        for secret, replacement in self.replacements:
-            if secret in text:
-                text = text.replace(secret, replacement)
-        return text
-
-    def __repr__(self) -> str:
-        return "<redacted>"
-
-
-_LIVE_SECRETS: weakref.WeakSet[Secrets] = weakref.WeakSet()
-_LOG_SCRUBBERS: list[Callable[[str], str]] = []
-
-
-class _RedactingFilter(logging.Filter):
-    """Hides secrets in records of the ``httpx`` logger (it logs every request URL)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = original = record.getMessage()
-        for scrub in _LOG_SCRUBBERS:
-            text = scrub(text)
-        for secrets in list(_LIVE_SECRETS):
-            text = secrets.scrub(text)
-        if text != original:
-            record.msg = text
-            record.args = None
-        return True
-
-
-def add_log_scrubber(scrub: Callable[[str], str]) -> None:
-    """Apply ``scrub`` to every record of the ``httpx`` logger (idempotent per function)."""
-    if scrub not in _LOG_SCRUBBERS:
-        _LOG_SCRUBBERS.append(scrub)
-    for name in ("httpx", "aiohttp.client"):  # the senders' own transport is aiohttp's
-        http_logger = logging.getLogger(name)
-        if not any(isinstance(f, _RedactingFilter) for f in http_logger.filters):
-            http_logger.addFilter(_RedactingFilter())
-
-
-add_log_scrubber(lambda text: text)  # installs the filter for the Secrets registry
-
-
-# --------------------------------------------------------------------------------------
-# Options, retries and the client
 
 
 def check_seconds(name: str, value: object) -> float:
@@ -282,62 +149,6 @@ def check_seconds(name: str, value: object) -> float:
     if not (value > 0 and math.isfinite(value)):
         raise ValidationError(name, "must be a positive finite number of seconds")
     return float(value)
-
-
-class RetryPlan:
-    """Decides, for one send, how long to wait before the next attempt, or to give up.
-
-    Only [`TransientSendError`][notifyonce.TransientSendError] is retried. A provider's
-    ``retry_after`` is waited exactly; the first retry after a certain transport failure is
-    immediate (the pool has discarded the failed connection); other retries back off with full
-    jitter. Nothing is retried past ``max_retries`` or when the wait would end after the deadline.
-    """
-
-    __slots__ = (
-        "_immediate_used",
-        "base",
-        "cap",
-        "clock",
-        "deadline",
-        "max_retries",
-        "retries",
-        "rng",
-    )
-
-    def __init__(
-        self,
-        *,
-        deadline: float,
-        max_retries: int,
-        base: float,
-        cap: float,
-        clock: Callable[[], float],
-        rng: Callable[[], float],
-    ) -> None:
-        self.deadline = deadline
-        self.max_retries = max_retries
-        self.base = base
-        self.cap = cap
-        self.clock = clock
-        self.rng = rng
-        self.retries = 0
-        self._immediate_used = False
-
-    def next_wait(self, error: SendError, *, certain_transport: bool) -> float | None:
-        """Seconds to wait before retrying after ``error``, or None to raise it."""
-        if not isinstance(error, TransientSendError):
-            return None
-        if error.retry_after is not None:
-            wait = error.retry_after
-        elif certain_transport and not self._immediate_used:
-            self._immediate_used = True
-            wait = 0.0
-        else:
-            wait = self.rng() * min(self.cap, self.base * 2**self.retries)
-        if self.retries >= self.max_retries or self.clock() + wait > self.deadline:
-            return None
-        self.retries += 1
-        return wait
 
 
 class _ParsedURL:
@@ -366,24 +177,20 @@ class HTTPSenderBase:
         self,
         *,
         client: httpx.AsyncClient | None,
-        budget: float,
-        connect_timeout: float,
-        write_timeout: float,
-        pool_timeout: float,
-        limits: httpx.Limits,
-        max_retries: int,
-        backoff_base: float,
-        backoff_max: float,
         clock: Callable[[], float],
         sleep: Callable[[float], Awaitable[object]],
         rng: Callable[[], float],
+        **options: Unpack[HTTPOptions],
     ) -> None:
-        self.budget = check_seconds("budget", budget)
-        self.connect_timeout = check_seconds("connect_timeout", connect_timeout)
-        self.write_timeout = check_seconds("write_timeout", write_timeout)
-        self.pool_timeout = check_seconds("pool_timeout", pool_timeout)
-        self.backoff_base = check_seconds("backoff_base", backoff_base)
-        self.backoff_max = check_seconds("backoff_max", backoff_max)
+        refuse_unknown_options(self, options)
+        settings: HTTPOptions = {**HTTP_DEFAULTS, **options}
+        self.budget = check_seconds("budget", settings["budget"])
+        self.connect_timeout = check_seconds("connect_timeout", settings["connect_timeout"])
+        self.write_timeout = check_seconds("write_timeout", settings["write_timeout"])
+        self.pool_timeout = check_seconds("pool_timeout", settings["pool_timeout"])
+        self.backoff_base = check_seconds("backoff_base", settings["backoff_base"])
+        self.backoff_max = check_seconds("backoff_max", settings["backoff_max"])
+        max_retries, limits = settings["max_retries"], settings["limits"]
         if isinstance(max_retries, bool) or not isinstance(max_retries, int):
             raise ValidationTypeError("max_retries", "must be an int")
         if max_retries < 0:

@@ -11,6 +11,7 @@ from http import HTTPStatus
 from typing import Any
 
 import httpx
+from typing_extensions import Unpack
 
 from notifyonce._errors import (
     SendError,
@@ -22,20 +23,15 @@ from notifyonce._media import refuse_media
 from notifyonce._message import Message, Receipt
 from notifyonce._observe import note_flood
 from notifyonce._senders.http import (
-    CONNECT_TIMEOUT,
-    DEFAULT_BUDGET,
     DEFAULT_CLOCK,
-    DEFAULT_LIMITS,
     DEFAULT_RNG,
     DEFAULT_SLEEP,
-    POOL_TIMEOUT,
-    WRITE_TIMEOUT,
+    HTTPOptions,
     HTTPSenderBase,
-    Secrets,
-    chain_cause,
-    parse_retry_after,
-    scrubbed,
+    refuse_unknown_options,
 )
+from notifyonce._senders.redaction import Secrets, chain_cause, scrubbed
+from notifyonce._senders.retry import parse_retry_after
 from notifyonce._senders.signing import (
     IDEMPOTENCY_HEADER,
     SIGNATURE_HEADER,
@@ -134,20 +130,6 @@ def classify_webhook_response(
     return error_for_status(status, description, retry_after=retry_after)
 
 
-class _Credentials:
-    """The URL, the HMAC key and the caller's headers; its repr never shows them."""
-
-    __slots__ = ("headers", "key", "url")
-
-    def __init__(self, url: str, key: bytes | None, headers: dict[str, str]) -> None:
-        self.url = url
-        self.key = key
-        self.headers = headers
-
-    def __repr__(self) -> str:
-        return "<redacted>"
-
-
 def _display_url(url: httpx.URL) -> str:
     """Scheme, host and port only: paths and queries of webhook URLs often hold tokens."""
     port = f":{url.port}" if url.port is not None else ""
@@ -195,15 +177,10 @@ class WebhookSender(HTTPSenderBase):
         body_builder: Builds the JSON-serialisable body from ``(recipient, message)``;
             defaults to [`default_body`][notifyonce.webhook.default_body].
         client: Your own ``httpx.AsyncClient`` (not closed by the sender).
-        budget: Seconds one `send` may take in total; also the read timeout.
-        connect_timeout: Seconds to open a connection.
-        write_timeout: Seconds to write a request.
-        pool_timeout: Seconds to wait for a free pooled connection.
-        limits: Connection pool limits of the sender's own client.
-        max_retries: Retries after the first attempt, for transient failures only.
-        backoff_base: Backoff before retry n is uniform in ``[0, min(backoff_max,
-            backoff_base * 2**n)]``; the first retry after a refused connect is immediate.
-        backoff_max: The cap of one backoff.
+        **http: Timeouts, pool limits and retries: ``budget``, ``connect_timeout``,
+            ``write_timeout``, ``pool_timeout``, ``limits``, ``max_retries``,
+            ``backoff_base``, ``backoff_max`` (see
+            [`HTTPOptions`][notifyonce.webhook.HTTPOptions]).
         clock: Monotonic clock (tests inject a fake one).
         sleep: Async sleep (tests inject a fake one).
         rng: Returns a float in [0, 1) for jitter.
@@ -226,19 +203,13 @@ class WebhookSender(HTTPSenderBase):
         headers: Mapping[str, str] | None = None,
         body_builder: BodyBuilder | None = None,
         client: httpx.AsyncClient | None = None,
-        budget: float = DEFAULT_BUDGET,
-        connect_timeout: float = CONNECT_TIMEOUT,
-        write_timeout: float = WRITE_TIMEOUT,
-        pool_timeout: float = POOL_TIMEOUT,
-        limits: httpx.Limits = DEFAULT_LIMITS,
-        max_retries: int = 3,
-        backoff_base: float = 0.5,
-        backoff_max: float = 8.0,
         clock: Callable[[], float] = DEFAULT_CLOCK,
         sleep: Callable[[float], Awaitable[object]] = DEFAULT_SLEEP,
         rng: Callable[[], float] = DEFAULT_RNG,
         wall_clock: Callable[[], float] = time.time,
+        **http: Unpack[HTTPOptions],
     ) -> None:
+        refuse_unknown_options(self, http)
         if not isinstance(url, str):
             raise ValidationTypeError("url", f"must be a str, got {type(url).__name__}")
         try:
@@ -263,23 +234,14 @@ class WebhookSender(HTTPSenderBase):
                 raise ValidationError("headers", "names and values must be printable ASCII")
         if body_builder is not None and not callable(body_builder):
             raise ValidationTypeError("body_builder", "must be callable or None")
-        self._configure(
-            client=client,
-            budget=budget,
-            connect_timeout=connect_timeout,
-            write_timeout=write_timeout,
-            pool_timeout=pool_timeout,
-            limits=limits,
-            max_retries=max_retries,
-            backoff_base=backoff_base,
-            backoff_max=backoff_max,
-            clock=clock,
-            sleep=sleep,
-            rng=rng,
-        )
-        self._credentials = _Credentials(url, key, extra)
+        self._configure(client=client, clock=clock, sleep=sleep, rng=rng, **http)
         self.display_url = _display_url(parsed)
-        self._secrets = Secrets(self._secret_strings(url, parsed, secret, extra))
+        self._secrets = Secrets(
+            url,
+            key=key,
+            headers=extra,
+            replacements=self._secret_strings(url, parsed, secret, extra),
+        )
         self.signature_header = signature_header
         self.timestamp_header = timestamp_header
         self._body_builder: BodyBuilder = body_builder or default_body
@@ -332,13 +294,13 @@ class WebhookSender(HTTPSenderBase):
             ) from None
 
     def _headers_for(self, body: bytes, key: str | None) -> dict[str, str]:
-        headers = {**self._credentials.headers, "content-type": "application/json"}
+        headers = {**self._secrets.headers, "content-type": "application/json"}
         if key is not None:
             headers[IDEMPOTENCY_HEADER] = key
-        if self._credentials.key is not None:
+        if self._secrets.key is not None:
             timestamp = int(self._wall_clock())
             headers[self.timestamp_header] = str(timestamp)
-            headers[self.signature_header] = sign(body, self._credentials.key, timestamp)
+            headers[self.signature_header] = sign(body, self._secrets.key, timestamp)
         return headers
 
     async def send(
@@ -410,7 +372,7 @@ class WebhookSender(HTTPSenderBase):
                 raise TransientSendError("the send budget ran out before an attempt")
             response, cause, certain = await self._post(
                 client,
-                self._credentials.url,
+                self._secrets.url,
                 body,
                 self._headers_for(body, key),
                 remaining,

@@ -24,13 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from notifyonce._errors import SendError, TransientSendError
-from notifyonce._senders.http import EXCEPTION_CLASSES, parse_retry_after
 from notifyonce._senders.redaction import redact, short
+from notifyonce._senders.retry import parse_retry_after
 from notifyonce._senders.status import MAX_RETRY_AFTER, error_for_status, retry_after_in
 from notifyonce._senders.telegram.chat import Migrated
 
 __all__ = [
-    "EXCEPTION_CLASSES",
     "Delivered",
     "Migrated",
     "classify_response",

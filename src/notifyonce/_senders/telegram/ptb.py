@@ -29,11 +29,11 @@ from notifyonce._errors import (
     ValidationTypeError,
 )
 from notifyonce._message import Message
-from notifyonce._senders.http import transport_error_class
 from notifyonce._senders.redaction import short
 from notifyonce._senders.status import error_for_status, retry_after_in, status_in
 from notifyonce._senders.telegram.chat import Migrated, message_fields
 from notifyonce._senders.telegram.wrapped import WrappedBotSender
+from notifyonce._senders.transport import transport_error_class
 
 __all__ = ["PTBSender", "classify_ptb_error"]
 

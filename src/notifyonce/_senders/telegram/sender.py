@@ -12,6 +12,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import httpx
+from typing_extensions import Unpack
 
 from notifyonce._errors import (
     PermanentSendError,
@@ -32,11 +33,9 @@ from notifyonce._senders.http import (
     DEFAULT_SLEEP,
     POOL_TIMEOUT,
     WRITE_TIMEOUT,
+    HTTPOptions,
     HTTPSenderBase,
-    RedactedTransportError,
-    add_log_scrubber,
-    chain_cause,
-    scrubbed,
+    refuse_unknown_options,
 )
 from notifyonce._senders.rate.stores import (
     BOT_LANE,
@@ -46,10 +45,11 @@ from notifyonce._senders.rate.stores import (
     SharedRateLimiter,
     bot_key,
 )
+from notifyonce._senders.redaction import Secrets, chain_cause, scrubbed
 from notifyonce._senders.telegram.chat import chat_id as _chat_id
 from notifyonce._senders.telegram.chat import message_fields
 from notifyonce._senders.telegram.chat import validate_recipient as _validate_recipient
-from notifyonce._senders.telegram.classify import Delivered, Migrated, classify_response, redact
+from notifyonce._senders.telegram.classify import Delivered, Migrated, classify_response
 from notifyonce._senders.telegram.files import FileIdStore, UploadOnce, read_upload
 from notifyonce._senders.telegram.payload import (
     check_caption,
@@ -66,7 +66,6 @@ __all__ = [
     "DEFAULT_LIMITS",
     "POOL_TIMEOUT",
     "WRITE_TIMEOUT",
-    "RedactedTransportError",
     "TelegramSender",
 ]
 
@@ -104,26 +103,6 @@ def check_token(token: object) -> str:
 
 # The Bot API method that sends each kind of media.
 _METHODS = {"photo": "sendPhoto", "document": "sendDocument", "video": "sendVideo"}
-
-
-class _Secret:
-    """Holds the token-bearing URLs; its repr never shows them."""
-
-    __slots__ = ("token", "url", "urls")
-
-    def __init__(self, token: str, base_url: str) -> None:
-        self.token = token
-        self.urls = {
-            method: f"{base_url}/bot{token}/{method}"
-            for method in ("sendMessage", *_METHODS.values())
-        }
-        self.url = self.urls["sendMessage"]
-
-    def __repr__(self) -> str:
-        return "<redacted>"
-
-
-add_log_scrubber(redact)  # httpx logs every request URL, /bot<token>/ included
 
 
 def _payload(message: Message) -> dict[str, Any]:
@@ -216,14 +195,7 @@ class TelegramSender(HTTPSenderBase):
         token: The bot token. It never appears in logs, reprs or exception messages.
         base_url: The Bot API server.
         client: Your own ``httpx.AsyncClient`` (not closed by the sender). Its limits and
-            transport apply; the timeouts below are still set on every request.
-        budget: Seconds one `send` may take in total, including rate-limit waits,
-            retries and backoff; also the read timeout of each attempt.
-        connect_timeout: Seconds to open a connection.
-        write_timeout: Seconds to write a request.
-        pool_timeout: Seconds to wait for a free pooled connection.
-        limits: Connection pool limits of the sender's own client; size
-            ``max_connections`` and ``max_keepalive_connections`` to your concurrency.
+            transport apply; the timeouts are still set on every request.
         rate_limit: Telegram's limits, on by default; None disables the limiter.
         rate_store: Where the limiter keeps its state: by default in this process only
             (a [`MemoryRateStore`][notifyonce.ratelimit.MemoryRateStore]); pass a
@@ -239,11 +211,10 @@ class TelegramSender(HTTPSenderBase):
             [`MemoryFileIdStore`][notifyonce.telegram.MemoryFileIdStore]); a
             [`SQLFileIdStore`][notifyonce.telegram.SQLFileIdStore] keeps them across runs
             and workers, so a resumed broadcast does not upload again.
-        max_retries: Retries after the first attempt for transient failures.
-        backoff_base: Backoff before retry n is uniform in ``[0, min(backoff_max,
-            backoff_base * 2**n)]`` (full jitter). The first retry after a connection-level
-            failure is immediate: the pool has discarded the failed connection.
-        backoff_max: The cap of one backoff.
+        **http: Timeouts, pool limits and retries: ``budget``, ``connect_timeout``,
+            ``write_timeout``, ``pool_timeout``, ``limits``, ``max_retries``,
+            ``backoff_base``, ``backoff_max`` (see
+            [`HTTPOptions`][notifyonce.telegram.HTTPOptions]).
         clock: Monotonic clock (tests inject a fake one).
         sleep: Async sleep (tests inject a fake one).
         rng: Returns a float in [0, 1) for jitter (tests inject a fixed one).
@@ -264,41 +235,22 @@ class TelegramSender(HTTPSenderBase):
         *,
         base_url: str = "https://api.telegram.org",
         client: httpx.AsyncClient | None = None,
-        budget: float = DEFAULT_BUDGET,
-        connect_timeout: float = CONNECT_TIMEOUT,
-        write_timeout: float = WRITE_TIMEOUT,
-        pool_timeout: float = POOL_TIMEOUT,
-        limits: httpx.Limits = DEFAULT_LIMITS,
         rate_limit: RateLimit | None = RateLimit(),  # noqa: B008 (frozen, shared safely)
         rate_store: RateStore | None = None,
         allow_paid_broadcast: bool = False,
         file_store: FileIdStore | None = None,
-        max_retries: int = 3,
-        backoff_base: float = 0.5,
-        backoff_max: float = 8.0,
         clock: Callable[[], float] = DEFAULT_CLOCK,
         sleep: Callable[[float], Awaitable[object]] = DEFAULT_SLEEP,
         rng: Callable[[], float] = DEFAULT_RNG,
+        **http: Unpack[HTTPOptions],
     ) -> None:
+        refuse_unknown_options(self, http)
         token = check_token(token)
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValidationError("base_url", "must be an http:// or https:// URL")
-        self._configure(
-            client=client,
-            budget=budget,
-            connect_timeout=connect_timeout,
-            write_timeout=write_timeout,
-            pool_timeout=pool_timeout,
-            limits=limits,
-            max_retries=max_retries,
-            backoff_base=backoff_base,
-            backoff_max=backoff_max,
-            clock=clock,
-            sleep=sleep,
-            rng=rng,
-        )
+        self._configure(client=client, clock=clock, sleep=sleep, rng=rng, **http)
         self.base_url = base_url.rstrip("/")
-        self._secret = _Secret(token, self.base_url)
+        self._secrets = Secrets(f"{self.base_url}/bot{token}/", token=token)
         self._limiter = _limiter(token, rate_limit, rate_store, allow_paid_broadcast, clock, sleep)
         if file_store is not None and not isinstance(file_store, FileIdStore):
             raise ValidationTypeError(
@@ -490,7 +442,7 @@ class TelegramSender(HTTPSenderBase):
                 if wait is not None:
                     wait = 0.0  # the limiter waits before the next attempt
             if wait is None:
-                chain_cause(error, cause, lambda text: redact(text, self._secret.token))
+                chain_cause(error, cause, self._secrets.scrub)
                 raise error
             await self._pause(logger, method, plan, error, wait)
 
@@ -513,11 +465,11 @@ class TelegramSender(HTTPSenderBase):
             body, content_type = multipart(payload, *upload)
         response, cause, certain = await self._post(
             client,
-            self._secret.urls[method],
+            self._secrets.url + method,
             body,
             {"content-type": content_type},
             remaining,
-            lambda text: redact(text, self._secret.token),
+            self._secrets.scrub,
         )
         if isinstance(response, SendError):
             return response, cause, certain
@@ -525,5 +477,5 @@ class TelegramSender(HTTPSenderBase):
 
     def _classify(self, response: httpx.Response) -> Delivered | Migrated | SendError:
         return classify_response(
-            response.status_code, response.headers, response.content, token=self._secret.token
+            response.status_code, response.headers, response.content, token=self._secrets.token
         )
