@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,31 @@ def test_ledger_and_async_ledger_are_twins() -> None:
         for n, _ in inspect.getmembers(AsyncLedger)
         if isinstance(inspect.getattr_static(AsyncLedger, n), property)
     }
+
+
+def _entry(path: Path) -> str:
+    """How the page's tree names a module: ``_notifier.py`` at the top, ``core.py`` in a
+    wing, ``telegram/`` for a module of a room inside a wing."""
+    parts = path.relative_to(PACKAGE).parts
+    if len(parts) <= 2:
+        return parts[-1]
+    return parts[1] + "/"
+
+
+def test_the_architecture_page_names_every_private_module_and_no_other() -> None:
+    page = (PACKAGE.parents[1] / "docs" / "architecture.md").read_text()
+    tree = page.split("```", 2)[1]  # the first code block: the layout
+    private = {
+        path
+        for path in PACKAGE.rglob("*.py")
+        if path.relative_to(PACKAGE).parts[0].startswith("_")
+        and path.name != "__init__.py"
+        and path.relative_to(PACKAGE).parts[0] != "__main__.py"
+    }
+    missing = sorted({_entry(p) for p in private} - set(re.findall(r"[\w]+\.py|[\w]+/", tree)))
+    assert not missing, f"docs/architecture.md does not place {missing}"
+    named = set(re.findall(r"\b_?\w+\.py\b", tree))
+    existing = {p.name for p in PACKAGE.rglob("*.py")}
+    assert not named - existing, (
+        f"docs/architecture.md names modules that do not exist: {sorted(named - existing)}"
+    )
