@@ -20,8 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from notifyonce._errors import ValidationError, ValidationTypeError
-from notifyonce._ledger.table import DEFAULT_TABLE_NAME
+from notifyonce._errors import ValidationError
 from notifyonce._senders.rate.stores import (
     PAID_LANE,
     ScopeState,
@@ -31,6 +30,7 @@ from notifyonce._senders.rate.stores import (
     decide_flood,
     turn_from,
 )
+from notifyonce._senders.tables import beside_ledger, check_store_args, primary_key_name
 
 __all__ = [
     "DEFAULT_RATE_TABLE_NAME",
@@ -46,14 +46,10 @@ _MAX_SCOPE = 191  # utf8mb4 primary keys on MySQL stay within 767 bytes
 
 def default_rate_table(ledger_table: str) -> str:
     """The rate table the migration creates beside a ledger table."""
-    if ledger_table == DEFAULT_TABLE_NAME:
-        return DEFAULT_RATE_TABLE_NAME
-    return f"{ledger_table}_rate_limits"
+    return beside_ledger(ledger_table, default=DEFAULT_RATE_TABLE_NAME, suffix="_rate_limits")
 
 
-def rate_pk_name(table_name: str) -> str:
-    """The primary key constraint's name (shared by create_schema and the migration)."""
-    return f"pk_{table_name}"
+rate_pk_name = primary_key_name
 
 
 def build_rate_table(metadata: sa.MetaData, name: str, schema: str | None = None) -> sa.Table:
@@ -120,12 +116,7 @@ class SQLRateStore:
         schema: str | None = None,
         extra_jitter: float = 0.03,
     ) -> None:
-        if not isinstance(engine, AsyncEngine):
-            raise ValidationTypeError(
-                "engine", f"must be a SQLAlchemy AsyncEngine, got {type(engine).__name__}"
-            )
-        if not isinstance(table_name, str) or not table_name:
-            raise ValidationError("table_name", "must be a non-empty str")
+        check_store_args(engine, table_name)
         if engine.dialect.name not in ("postgresql", "mysql", "mariadb", "sqlite"):
             raise ValidationError(
                 "engine", f"dialect {engine.dialect.name!r} is not PostgreSQL, MySQL or SQLite"

@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from notifyonce._errors import ValidationError, ValidationTypeError
-from notifyonce._ledger.table import DEFAULT_TABLE_NAME, UtcDateTime
+from notifyonce._ledger.table import UtcDateTime
+from notifyonce._senders.tables import beside_ledger, check_store_args, primary_key_name
 
 __all__ = [
     "DEFAULT_FILE_TABLE_NAME",
@@ -31,14 +31,10 @@ _MAX_KEY = 191  # utf8mb4 primary keys on MySQL stay within 767 bytes
 
 def default_file_table(ledger_table: str) -> str:
     """The file-id table the migration creates beside a ledger table."""
-    if ledger_table == DEFAULT_TABLE_NAME:
-        return DEFAULT_FILE_TABLE_NAME
-    return f"{ledger_table}_file_ids"
+    return beside_ledger(ledger_table, default=DEFAULT_FILE_TABLE_NAME, suffix="_file_ids")
 
 
-def file_pk_name(table_name: str) -> str:
-    """The primary key constraint's name (shared by create_schema and the migration)."""
-    return f"pk_{table_name}"
+file_pk_name = primary_key_name
 
 
 def build_file_table(metadata: sa.MetaData, name: str, schema: str | None = None) -> sa.Table:
@@ -81,12 +77,7 @@ class SQLFileIdStore:
         table_name: str = DEFAULT_FILE_TABLE_NAME,
         schema: str | None = None,
     ) -> None:
-        if not isinstance(engine, AsyncEngine):
-            raise ValidationTypeError(
-                "engine", f"must be a SQLAlchemy AsyncEngine, got {type(engine).__name__}"
-            )
-        if not isinstance(table_name, str) or not table_name:
-            raise ValidationError("table_name", "must be a non-empty str")
+        check_store_args(engine, table_name)
         self.engine = engine
         self.metadata = sa.MetaData()
         self.table = build_file_table(self.metadata, table_name, schema)
