@@ -27,7 +27,7 @@ import uuid
 
 import asyncpg
 import httpx
-from bench_telegram import serve  # the server process, shared with the sender benchmark
+from bench_telegram import serve, server_url  # the server process, shared with the sender benchmark
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -112,7 +112,7 @@ def main() -> None:
     parent, child = ctx.Pipe()
     process = ctx.Process(target=serve, args=(child, 0.02), daemon=True)
     process.start()
-    server = parent.recv()
+    server = server_url(parent, process)
     try:
         fast, _ = asyncio.run(bench_notifier(server, args.notifications, rate_limited=False))
         naive = asyncio.run(bench_naive(server, args.naive))

@@ -29,6 +29,7 @@ import functools
 import importlib.util
 import multiprocessing as mp
 import os
+import re
 import subprocess
 import sys
 import time
@@ -38,7 +39,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from bench_telegram import serve  # the Bot API server process, shared with the others
+from bench_telegram import serve, server_url  # the Bot API server process, shared with the others
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -52,6 +53,17 @@ TOKEN = "123456:BENCH-token"
 OLD_COMMIT = "eea3420"  # the last commit of 0.1.0's pipeline
 
 
+# The private modules 0.1.0's Notifier imports that have moved since.
+MOVED = {
+    "_table": "_ledger.table",
+    "_claim": "_ledger.claim",
+    "_ledger": "_ledger.ledger",
+    "_ledger_records": "_ledger.records",
+    "_schedule": "_schedule.schedule",
+    "_window": "_schedule.window",
+}
+
+
 def load_old_notifier() -> Any:
     """0.1.0's Notifier class, imported from the git history as notifyonce._notifier_010."""
     root = Path(__file__).resolve().parent.parent
@@ -62,6 +74,8 @@ def load_old_notifier() -> Any:
         capture_output=True,
         text=True,
     ).stdout
+    for old, new in MOVED.items():  # its private imports, where those modules live now
+        source = re.sub(rf"from \.{old} import", f"from .{new} import", source)
     path = Path(notifyonce.__file__).parent / "_notifier_010.py"
     path.write_text(source)
     try:
@@ -282,7 +296,7 @@ if __name__ == "__main__":
     parent, child = ctx.Pipe()
     process = ctx.Process(target=serve, args=(child, 0.02), daemon=True)
     process.start()
-    address = parent.recv()
+    address = server_url(parent, process)
     try:
         asyncio.run(main(arguments, address))
     finally:

@@ -32,6 +32,7 @@ import multiprocessing as mp
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 
 import httpx
 
@@ -44,9 +45,10 @@ TOKEN = "123456:BENCH-token"
 SendOne = Callable[[int], Awaitable[None]]
 
 
-def serve(conn: Connection) -> None:
-    """The server process: answers 'url', 'stats', 'reset', ('latency', s) and 'stop'."""
-    with BotAPIServer() as server:
+def serve(conn: Connection, latency: float = 0.0) -> None:
+    """The server process (answering after ``latency`` seconds until told otherwise):
+    answers 'url', 'stats', 'reset', ('latency', s) and 'stop'."""
+    with BotAPIServer(latency=latency) as server:
         conn.send(server.url)
         while True:
             command = conn.recv()
@@ -69,6 +71,15 @@ def serve(conn: Connection) -> None:
             else:
                 conn.send(None)
                 return
+
+
+def server_url(parent: Connection, process: BaseProcess) -> str:
+    """The server's URL, once its process has started (an error, not a hang, if it died)."""
+    while not parent.poll(0.5):
+        if not process.is_alive():
+            raise RuntimeError(f"the Bot API server process died (exit code {process.exitcode})")
+    url: str = parent.recv()
+    return url
 
 
 async def run_workers(count: int, concurrency: int, send_one: SendOne) -> tuple[float, float]:
@@ -206,7 +217,7 @@ def main() -> None:
     parent, child = mp.Pipe()
     process = mp.get_context("spawn").Process(target=serve, args=(child,))
     process.start()
-    url = parent.recv()
+    url = server_url(parent, process)
 
     def ask(command: object) -> dict[str, object]:
         parent.send(command)
