@@ -487,31 +487,57 @@ async def test_a_worker_with_a_fast_clock_does_not_take_over(
     assert [] == fast.handed
 
 
+class CountedTurns:
+    """A TelegramSender seen through its turns: ``granted`` counts the turns entered."""
+
+    def __init__(self, sender: Any) -> None:
+        self.sender = sender
+        self.granted = 0
+
+    async def send(self, recipient: str, message: Message) -> Receipt:
+        receipt: Receipt = await self.sender.send(recipient, message)
+        return receipt
+
+    @contextlib.asynccontextmanager
+    async def turn(self, recipient: str) -> AsyncIterator[None]:
+        async with self.sender.turn(recipient):
+            self.granted += 1
+            yield
+
+
 async def test_telegram_sender_turns_gate_the_claims(
     async_engine: AsyncEngine, async_table: str
 ) -> None:
-    """Through TelegramSender's rate limit, slots waiting for their turn are never claimed."""
+    """Through TelegramSender's rate limit, no slot is claimed before its turn came.
+
+    Counted, not timed: every claim statement asks only for keys whose turn was already
+    granted, however slow the machine (a claim made ahead of its turn fails this at once).
+    """
     from notifyonce.telegram import RateLimit, TelegramSender
     from notifyonce.testing import BotAPIServer
 
     ledger = AsyncLedger(async_engine, table_name=async_table)
     await ledger.create_schema()
-    most_claimed = 0
+    asked: list[tuple[int, int]] = []  # (keys claimed so far, turns granted) per statement
+    claim_many = ledger.claim_many
+
+    async def counted_claim_many(action: str, keys: Any, **options: Any) -> list[Claim]:
+        keys = list(keys)
+        before = asked[-1][0] if asked else 0
+        asked.append((before + len(keys), counted.granted))
+        return await claim_many(action, keys, **options)
+
+    ledger.claim_many = counted_claim_many  # type: ignore[method-assign]
     with BotAPIServer() as server:
-        # Turns half a second apart: a send and its record fit between two turns even on
-        # a loaded machine, so more than two claims held at once means claims ran ahead.
-        limit = RateLimit(bot_per_second=2)
+        limit = RateLimit(bot_per_second=5)
         async with TelegramSender("123:abc", base_url=server.url, rate_limit=limit) as sender:
-            work = items(8, start=1)
-            run = asyncio.create_task(Notifier(ledger, sender).send_many(ACTION, work))
-            while not run.done():
-                most_claimed = max(most_claimed, (await statuses(ledger))["claimed"])
-                await asyncio.sleep(0.02)
-            report = await run
+            counted = CountedTurns(sender)
+            report = await Notifier(ledger, counted).send_many(ACTION, items(8, start=1))
         assert 8 == len(server.deliveries)
     assert 8 == report.counts[Outcome.SENT]
-    # 16 workers wait for turns at 2 a second; only the one whose turn came holds a claim.
-    assert most_claimed <= 2
+    assert 8 == counted.granted
+    assert asked, "no claim statement ran"
+    assert [] == [(claimed, granted) for claimed, granted in asked if claimed > granted]
 
 
 async def test_an_in_memory_sqlite_ledger_takes_a_whole_run() -> None:

@@ -102,7 +102,8 @@ async def test_four_workers_share_one_bots_budget(
     store_config: dict[str, Any], limited_server: BotAPIServer
 ) -> None:
     """4 processes x 150 messages: at most 30 a second, <= 1 % answered 429, each delivered
-    once, at 27 msg/s or more."""
+    once. How close to 30 a second they come depends on the machine's speed, so it is
+    measured by ``bench/bench_shared_limit.py``, not asserted here."""
     start_at = time.time() + 4.0  # past every worker's imports
     configs = [
         {
@@ -125,9 +126,6 @@ async def test_four_workers_share_one_bots_budget(
     requests = len(limited_server.requests)
     assert len(floods) <= requests // 100, f"{len(floods)} of {requests} answered 429"
     assert limited_server.busiest_window(1.0) <= 30
-    times = sorted(d.at for d in deliveries)
-    rate = (len(times) - 1) / (times[-1] - times[0])
-    assert rate >= 27, f"mean {rate:.1f} msg/s"
 
 
 async def test_one_workers_flood_wait_holds_the_others_off_that_chat(
