@@ -164,21 +164,21 @@ async def test_commit_failure_raises_and_returns_no_claim(
     row is not there. (PostgreSQL claims autocommit, so they have no separate COMMIT.)"""
     if env.dialect == "postgresql":
         pytest.skip("claims autocommit on PostgreSQL; see the backend-kill test")
-    real_commit = sa.engine.Connection.commit
+    from notifyonce._ledger import core
 
-    def lost_at_commit(self: sa.engine.Connection) -> None:
-        self.rollback()
+    def lost_at_commit(connection: Any) -> None:
+        connection.rollback()
         raise sa.exc.OperationalError(
             "COMMIT", {}, ConnectionResetError("lost"), connection_invalidated=True
         )
 
     ledger = env.make()
-    monkeypatch.setattr(sa.engine.Connection, "commit", lost_at_commit)
+    monkeypatch.setattr(core, "_commit", lost_at_commit)
     with pytest.raises(LedgerUnavailableError):
         await ledger.claim_slot("a", 1, DEADLINE)
     with pytest.raises(LedgerUnavailableError):
         await ledger.claim_many("a", [(2, DEADLINE), (3, DEADLINE)])
-    monkeypatch.setattr(sa.engine.Connection, "commit", real_commit)
+    monkeypatch.undo()
     assert 0 == env.count()
     assert 1 == (await ledger.claim_slot("a", 1, DEADLINE)).attempt
 

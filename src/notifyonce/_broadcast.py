@@ -470,21 +470,31 @@ class Broadcast:
         if self.notifier.dry_run:
             return [], []
         ledger = self.notifier.ledger
-        table = ledger.table
-        query = (
-            sa.select(table.c.subject, table.c.status)
-            .where(
-                table.c.action == self.action,
-                table.c.cycle == self.campaign,
-                table.c.status.in_([SlotStatus.UNKNOWN.value, SlotStatus.CLAIMED.value]),
-            )
-            .order_by(table.c.id)
-        )
+        query = standing_query(ledger.table, self.action, self.campaign)
         async with ledger.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
-        unknown = [str(s) for s, status in rows if status == SlotStatus.UNKNOWN.value]
-        held = [str(s) for s, status in rows if status == SlotStatus.CLAIMED.value]
+        unknown = [str(s) for _, s, status in rows if status == SlotStatus.UNKNOWN.value]
+        held = [str(s) for _, s, status in rows if status == SlotStatus.CLAIMED.value]
         return unknown, held
+
+
+def standing_query(table: sa.Table, action: str, campaign: str) -> sa.CompoundSelect[Any]:
+    """A campaign's unknown and still-claimed slots (subject, status), in claim order.
+
+    One branch per status, each an equality the ledger's status index answers whatever the
+    planner knows: only the rows with those statuses are read, not the campaign's sent
+    ones. (``status IN (...)`` was planned, without statistics, as a walk over every row of
+    the campaign through the unique key.)
+    """
+    branches = [
+        sa.select(table.c.id, table.c.subject, table.c.status).where(
+            table.c.status == status.value,
+            table.c.action == action,
+            table.c.cycle == campaign,
+        )
+        for status in (SlotStatus.UNKNOWN, SlotStatus.CLAIMED)
+    ]
+    return sa.union_all(*branches).order_by("id")
 
 
 def _both(

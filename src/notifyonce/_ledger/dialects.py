@@ -1,38 +1,66 @@
 """What differs between the databases the ledger runs on: one class per database.
 
-`LedgerCore` holds the SQL every database shares and asks its `Dialect` whatever
-differs: how a claim statement is built and batched, whether rows can be locked, how the
-server's clock is read, which errors are a deadlock worth running again. The core never
-compares dialect names.
+`LedgerCore` holds what every database shares (transactions, tokens, results) and asks
+its `Dialect` whatever differs: the SQL of each statement on the send path and how many
+keys one statement carries, whether rows can be locked, how the server's clock is read,
+which errors are a deadlock worth running again. The core never compares dialect names.
 
-=================  ======================  ==========================  =====================
-                   PostgreSQL              MySQL / MariaDB             SQLite
-=================  ======================  ==========================  =====================
-claim statement    ON CONFLICT, RETURNING  ON DUPLICATE KEY, read back  ON CONFLICT, RETURNING
-many keys          one statement (unnest)  one multi-row VALUES        executemany (cached)
-write lock         row locks               row locks                   BEGIN IMMEDIATE
-concurrent sweeps  SKIP LOCKED             wait                        one writer
-clock              clock_timestamp()       UTC_TIMESTAMP(6)            the host's
-deadlock retried   40P01, 40001            1213, 1205                  never
-=================  ======================  ==========================  =====================
+Every statement on the send path finds its rows through an index by the keys it was
+given: the unique ``(action, cycle, subject)`` index for claims and look-ups, the primary
+key for marks and renewals. None reads the other rows of its campaign, so a campaign's
+millionth batch costs what its first did.
+
+=================  =======================  ==========================  ==================
+                   PostgreSQL               MySQL / MariaDB             SQLite
+=================  =======================  ==========================  ==================
+claim              ON CONFLICT, RETURNING   ON DUPLICATE KEY, read back  ON CONFLICT,
+                                                                         RETURNING
+many keys          one statement (unnest    one multi-row VALUES        one statement per
+                   of arrays)                                           key (in process)
+look-up            join on unnest(cycles,   (cycle, subject) IN ((..))  one statement per
+                   subjects)                                            key (in process)
+mark many          one UPDATE ... FROM      lock, then one UPDATE       one UPDATE per row
+                   unnest RETURNING         joined to the values        (in process)
+write lock         row locks                row locks                   BEGIN IMMEDIATE
+concurrent sweeps  SKIP LOCKED              wait                        one writer
+clock              clock_timestamp()        UTC_TIMESTAMP(6)            the host's
+deadlock retried   40P01, 40001             1213, 1205                  never
+=================  =======================  ==========================  ==================
+
+SQLite is a library in the process: a statement costs no round trip, so it gets the
+simplest plan for each key (an index search by the whole key) instead of a batch shape.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime as dt
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Dialect as SADialect
+from sqlalchemy.sql.elements import Grouping
 
 from notifyonce._errors import ValidationError
 from notifyonce._keys import SlotKey
+from notifyonce._ledger.execute import Compiled, Link
 from notifyonce._ledger.table import SlotStatus
 
-__all__ = ["Dialect", "MySQL", "PostgreSQL", "SQLite", "dialect_for", "takeover"]
+__all__ = [
+    "Dialect",
+    "MarkRow",
+    "MySQL",
+    "PostgreSQL",
+    "SQLite",
+    "dialect_for",
+    "mark_params",
+    "takeover",
+]
 
 _CLAIMED = SlotStatus.CLAIMED.value
+_SENT = SlotStatus.SENT.value
 # MySQL/MariaDB: 1213 deadlock victim, 1205 lock wait timeout. The server rolled the
 # transaction back, so running it again from the start is safe.
 _MYSQL_RETRY_CODES = frozenset({1213, 1205})
@@ -41,7 +69,9 @@ _PG_RETRY_STATES = frozenset({"40P01", "40001"})
 # Where a SQLite connection's info remembers the busy timeout the ledger set on it.
 _BUSY_TIMEOUT_INFO = "notifyonce_busy_timeout_ms"
 
-Batch = dict[str, Any] | list[dict[str, Any]]
+#: One mark of ``mark_many``: (row id, token, status, detail). ``detail`` is the message id
+#: for SENT and the error otherwise (None keeps the stored error).
+MarkRow = tuple[int, int, str, "str | None"]
 
 
 def takeover(table: sa.Table, take_expired: bool, limited: bool) -> sa.ColumnElement[bool]:
@@ -61,28 +91,27 @@ def takeover(table: sa.Table, take_expired: bool, limited: bool) -> sa.ColumnEle
     return cond
 
 
-def _values(table: sa.Table, rows: int) -> Any:
-    """VALUES for ``rows`` rows: per-row key and token, the shared columns bound once.
+def _bind(table: sa.Table, column: str, name: str | None = None) -> Any:
+    return sa.bindparam(name or column, type_=table.c[column].type)
 
-    One row stays a plain dict: SQLAlchemy caches the compiled form of a single-row
-    INSERT, not of a multi-row one.
-    """
-    t = table.c
+
+def _values(table: sa.Table, rows: int) -> Any:
+    """VALUES for ``rows`` rows: per-row key and token, the shared columns bound once."""
     shared = {
-        "action": sa.bindparam("action", type_=t.action.type),
-        "status": sa.literal(_CLAIMED, t.status.type),
-        "attempt": sa.literal(1, t.attempt.type),
-        "lease_until": sa.bindparam("lease_until", type_=t.lease_until.type),
-        "created_at": sa.bindparam("now", type_=t.created_at.type),
-        "updated_at": sa.bindparam("now", type_=t.updated_at.type),
+        "action": _bind(table, "action"),
+        "status": sa.literal(_CLAIMED, table.c.status.type),
+        "attempt": sa.literal(1, table.c.attempt.type),
+        "lease_until": _bind(table, "lease_until"),
+        "created_at": _bind(table, "created_at", "now"),
+        "updated_at": _bind(table, "updated_at", "now"),
     }
     values = [
         {
             **shared,
-            "subject": sa.bindparam(f"subject_{i}", type_=t.subject.type),
-            "cycle": sa.bindparam(f"cycle_{i}", type_=t.cycle.type),
-            "cycle_at": sa.bindparam(f"cycle_at_{i}", type_=t.cycle_at.type),
-            "token": sa.bindparam(f"token_{i}", type_=t.token.type),
+            "subject": _bind(table, "subject", f"subject_{i}"),
+            "cycle": _bind(table, "cycle", f"cycle_{i}"),
+            "cycle_at": _bind(table, "cycle_at", f"cycle_at_{i}"),
+            "token": _bind(table, "token", f"token_{i}"),
         }
         for i in range(rows)
     ]
@@ -90,12 +119,49 @@ def _values(table: sa.Table, rows: int) -> Any:
 
 
 def _numbered(params: dict[str, Any], ordered: Sequence[SlotKey], tokens: Sequence[int]) -> None:
-    """The per-row parameters of a multi-row VALUES (``subject_0``, ``token_0``...)."""
+    """The per-row parameters of a VALUES list (``subject_0``, ``token_0``...)."""
     for i, (key, token) in enumerate(zip(ordered, tokens, strict=True)):
         params[f"subject_{i}"] = key.subject
         params[f"cycle_{i}"] = key.cycle
         params[f"cycle_at_{i}"] = key.cycle_at
         params[f"token_{i}"] = token
+
+
+def _on_conflict_claim(
+    table: sa.Table, insert: Any, take_expired: bool, limited: bool
+) -> sa.ClauseElement:
+    """``insert`` (PostgreSQL's or SQLite's) as a claim: a conflicting row is taken over
+    only when `takeover` allows, and RETURNING lists exactly the won rows.
+
+    When the WHERE is false the conflicting row is left alone and returns nothing, as with
+    DO NOTHING.
+    """
+    t = table.c
+    excluded = insert.excluded
+    claim: sa.ClauseElement = insert.on_conflict_do_update(
+        index_elements=[t.action, t.cycle, t.subject],
+        set_={
+            "status": _CLAIMED,
+            "attempt": t.attempt + 1,
+            "token": excluded.token,
+            "lease_until": excluded.lease_until,
+            "updated_at": excluded.updated_at,
+            "sent_at": None,
+            "message_id": None,
+        },
+        where=takeover(table, take_expired, limited),
+    ).returning(t.id, t.token, t.attempt)
+    return claim
+
+
+def _bucket(count: int) -> int:
+    """The next power of two: IN lists padded to it share a handful of compiled shapes."""
+    return 1 << max(count - 1, 0).bit_length()
+
+
+def _padded(values: Sequence[Any], size: int) -> list[Any]:
+    """``values`` repeated at the end up to ``size`` (harmless inside an IN list)."""
+    return [*values, *[values[-1]] * (size - len(values))]
 
 
 class Dialect:
@@ -110,125 +176,216 @@ class Dialect:
     skip_locked: ClassVar[bool] = False
     #: A claim is one statement (so it may run in autocommit where that is cheaper).
     claim_is_one_statement: ClassVar[bool] = True
+    #: ``mark_many`` of any size is one statement.
+    mark_is_one_statement: ClassVar[bool] = False
     #: One statement in its own transaction runs in autocommit (saves BEGIN and COMMIT).
     autocommit_single_statements: ClassVar[bool] = False
     #: An OperationalError means the database is unreachable (SQLite's: "locked", busy).
     operational_error_is_unavailable: ClassVar[bool] = True
     #: One writer at a time (a file lock): the shells queue a process's calls in front of it.
     one_writer: ClassVar[bool] = False
+    #: Key columns come back from the driver as bytes (MySQL's VARBINARY).
+    keys_are_bytes: ClassVar[bool] = False
 
     def __init__(self, table: sa.Table) -> None:
         self.table = table
-        # Claim statements per shape (rows, take_expired, max_attempts given), built once.
-        self._statements: dict[object, sa.Executable] = {}
+        # Statements per (shape, driver): built and compiled once, kept for the ledger's life.
+        self._compiled: dict[tuple[object, ...], Compiled] = {}
 
-    def begin_write(self, conn: Connection, busy_timeout_ms: int) -> None:
-        """Start a writing transaction on the ledger's own connection (default: lazily)."""
+    # -- compiled statements ----------------------------------------------------------
+
+    def compiled(
+        self,
+        sa_dialect: SADialect,
+        shape: tuple[object, ...],
+        build: Callable[[], sa.ClauseElement],
+    ) -> Compiled:
+        """The statement of ``shape`` compiled for ``sa_dialect``'s driver, built once."""
+        key = (*shape, sa_dialect.driver, sa_dialect.paramstyle)
+        found = self._compiled.get(key)
+        if found is None:
+            found = self._compiled[key] = Compiled(build(), sa_dialect)
+        return found
+
+    def text(self, value: Any) -> str:
+        """A key column as read from the driver, as text."""
+        return value  # type: ignore[no-any-return]
+
+    # -- transactions -----------------------------------------------------------------
+
+    def begin_write(self, link: Link, info: dict[Any, Any], busy_timeout_ms: int) -> None:
+        """Start a writing transaction on the ledger's own connection (default: lazily).
+
+        ``info`` lives as long as the DBAPI connection does.
+        """
+
+    def begin_write_connection(self, conn: Connection, busy_timeout_ms: int) -> None:
+        """`begin_write` on a SQLAlchemy ``Connection`` of the ledger's own."""
 
     def is_retryable(self, orig: object) -> bool:
         """A deadlock or lock timeout whose transaction the server rolled back."""
         return False
 
-    def claim_batch(
-        self, params: dict[str, Any], ordered: Sequence[SlotKey], tokens: Sequence[int]
-    ) -> tuple[int, Batch]:
-        """The parameters of one claim of ``ordered`` and the VALUES rows its statement has."""
-        raise NotImplementedError
+    # -- claims -----------------------------------------------------------------------
 
-    def claim_statement(self, rows: int, take_expired: bool, limited: bool) -> sa.Executable:
-        """The claim statement for ``rows`` VALUES rows, built once per shape and kept, so
-        each call skips building and compiling."""
-        shape = (rows, take_expired, limited)
-        stmt = self._statements.get(shape)
-        if stmt is None:
-            stmt = self._statements[shape] = self._build_claim(rows, take_expired, limited)
-        return stmt
-
-    def _build_claim(self, rows: int, take_expired: bool, limited: bool) -> sa.Executable:
-        raise NotImplementedError
-
-    def run_claim(
+    def claim(
         self,
-        conn: Connection,
-        stmt: sa.Executable,
-        batch: Batch,
-        action: str,
+        link: Link,
+        params: dict[str, Any],
         ordered: Sequence[SlotKey],
         tokens: Sequence[int],
+        take_expired: bool,
+        limited: bool,
     ) -> Sequence[Any]:
-        """Run the claim; the won rows (``id``, ``token``, ``attempt``)."""
-        if self.claim_is_one_statement:  # RETURNING lists exactly the won rows
-            return conn.execute(stmt, batch).all()
-        conn.execute(stmt, batch)
-        return self.read_back(conn, action, ordered, tokens)
+        """Claim ``ordered`` (sorted, one action); the won rows (``id``, ``token``, ``attempt``).
 
-    def read_back(
-        self, conn: Connection, action: str, ordered: Sequence[SlotKey], tokens: Sequence[int]
-    ) -> Sequence[Any]:
-        """Without RETURNING: the rows of ``ordered`` that carry one of ``tokens``."""
+        ``params`` holds ``action``, ``lease_until``, ``now`` and, when ``limited``,
+        ``max_attempts``.
+        """
         raise NotImplementedError
 
+    # -- look-ups ---------------------------------------------------------------------
 
-class _OnConflict(Dialect):
-    """PostgreSQL and SQLite: ``INSERT ... ON CONFLICT DO UPDATE ... WHERE ... RETURNING``.
+    def not_claimable(
+        self,
+        link: Link,
+        params: dict[str, Any],
+        keys: Sequence[SlotKey],
+        take_expired: bool,
+        limited: bool,
+    ) -> set[tuple[str, str]]:
+        """The ``(cycle, subject)`` of ``keys`` whose row a claim would not win now.
 
-    When the WHERE is false the conflicting row is left alone and returns nothing, as with
-    DO NOTHING, so RETURNING lists exactly the won rows.
+        ``params`` holds ``action``, ``now`` and, when ``limited``, ``max_attempts``.
+        """
+        raise NotImplementedError
+
+    def _lookup_filter(self, take_expired: bool, limited: bool) -> sa.ColumnElement[bool]:
+        return sa.not_(takeover(self.table, take_expired, limited))
+
+    # -- marks ------------------------------------------------------------------------
+
+    def mark_one(self, link: Link, columns: tuple[str, ...], params: dict[str, Any]) -> bool:
+        """Compare-and-set one row (``m_id``, ``m_token``) to ``columns`` (``m_<column>``)."""
+        t = self.table
+
+        def build() -> sa.ClauseElement:
+            return (
+                sa.update(t)
+                .where(
+                    t.c.id == _bind(self.table, "id", "m_id"),
+                    t.c.token == _bind(self.table, "token", "m_token"),
+                    t.c.status == _CLAIMED,
+                )
+                .values({c: _bind(self.table, c, f"m_{c}") for c in columns})
+            )
+
+        compiled = self.compiled(link.dialect, ("mark", columns), build)
+        return link.count(compiled, params) == 1
+
+    def mark_many(self, link: Link, rows: Sequence[MarkRow], now: dt.datetime) -> set[int]:
+        """Mark distinct rows, each only while its token holds it; the ids that landed."""
+        landed: set[int] = set()
+        for row_id, token, status, detail in rows:
+            columns, params = mark_params(row_id, token, status, detail, now)
+            if self.mark_one(link, columns, params):
+                landed.add(row_id)
+        return landed
+
+    # -- renewals ---------------------------------------------------------------------
+
+    def renew(
+        self, link: Link, pairs: Sequence[tuple[int, int]], until: dt.datetime
+    ) -> set[tuple[int, int]]:
+        """Extend the lease of each (id, token) still claimed by it; the pairs that held."""
+        t = self.table
+
+        def build() -> sa.ClauseElement:
+            return (
+                sa.update(t)
+                .where(
+                    t.c.id == _bind(t, "id"),
+                    t.c.token == _bind(t, "token"),
+                    t.c.status == _CLAIMED,
+                )
+                .values(lease_until=_bind(t, "lease_until", "until"))
+            )
+
+        compiled = self.compiled(link.dialect, ("renew-one",), build)
+        held: set[tuple[int, int]] = set()
+        for row_id, token in pairs:
+            if link.count(compiled, {"id": row_id, "token": token, "until": until}) == 1:
+                held.add((row_id, token))
+        return held
+
+
+def mark_params(
+    row_id: int, token: int, status: str, detail: str | None, now: dt.datetime
+) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The columns one compare-and-set mark writes, and its parameters (`Dialect.mark_one`).
+
+    SENT writes ``sent_at`` and the message id; any other status the error, unless
+    ``detail`` is None (the stored error is kept).
+    """
+    values: dict[str, Any] = {"status": status, "updated_at": now}
+    if status == _SENT:
+        values["sent_at"] = now
+        values["message_id"] = detail
+    elif detail is not None:
+        values["last_error"] = detail
+    params = {f"m_{column}": value for column, value in values.items()}
+    params["m_id"], params["m_token"] = row_id, token
+    return tuple(values), params
+
+
+class PostgreSQL(Dialect):
+    """``INSERT ... ON CONFLICT DO UPDATE ... WHERE ... RETURNING``; many keys as arrays.
+
+    Batches bind one array per column (``unnest``): one statement and one plan whatever
+    their size, no parameter limit.
     """
 
-    insert: ClassVar[Any]
-
-    def _build_claim(self, rows: int, take_expired: bool, limited: bool) -> sa.Executable:
-        t = self.table
-        stmt = self._insert(rows)
-        excluded = stmt.excluded
-        claim: sa.Executable = stmt.on_conflict_do_update(
-            index_elements=[t.c.action, t.c.cycle, t.c.subject],
-            set_={
-                "status": _CLAIMED,
-                "attempt": t.c.attempt + 1,
-                "token": excluded.token,
-                "lease_until": excluded.lease_until,
-                "updated_at": excluded.updated_at,
-                "sent_at": None,
-                "message_id": None,
-            },
-            where=takeover(t, take_expired, limited),
-        ).returning(t.c.id, t.c.token, t.c.attempt)
-        return claim
-
-    def _insert(self, rows: int) -> Any:
-        return type(self).insert(self.table).values(_values(self.table, rows))
-
-
-class PostgreSQL(_OnConflict):
     name = "postgresql"
     clock_query = "SELECT clock_timestamp()"
     skip_locked = True
+    mark_is_one_statement = True
     autocommit_single_statements = True
-    insert = postgresql.insert
 
     def is_retryable(self, orig: object) -> bool:
         return getattr(orig, "sqlstate", None) in _PG_RETRY_STATES
 
-    def claim_batch(
-        self, params: dict[str, Any], ordered: Sequence[SlotKey], tokens: Sequence[int]
-    ) -> tuple[int, Batch]:
+    def claim(
+        self,
+        link: Link,
+        params: dict[str, Any],
+        ordered: Sequence[SlotKey],
+        tokens: Sequence[int],
+        take_expired: bool,
+        limited: bool,
+    ) -> Sequence[Any]:
         if len(ordered) == 1:
             _numbered(params, ordered, tokens)
-            return 1, params
-        # Many keys: one statement with four arrays whatever the batch size: no parameter
-        # limit, one plan, the same on asyncpg and psycopg. 0 rows: the unnest shape.
-        params["subjects"] = [k.subject for k in ordered]
-        params["cycles"] = [k.cycle for k in ordered]
-        params["cycle_ats"] = [k.cycle_at for k in ordered]
-        params["tokens"] = list(tokens)
-        return 0, params
+            rows = 1
+        else:
+            params["subjects"] = [k.subject for k in ordered]
+            params["cycles"] = [k.cycle for k in ordered]
+            params["cycle_ats"] = [k.cycle_at for k in ordered]
+            params["tokens"] = list(tokens)
+            rows = 0
+        shape = ("claim", rows, take_expired, limited)
+        compiled = self.compiled(
+            link.dialect, shape, lambda: self._build_claim(rows, take_expired, limited)
+        )
+        return link.rows(compiled, params)
+
+    def _build_claim(self, rows: int, take_expired: bool, limited: bool) -> sa.ClauseElement:
+        return _on_conflict_claim(self.table, self._insert(rows), take_expired, limited)
 
     def _insert(self, rows: int) -> Any:
+        t = self.table
         if rows:
-            return super()._insert(rows)
-        c = self.table.c
+            return postgresql.insert(t).values(_values(t, rows))
+        c = t.c
         unnest = (
             sa.func.unnest(
                 sa.bindparam("subjects", type_=postgresql.ARRAY(sa.Text)),
@@ -242,80 +399,290 @@ class PostgreSQL(_OnConflict):
             .render_derived()
         )
         select = sa.select(
-            sa.bindparam("action", type_=c.action.type),
+            _bind(t, "action"),
             unnest.c.subject,
             unnest.c.cycle,
             unnest.c.cycle_at,
             sa.literal(_CLAIMED, c.status.type),
             sa.literal(1, c.attempt.type),
             unnest.c.token,
-            sa.bindparam("lease_until", type_=c.lease_until.type),
-            sa.bindparam("now", type_=c.created_at.type),
-            sa.bindparam("now", type_=c.updated_at.type),
+            _bind(t, "lease_until"),
+            _bind(t, "created_at", "now"),
+            _bind(t, "updated_at", "now"),
         )
         columns = ["action", "subject", "cycle", "cycle_at", "status", "attempt", "token"]
         columns += ["lease_until", "created_at", "updated_at"]
-        return postgresql.insert(self.table).from_select(columns, select)
+        return postgresql.insert(t).from_select(columns, select)
+
+    def not_claimable(
+        self,
+        link: Link,
+        params: dict[str, Any],
+        keys: Sequence[SlotKey],
+        take_expired: bool,
+        limited: bool,
+    ) -> set[tuple[str, str]]:
+        # The keys as two arrays, each pair looked up by the whole key in a LATERAL
+        # subquery: one index search per pair, whatever the planner knows. (Under
+        # ``action = :a``, ``(cycle, subject) IN ((...), ...)`` was planned as a scan of every
+        # row of the action and cycle; a plain join on the arrays, once the driver's
+        # prepared statement went generic, as a hash join over every row of the action. The
+        # LIMIT keeps the subquery from being flattened into such a join.)
+        t = self.table
+
+        def build() -> sa.ClauseElement:
+            k = (
+                sa.func.unnest(
+                    sa.bindparam("cycles", type_=postgresql.ARRAY(sa.Text)),
+                    sa.bindparam("subjects", type_=postgresql.ARRAY(sa.Text)),
+                )
+                .table_valued("cycle", "subject")
+                .render_derived(name="k")
+            )
+            row = (
+                sa.select(t.c.cycle, t.c.subject)
+                .where(
+                    t.c.action == _bind(t, "action"),
+                    t.c.cycle == k.c.cycle,
+                    t.c.subject == k.c.subject,
+                    self._lookup_filter(take_expired, limited),
+                )
+                .limit(sa.literal_column("1"))
+                .lateral("x")
+            )
+            return sa.select(row.c.cycle, row.c.subject).select_from(k.join(row, sa.true()))
+
+        compiled = self.compiled(link.dialect, ("lookup", take_expired, limited), build)
+        params["cycles"] = [k.cycle for k in keys]
+        params["subjects"] = [k.subject for k in keys]
+        return {(cycle, subject) for cycle, subject in link.rows(compiled, params)}
+
+    def mark_many(self, link: Link, rows: Sequence[MarkRow], now: dt.datetime) -> set[int]:
+        # One UPDATE of the rows found by id, each taking its values from the arrays at its
+        # id's position; the compare-and-set is in the WHERE, and RETURNING names the rows
+        # that landed. One statement in autocommit: no lock taken beforehand, no BEGIN, no
+        # COMMIT. (No join to the arrays: a generic plan would make it a nested loop,
+        # quadratic in the batch.)
+        if len(rows) == 1:
+            return super().mark_many(link, rows, now)
+        t = self.table
+
+        def build() -> sa.ClauseElement:
+            at = _Positions(t)
+            sent = at.value("statuses", sa.Text) == _SENT
+            detail = at.value("details", sa.Text)
+            now = _bind(t, "updated_at", "now")
+            return (
+                sa.update(t)
+                .where(at.found, t.c.token == at.value("tokens", sa.BigInteger))
+                .where(_still_claimed(t))
+                .values(
+                    status=at.value("statuses", sa.Text),
+                    updated_at=now,
+                    sent_at=sa.case((sent, _bind(t, "sent_at", "now")), else_=t.c.sent_at),
+                    message_id=sa.case((sent, detail), else_=t.c.message_id),
+                    last_error=sa.case(
+                        (sa.and_(sa.not_(sent), detail.is_not(None)), detail),
+                        else_=t.c.last_error,
+                    ),
+                )
+                .returning(t.c.id)
+            )
+
+        compiled = self.compiled(link.dialect, ("mark-many",), build)
+        params = {
+            "ids": [r[0] for r in rows],
+            "tokens": [r[1] for r in rows],
+            "statuses": [r[2] for r in rows],
+            "details": [r[3] for r in rows],
+            "now": now,
+        }
+        return {row_id for (row_id,) in link.rows(compiled, params)}
+
+    def renew(
+        self, link: Link, pairs: Sequence[tuple[int, int]], until: dt.datetime
+    ) -> set[tuple[int, int]]:
+        t = self.table
+
+        def build() -> sa.ClauseElement:
+            at = _Positions(t)
+            return (
+                sa.update(t)
+                .where(at.found, t.c.token == at.value("tokens", sa.BigInteger))
+                .where(_still_claimed(t))
+                .values(lease_until=_bind(t, "lease_until", "until"))
+                .returning(t.c.id, t.c.token)
+            )
+
+        compiled = self.compiled(link.dialect, ("renew-many",), build)
+        params = {"ids": [p[0] for p in pairs], "tokens": [p[1] for p in pairs], "until": until}
+        return {(row_id, token) for row_id, token in link.rows(compiled, params)}
 
 
-class SQLite(_OnConflict):
+class _Positions:
+    """Rows found by ``id = ANY(:ids)`` (the primary key, whatever the plan), and each row's
+    value in another array at the position of its id (``array_position``)."""
+
+    def __init__(self, table: sa.Table) -> None:
+        self.ids = sa.bindparam("ids", type_=postgresql.ARRAY(sa.BigInteger))
+        self.found = table.c.id == sa.func.any(self.ids)
+        self.position = sa.func.array_position(self.ids, table.c.id)
+
+    def value(self, name: str, item: Any) -> Any:
+        # Parenthesised: ``$1::TEXT[][...]`` would read as a two-dimensional array type.
+        array = Grouping(sa.bindparam(name, type_=postgresql.ARRAY(item)))
+        return array[self.position]
+
+
+def _still_claimed(table: sa.Table) -> sa.ColumnElement[bool]:
+    """``status = 'claimed'``, written so that no index serves it: the rows are found by id
+    alone. (With stale statistics a generic plan ANDed the status index into the id look-up,
+    reading every claimed row of the table.)"""
+    return table.c.status.concat("") == _CLAIMED
+
+
+def _batch_mark_values(table: sa.Table, v: Any) -> dict[str, Any]:
+    """The SET of a batch mark joined to ``v`` (id, token, status, detail): the same columns
+    a single mark writes for that status (SENT: sent_at and message_id; otherwise the
+    error, unless the detail is None)."""
+    t = table.c
+    now = _bind(table, "updated_at", "now")
+    sent = v.c.status == _SENT
+    return {
+        "status": v.c.status,
+        "updated_at": now,
+        "sent_at": sa.case((sent, _bind(table, "sent_at", "now")), else_=t.sent_at),
+        "message_id": sa.case((sent, v.c.detail), else_=t.message_id),
+        "last_error": sa.case(
+            (sa.and_(sa.not_(sent), v.c.detail.is_not(None)), v.c.detail), else_=t.last_error
+        ),
+    }
+
+
+class SQLite(Dialect):
+    """``INSERT ... ON CONFLICT DO UPDATE ... WHERE ... RETURNING``, one key per statement.
+
+    A statement is a call into the library, not a round trip: each key gets an index
+    search by the whole key, inside one ``BEGIN IMMEDIATE`` transaction per batch.
+    """
+
     name = "sqlite"
     row_locks = False
     operational_error_is_unavailable = False
     one_writer = True
-    insert = sqlite.insert
 
-    def begin_write(self, conn: Connection, busy_timeout_ms: int) -> None:
+    def begin_write(self, link: Link, info: dict[Any, Any], busy_timeout_ms: int) -> None:
         # BEGIN IMMEDIATE takes SQLite's write lock up front. A deferred BEGIN would start
         # as a reader and fail with "database is locked" when it tries to upgrade while
         # another connection writes; the busy timeout then makes concurrent claimers queue
         # instead of failing. The busy timeout is set once per DBAPI connection, not on
         # every call: the connection's info lives as long as it does.
+        if info.get(_BUSY_TIMEOUT_INFO) != busy_timeout_ms:
+            link.statement(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+            info[_BUSY_TIMEOUT_INFO] = busy_timeout_ms
+        link.statement("BEGIN IMMEDIATE")
+
+    def begin_write_connection(self, conn: Connection, busy_timeout_ms: int) -> None:
         info = conn.connection.info
         if info.get(_BUSY_TIMEOUT_INFO) != busy_timeout_ms:
             conn.exec_driver_sql(f"PRAGMA busy_timeout = {busy_timeout_ms}")
             info[_BUSY_TIMEOUT_INFO] = busy_timeout_ms
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
-    def claim_batch(
-        self, params: dict[str, Any], ordered: Sequence[SlotKey], tokens: Sequence[int]
-    ) -> tuple[int, Batch]:
-        # One cached single-row statement with many parameter sets; SQLAlchemy
-        # ("insertmanyvalues") sends them as multi-row VALUES statements with RETURNING,
-        # in this order, without compiling a new statement per batch.
-        batch = [
-            {
-                **params,
-                "subject_0": key.subject,
-                "cycle_0": key.cycle,
-                "cycle_at_0": key.cycle_at,
-                "token_0": token,
-            }
-            for key, token in zip(ordered, tokens, strict=True)
-        ]
-        return 1, batch[0] if len(batch) == 1 else batch
+    def claim(
+        self,
+        link: Link,
+        params: dict[str, Any],
+        ordered: Sequence[SlotKey],
+        tokens: Sequence[int],
+        take_expired: bool,
+        limited: bool,
+    ) -> Sequence[Any]:
+        t = self.table
+
+        def build() -> sa.ClauseElement:
+            insert = sqlite.insert(t).values(_values(t, 1))
+            return _on_conflict_claim(t, insert, take_expired, limited)
+
+        compiled = self.compiled(link.dialect, ("claim", take_expired, limited), build)
+        won: list[Any] = []
+        for key, token in zip(ordered, tokens, strict=True):
+            params["subject_0"] = key.subject
+            params["cycle_0"] = key.cycle
+            params["cycle_at_0"] = key.cycle_at
+            params["token_0"] = token
+            won += link.rows(compiled, params)
+        return won
+
+    def not_claimable(
+        self,
+        link: Link,
+        params: dict[str, Any],
+        keys: Sequence[SlotKey],
+        take_expired: bool,
+        limited: bool,
+    ) -> set[tuple[str, str]]:
+        t = self.table
+
+        def build() -> sa.ClauseElement:
+            return sa.select(t.c.cycle, t.c.subject).where(
+                t.c.action == _bind(t, "action"),
+                t.c.cycle == _bind(t, "cycle"),
+                t.c.subject == _bind(t, "subject"),
+                self._lookup_filter(take_expired, limited),
+            )
+
+        compiled = self.compiled(link.dialect, ("lookup-one", take_expired, limited), build)
+        taken: set[tuple[str, str]] = set()
+        for key in keys:
+            params["cycle"], params["subject"] = key.cycle, key.subject
+            if link.rows(compiled, params):
+                taken.add((key.cycle, key.subject))
+        return taken
 
 
 class MySQL(Dialect):
-    """MySQL and MariaDB: ``INSERT ... ON DUPLICATE KEY UPDATE``, then read back by token."""
+    """MySQL and MariaDB: ``INSERT ... ON DUPLICATE KEY UPDATE``, then read back by token.
+
+    Key lists are ``(cycle, subject) IN ((...), ...)`` under ``action = :a``, which both
+    servers plan as a range of index searches by the whole key.
+    """
 
     name = "mysql"
     clock_query = "SELECT UTC_TIMESTAMP(6)"
     claim_is_one_statement = False
+    keys_are_bytes = True
 
     def is_retryable(self, orig: object) -> bool:
         args: tuple[Any, ...] = getattr(orig, "args", ())
         return bool(args) and args[0] in _MYSQL_RETRY_CODES
 
-    def claim_batch(
-        self, params: dict[str, Any], ordered: Sequence[SlotKey], tokens: Sequence[int]
-    ) -> tuple[int, Batch]:
+    def text(self, value: Any) -> str:
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return bytes(value).decode("utf-8")
+        return value  # type: ignore[no-any-return]
+
+    def claim(
+        self,
+        link: Link,
+        params: dict[str, Any],
+        ordered: Sequence[SlotKey],
+        tokens: Sequence[int],
+        take_expired: bool,
+        limited: bool,
+    ) -> Sequence[Any]:
         # One multi-row VALUES statement. (PyMySQL's executemany cannot batch an
         # ON DUPLICATE KEY UPDATE clause that has parameters of its own.)
         _numbered(params, ordered, tokens)
-        return len(ordered), params
+        rows = len(ordered)
+        shape = ("claim", rows, take_expired, limited)
+        compiled = self.compiled(
+            link.dialect, shape, lambda: self._build_claim(rows, take_expired, limited)
+        )
+        link.count(compiled, params)
+        return self._read_back(link, params["action"], ordered, tokens)
 
-    def _build_claim(self, rows: int, take_expired: bool, limited: bool) -> sa.Executable:
+    def _build_claim(self, rows: int, take_expired: bool, limited: bool) -> sa.ClauseElement:
         """MySQL applies the assignments left to right and each one sees the columns already
         assigned. So the take-over condition is evaluated exactly once, in the first
         assignment (the token); every later assignment asks "does the row now carry this
@@ -344,28 +711,147 @@ class MySQL(Dialect):
             ]
         )
 
-    def read_back(
-        self, conn: Connection, action: str, ordered: Sequence[SlotKey], tokens: Sequence[int]
-    ) -> Sequence[Any]:
-        params = {
-            "action": action,
-            "pairs": [(k.cycle, k.subject) for k in ordered],
-            "tokens": list(tokens),
-        }
-        return conn.execute(self._read_back_statement(), params).all()
+    def _pairs(self, size: int) -> sa.ColumnElement[bool]:
+        """``(cycle, subject) IN`` ``size`` bound pairs (``c_0``, ``s_0``...)."""
+        t = self.table
+        pairs = [
+            sa.tuple_(_bind(t, "cycle", f"c_{i}"), _bind(t, "subject", f"s_{i}"))
+            for i in range(size)
+        ]
+        return sa.tuple_(t.c.cycle, t.c.subject).in_(pairs)
 
-    def _read_back_statement(self) -> sa.Executable:
-        """The rows of these keys that carry one of these tokens (the won ones)."""
-        stmt = self._statements.get("read_back")
-        if stmt is None:
-            t = self.table
-            stmt = sa.select(t.c.id, t.c.token, t.c.attempt).where(
-                t.c.action == sa.bindparam("action", type_=t.c.action.type),
-                sa.tuple_(t.c.cycle, t.c.subject).in_(sa.bindparam("pairs", expanding=True)),
-                t.c.token.in_(sa.bindparam("tokens", expanding=True)),
+    @staticmethod
+    def _pair_params(params: dict[str, Any], keys: Sequence[SlotKey], size: int) -> None:
+        for i, key in enumerate(_padded(keys, size)):
+            params[f"c_{i}"] = key.cycle
+            params[f"s_{i}"] = key.subject
+
+    def _read_back(
+        self, link: Link, action: str, ordered: Sequence[SlotKey], tokens: Sequence[int]
+    ) -> Sequence[Any]:
+        """The rows of ``ordered`` that carry one of ``tokens`` (the won ones)."""
+        t = self.table
+        size = _bucket(len(ordered))
+
+        def build() -> sa.ClauseElement:
+            return sa.select(t.c.id, t.c.token, t.c.attempt).where(
+                t.c.action == _bind(t, "action"),
+                self._pairs(size),
+                t.c.token.in_([_bind(t, "token", f"k_{i}") for i in range(size)]),
             )
-            self._statements["read_back"] = stmt
-        return stmt
+
+        compiled = self.compiled(link.dialect, ("read-back", size), build)
+        params: dict[str, Any] = {"action": action}
+        self._pair_params(params, ordered, size)
+        for i, token in enumerate(_padded(tokens, size)):
+            params[f"k_{i}"] = token
+        return link.rows(compiled, params)
+
+    def not_claimable(
+        self,
+        link: Link,
+        params: dict[str, Any],
+        keys: Sequence[SlotKey],
+        take_expired: bool,
+        limited: bool,
+    ) -> set[tuple[str, str]]:
+        t = self.table
+        size = _bucket(len(keys))
+
+        def build() -> sa.ClauseElement:
+            return sa.select(t.c.cycle, t.c.subject).where(
+                t.c.action == _bind(t, "action"),
+                self._pairs(size),
+                self._lookup_filter(take_expired, limited),
+            )
+
+        compiled = self.compiled(link.dialect, ("lookup", size, take_expired, limited), build)
+        self._pair_params(params, keys, size)
+        text = self.text
+        return {(text(cycle), text(subject)) for cycle, subject in link.rows(compiled, params)}
+
+    def mark_many(self, link: Link, rows: Sequence[MarkRow], now: dt.datetime) -> set[int]:
+        # Lock the rows still claimed by these tokens, then one UPDATE joined to the marks
+        # of those rows. (The lock makes the landed set exact: MySQL's UPDATE has no
+        # RETURNING, and its row count cannot tell which rows matched.)
+        if len(rows) == 1:
+            return super().mark_many(link, rows, now)
+        t = self.table
+        size = _bucket(len(rows))
+
+        def build_lock() -> sa.ClauseElement:
+            ids = [_bind(t, "id", f"i_{n}") for n in range(size)]
+            return (
+                sa.select(t.c.id, t.c.token)
+                .where(t.c.id.in_(ids), t.c.status == _CLAIMED)
+                .with_for_update()
+            )
+
+        lock = self.compiled(link.dialect, ("mark-lock", size), build_lock)
+        ids = sorted(r[0] for r in rows)
+        live = {
+            (row_id, token)
+            for row_id, token in link.rows(
+                lock, {f"i_{n}": row_id for n, row_id in enumerate(_padded(ids, size))}
+            )
+        }
+        mine = [r for r in rows if (r[0], r[1]) in live]
+        if not mine:
+            return set()
+        count = len(mine)
+
+        def build_update() -> sa.ClauseElement:
+            v = sa.union_all(
+                *[
+                    sa.select(
+                        _bind(t, "id", f"i_{n}").label("id"),
+                        _bind(t, "token", f"k_{n}").label("token"),
+                        _bind(t, "status", f"s_{n}").label("status"),
+                        sa.bindparam(f"d_{n}", type_=sa.String(500)).label("detail"),
+                    )
+                    for n in range(count)
+                ]
+            ).subquery("v")
+            return (
+                sa.update(t)
+                .where(t.c.id == v.c.id, t.c.token == v.c.token, t.c.status == _CLAIMED)
+                .values(_batch_mark_values(t, v))
+            )
+
+        update = self.compiled(link.dialect, ("mark-update", count), build_update)
+        params: dict[str, Any] = {"now": now}
+        for n, (row_id, token, status, detail) in enumerate(mine):
+            params[f"i_{n}"], params[f"k_{n}"] = row_id, token
+            params[f"s_{n}"], params[f"d_{n}"] = status, detail
+        link.count(update, params)
+        return {r[0] for r in mine}
+
+    def renew(
+        self, link: Link, pairs: Sequence[tuple[int, int]], until: dt.datetime
+    ) -> set[tuple[int, int]]:
+        t = self.table
+        size = _bucket(len(pairs))
+
+        def mine() -> sa.ColumnElement[bool]:
+            bound = [
+                sa.tuple_(_bind(t, "id", f"i_{n}"), _bind(t, "token", f"k_{n}"))
+                for n in range(size)
+            ]
+            return sa.and_(sa.tuple_(t.c.id, t.c.token).in_(bound), t.c.status == _CLAIMED)
+
+        update = self.compiled(
+            link.dialect,
+            ("renew-update", size),
+            lambda: sa.update(t).where(mine()).values(lease_until=_bind(t, "lease_until", "until")),
+        )
+        select = self.compiled(
+            link.dialect, ("renew-select", size), lambda: sa.select(t.c.id, t.c.token).where(mine())
+        )
+        params: dict[str, Any] = {"until": until}
+        for n, (row_id, token) in enumerate(_padded(pairs, size)):
+            params[f"i_{n}"], params[f"k_{n}"] = row_id, token
+        link.count(update, params)
+        return {(row_id, token) for row_id, token in link.rows(select, params)}
 
 
 _DIALECTS: dict[str, type[Dialect]] = {

@@ -39,7 +39,8 @@ from notifyonce._ledger.checks import (
     normalize_subjects,
 )
 from notifyonce._ledger.claim import Claim
-from notifyonce._ledger.core import DATABASE_ERRORS, LedgerCore
+from notifyonce._ledger.core import MARK_CHUNK, LedgerCore, Plan
+from notifyonce._ledger.execute import Link
 from notifyonce._ledger.records import LedgerStats, SlotRecord, SweepResult
 from notifyonce._ledger.table import DEFAULT_TABLE_NAME, SlotStatus
 from notifyonce._outcome import DeliveryMode
@@ -63,10 +64,10 @@ def raise_type(field: str, expected: str, value: object) -> NoReturn:
 
 
 class _LedgerBase(Generic[EngineT]):
-    """What both ledgers share: construction, argument checks and the claim_many loop.
+    """What both ledgers share: construction, argument checks and the plan of each call.
 
     The ``_plan_*`` methods validate a call's arguments (before any SQL) and return the
-    function the core runs on a sync Connection.
+    `Plan` the core runs: its body and the transaction it needs.
     """
 
     _engine_kind: ClassVar[tuple[type, str]]
@@ -96,24 +97,88 @@ class _LedgerBase(Generic[EngineT]):
             retries=retries,
         )
 
+    # -- the send path: statements on a Link -------------------------------------------
+
     def _plan_claim(
         self, action: object, subject: object, cycle: object, options: ClaimOptions
-    ) -> Body[Claim | None]:
+    ) -> Plan[Claim | None]:
         key = make_key(action, subject, cycle)
         core = self._core
 
-        def body(conn: Connection) -> Claim | None:
-            won = core.claim_keys(conn, key.action, [key], options)
+        def body(link: Link) -> Claim | None:
+            won = core.claim_keys(link, key.action, [key], options)
             return won[0] if won else None
 
-        return body
+        return Plan(body, autocommit=core.dialect.claim_is_one_statement)
 
-    def _plan_mark(self, claim: object, status: SlotStatus, detail: str | None) -> Body[bool]:
-        return partial(self._core.mark, claim=check_claim(claim), status=status, detail=detail)
+    def _claim_many_plans(
+        self, action: object, items: object, options: ClaimOptions, chunk_size: object
+    ) -> tuple[list[SlotKey], list[Plan[list[Claim]]]]:
+        """The keys, and one plan per chunk of ``chunk_size`` of them: one statement and one
+        transaction each. Every item is validated first: a bad one raises before anything
+        is claimed.
+        """
+        size = check_positive_int("chunk_size", chunk_size)
+        keys = normalize_items(action, items)
+        core = self._core
+        return keys, [
+            Plan(
+                partial(core.claim_keys, action=chunk[0].action, keys=chunk, options=options),
+                autocommit=core.dialect.claim_is_one_statement,
+            )
+            for chunk in (keys[start : start + size] for start in range(0, len(keys), size))
+        ]
+
+    def _plan_release_won(self, won: Sequence[Claim]) -> Plan[list[bool]]:
+        """Free what earlier chunks of a failed ``claim_many`` won, so the next run wins them
+        again instead of waiting for their leases to expire (at most once: as UNKNOWN)."""
+        note = "claim_many failed in a later chunk"
+        return self._plan_mark_many([(c, SlotStatus.RELEASED, note) for c in won])
+
+    def _plan_mark(self, claim: object, status: SlotStatus, detail: str | None) -> Plan[bool]:
+        body = partial(self._core.mark, claim=check_claim(claim), status=status, detail=detail)
+        return Plan(body, autocommit=True)
+
+    def _plan_mark_many(
+        self, results: Sequence[tuple[Claim, SlotStatus, str | None]]
+    ) -> Plan[list[bool]]:
+        checked = check_mark_results(results)
+        core = self._core
+        # One statement needs no transaction around it; several must land together.
+        one = len(checked) <= 1 or (
+            core.dialect.mark_is_one_statement and len(checked) <= MARK_CHUNK
+        )
+        return Plan(partial(core.mark_many, results=checked), autocommit=one)
+
+    def _plan_renew(self, claims: object, lease: object) -> Plan[list[bool]]:
+        if isinstance(claims, (str, bytes)) or not isinstance(claims, Iterable):
+            raise_type("claims", "an iterable of Claim", claims)
+        checked = [check_claim(c) for c in claims]
+        length = self._core.lease if lease is None else check_lease(lease)
+        # Each renewal is its own compare-and-set: they need not land together.
+        return Plan(partial(self._core.renew, claims=checked, lease=length), autocommit=True)
+
+    def _plan_lookup(
+        self, action: object, items: object, take_expired: object, max_attempts: object
+    ) -> Plan[list[SlotKey]]:
+        options = self._core.claim_options(None, take_expired, max_attempts)
+        keys = normalize_items(action, items)
+        core = self._core
+
+        def body(link: Link) -> list[SlotKey]:
+            if not keys:
+                return []
+            taken = core.not_claimable(link, keys[0].action, keys, options)
+            return [k for k in keys if (k.cycle, k.subject) in taken]
+
+        # Reads only: no transaction is needed around them.
+        return Plan(body, write=False, autocommit=True)
+
+    # -- the operator's calls: SQLAlchemy Core on a Connection ---------------------------
 
     def _plan_sweep(
         self, mode: object, max_attempts: object, limit: object, actions: object
-    ) -> Body[SweepResult]:
+    ) -> Plan[SweepResult]:
         if not isinstance(mode, DeliveryMode):
             raise_type("mode", "a DeliveryMode", mode)
         checked: list[str] | None = None
@@ -121,39 +186,43 @@ class _LedgerBase(Generic[EngineT]):
             if isinstance(actions, str) or not isinstance(actions, Iterable):
                 raise_type("actions", "an iterable of action names or None", actions)
             checked = [normalize_action(a) for a in actions]
-        return partial(
+        body = partial(
             self._core.sweep,
             mode=mode,
             max_attempts=check_positive_int("max_attempts", max_attempts),
             limit=check_positive_int("limit", limit),
             actions=checked,
         )
+        return Plan(body, on_link=False)
 
-    def _plan_purge(self, older_than: object, opaque_finished_before: object) -> Body[int]:
-        return partial(
+    def _plan_purge(self, older_than: object, opaque_finished_before: object) -> Plan[int]:
+        body = partial(
             self._core.purge,
             older_than=check_lease(older_than, "older_than"),
             opaque_finished_before=None
             if opaque_finished_before is None
             else check_aware("opaque_finished_before", opaque_finished_before),
         )
+        return Plan(body, on_link=False)
 
     def _plan_requeue(
         self, action: object, status: object, since: object, subjects: object, dry_run: object
-    ) -> Body[list[SlotKey]]:
-        return partial(
+    ) -> Plan[list[SlotKey]]:
+        dry = check_bool("dry_run", dry_run)
+        body = partial(
             self._core.requeue,
             action=normalize_action(action),
             statuses=check_statuses(status, allowed=_REQUEUEABLE),
             since=None if since is None else check_aware("since", since),
             subjects=None if subjects is None else normalize_subjects(subjects),
-            dry_run=check_bool("dry_run", dry_run),
+            dry_run=dry,
         )
+        return Plan(body, write=not dry, on_link=False)
 
     def _plan_slots(
         self, status: object, action: object, since: object, subjects: object, limit: object
-    ) -> Body[list[SlotRecord]]:
-        return partial(
+    ) -> Plan[list[SlotRecord]]:
+        body = partial(
             self._core.slots,
             action=None if action is None else normalize_action(action),
             statuses=check_statuses(status, allowed=frozenset(SlotStatus)),
@@ -161,11 +230,27 @@ class _LedgerBase(Generic[EngineT]):
             subjects=None if subjects is None else normalize_subjects(subjects),
             limit=check_positive_int("limit", limit),
         )
+        return Plan(body, write=False, on_link=False)
 
-    @property
-    def _single(self) -> bool:
-        """A claim is one statement, except on MySQL (INSERT, then the read-back)."""
-        return self._core.dialect.claim_is_one_statement
+    def _plan_get(self, action: object, subject: object, cycle: object) -> Plan[SlotRecord | None]:
+        key = make_key(action, subject, cycle)
+        return Plan(partial(self._core.get, key=key), write=False, on_link=False)
+
+    def _plan_last_sent(self, subjects: object, since: object) -> Plan[dict[str, dt.datetime]]:
+        body = partial(
+            self._core.last_sent,
+            subjects=normalize_subjects(subjects),
+            since=check_aware("since", since),
+        )
+        return Plan(body, write=False, on_link=False)
+
+    def _plan_stats(self) -> Plan[LedgerStats]:
+        return Plan(self._core.stats, write=False, on_link=False)
+
+    def _plan_create_schema(self) -> Plan[None]:
+        return Plan(self._core.create_schema, on_link=False)
+
+    # -- properties ---------------------------------------------------------------------
 
     @property
     def table(self) -> sa.Table:
@@ -202,81 +287,11 @@ class _LedgerBase(Generic[EngineT]):
         """The default lease of a claim."""
         return self._core.lease
 
-    def _plan_lookup(
-        self, action: object, items: object, take_expired: object, max_attempts: object
-    ) -> Body[list[SlotKey]]:
-        options = self._core.claim_options(None, take_expired, max_attempts)
-        keys = normalize_items(action, items)
-        core = self._core
 
-        def body(conn: Connection) -> list[SlotKey]:
-            if not keys:
-                return []
-            taken = core.not_claimable(conn, keys[0].action, keys, options)
-            return [k for k in keys if (k.cycle, k.subject) in taken]
-
-        return body
-
-    def _plan_renew(self, claims: object, lease: object) -> Body[list[bool]]:
-        if isinstance(claims, (str, bytes)) or not isinstance(claims, Iterable):
-            raise_type("claims", "an iterable of Claim", claims)
-        checked = [check_claim(c) for c in claims]
-        length = self._core.lease if lease is None else check_lease(lease)
-        return partial(self._core.renew, claims=checked, lease=length)
-
-    def _claim_many_body(
-        self,
-        action: object,
-        items: Iterable[tuple[Subject, Cycle]],
-        options: ClaimOptions,
-        chunk_size: object,
-    ) -> Callable[[Connection], list[Claim]]:
-        """One function that claims every chunk, each in its own transaction."""
-        size = check_positive_int("chunk_size", chunk_size)
-        keys = normalize_items(action, items)
-        core = self._core
-
-        def body(conn: Connection) -> list[Claim]:
-            won: dict[tuple[str, str], Claim] = {}
-            try:
-                for start in range(0, len(keys), size):
-                    chunk = keys[start : start + size]
-                    claims = core.run(
-                        conn,
-                        partial(
-                            core.claim_keys, action=chunk[0].action, keys=chunk, options=options
-                        ),
-                        write=True,
-                        owned=True,
-                        single_statement=core.dialect.claim_is_one_statement,
-                    )
-                    won.update(((c.key.subject, c.key.cycle), c) for c in claims)
-            except Exception:
-                # Earlier chunks are committed; free them rather than leave them to expire
-                # (in at-most-once mode an expired claim becomes UNKNOWN and is never sent).
-                _release_quietly(core, conn, list(won.values()))
-                raise
-            return [won[(k.subject, k.cycle)] for k in keys if (k.subject, k.cycle) in won]
-
-        return body
-
-
-def _run_owned(
-    core: LedgerCore, engine: sa.Engine, body: Body[T], write: bool, single_statement: bool
-) -> T:
-    """Check a connection out of ``engine`` and run ``body`` in the ledger's own transaction."""
-    try:
-        conn = engine.connect()
-    except DATABASE_ERRORS as exc:
-        raise core.translate(exc) from exc
-    with conn:
-        if core.clock_due:
-            try:
-                core.sync_clock(conn)
-                conn.rollback()  # end the read's transaction: the body sets its own mode
-            except DATABASE_ERRORS as exc:
-                raise core.translate(exc) from exc
-        return core.run(conn, body, write=write, owned=True, single_statement=single_statement)
+def _in_order(keys: list[SlotKey], won: list[Claim]) -> list[Claim]:
+    """The won claims of ``claim_many`` in input order (each chunk claims in index order)."""
+    by_key = {claim.key: claim for claim in won}
+    return [by_key[key] for key in keys if key in by_key]
 
 
 # SQLite takes one writer at a time. Connections of one process that race for its lock
@@ -322,15 +337,6 @@ def _sqlite_thread_gate(engine: sa.Engine) -> threading.Lock:
         return _SQLITE_THREAD_GATES.setdefault(_sqlite_file(engine), threading.Lock())
 
 
-def _release_quietly(core: LedgerCore, conn: Connection, claims: list[Claim]) -> None:
-    if not claims:
-        return
-    results = [(c, SlotStatus.RELEASED, "claim_many failed in a later chunk") for c in claims]
-    # Best effort: the original error is what the caller must see.
-    with contextlib.suppress(Exception):
-        core.run(conn, partial(core.mark_many, results=results), write=True, owned=True)
-
-
 class AsyncLedger(_LedgerBase[AsyncEngine]):
     """The claim ledger on an ``AsyncEngine`` (asyncpg, psycopg 3, aiosqlite, asyncmy).
 
@@ -366,38 +372,19 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
     _engine_kind = (AsyncEngine, "an AsyncEngine (use Ledger for an Engine)")
     _twin: object = _UNSET  # the sync engine of a SQLite file; see _sqlite_twin
 
-    async def _run(
-        self,
-        body: Body[T],
-        *,
-        write: bool = True,
-        connection: AsyncConnection | None = None,
-        single_statement: bool = False,
-    ) -> T:
+    async def _run(self, plan: Plan[T], *, connection: AsyncConnection | None = None) -> T:
         if connection is not None:
-            return await connection.run_sync(self._core.run, body, write=write, owned=False)
+            return await connection.run_sync(self._core.run, plan, owned=False)
         # The whole call (checkout, statements, commit, checkin) in one greenlet on the
         # engine's sync facade: what AsyncConnection does, minus two greenlet hops.
-        run = partial(
-            greenlet_spawn,
-            _run_owned,
-            self._core,
-            self._engine.sync_engine,
-            body,
-            write,
-            single_statement,
-        )
-        if not self._core.dialect.one_writer:
-            return cast(T, await run())
+        core, sync = self._core, self._engine.sync_engine
+        if not core.dialect.one_writer:
+            return cast(T, await greenlet_spawn(core.run_owned, sync, plan))
         twin = self._sqlite_twin()
-        async with _sqlite_gate(self._engine.sync_engine):
+        async with _sqlite_gate(sync):
             if twin is None:
-                result = cast(T, await run())
-            else:
-                result = await asyncio.to_thread(
-                    _run_owned, self._core, twin, body, write, single_statement
-                )
-            return result
+                return cast(T, await greenlet_spawn(core.run_owned, sync, plan))
+            return await asyncio.to_thread(core.run_owned, twin, plan)
 
     def _sqlite_twin(self) -> sa.Engine | None:
         """A sync engine on the same SQLite file, or None for a private (memory) database.
@@ -435,7 +422,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         Production deployments use the shipped Alembic migration instead; see the
         Alembic guide. Both create the same table.
         """
-        await self._run(self._core.create_schema)
+        await self._run(self._plan_create_schema())
 
     async def claim_slot(
         self,
@@ -492,8 +479,8 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
             True
         """
         options = self._core.claim_options(lease, take_expired, max_attempts)
-        body = self._plan_claim(action, subject, cycle, options)
-        return await self._run(body, connection=connection, single_statement=self._single)
+        plan = self._plan_claim(action, subject, cycle, options)
+        return await self._run(plan, connection=connection)
 
     async def claim_many(
         self,
@@ -528,9 +515,19 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
             ['42']
         """
         options = self._core.claim_options(lease, take_expired, max_attempts)
-        body = self._claim_many_body(action, items, options, chunk_size)
-        # claim_many runs its own transactions (one per chunk) on one connection.
-        return await self._run(body, write=False)
+        keys, plans = self._claim_many_plans(action, items, options, chunk_size)
+        won: list[Claim] = []
+        try:
+            for plan in plans:
+                chunk: list[Claim] = await self._run(plan)
+                won += chunk
+        except BaseException:
+            if won:
+                # Best effort: the original error is what the caller must see.
+                with contextlib.suppress(Exception):
+                    await self._run(self._plan_release_won(won))
+            raise
+        return _in_order(keys, won)
 
     async def mark_sent(self, claim: Claim, *, message_id: int | str | None = None) -> bool:
         """Record the claim as sent; False if its lease was lost (nothing changed).
@@ -541,25 +538,25 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
                 ...  # the lease expired and another worker took the slot over
             ```
         """
-        body = self._plan_mark(claim, SlotStatus.SENT, check_message_id(message_id))
-        return await self._run(body, single_statement=True)
+        plan = self._plan_mark(claim, SlotStatus.SENT, check_message_id(message_id))
+        return await self._run(plan)
 
     async def mark_failed(self, claim: Claim, error: str) -> bool:
         """Record a permanent failure (never retried); False if the lease was lost."""
-        body = self._plan_mark(claim, SlotStatus.FAILED, check_text("error", error, optional=False))
-        return await self._run(body, single_statement=True)
+        plan = self._plan_mark(claim, SlotStatus.FAILED, check_text("error", error, optional=False))
+        return await self._run(plan)
 
     async def mark_unknown(self, claim: Claim, error: str | None = None) -> bool:
         """Record that the send may or may not have arrived; False if the lease was lost."""
-        body = self._plan_mark(claim, SlotStatus.UNKNOWN, check_text("error", error, optional=True))
-        return await self._run(body, single_statement=True)
+        plan = self._plan_mark(claim, SlotStatus.UNKNOWN, check_text("error", error, optional=True))
+        return await self._run(plan)
 
     async def release(self, claim: Claim, error: str | None = None) -> bool:
         """Free the slot for the next claim (not delivered); False if the lease was lost."""
-        body = self._plan_mark(
+        plan = self._plan_mark(
             claim, SlotStatus.RELEASED, check_text("error", error, optional=True)
         )
-        return await self._run(body, single_statement=True)
+        return await self._run(plan)
 
     async def mark_many(
         self, results: Sequence[tuple[Claim, SlotStatus, str | None]]
@@ -571,8 +568,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         otherwise. An entry is False when its lease was lost, or when the same claim
         appears earlier in ``results``.
         """
-        checked = check_mark_results(results)
-        return await self._run(partial(self._core.mark_many, results=checked))
+        return await self._run(self._plan_mark_many(results))
 
     async def renew(
         self, claims: Iterable[Claim], *, lease: dt.timedelta | None = None
@@ -601,13 +597,11 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         is a snapshot, and only a claim decides. The Notifier uses it to skip finished
         slots without claiming them (and without waiting for a rate-limit turn).
         """
-        body = self._plan_lookup(action, items, take_expired, max_attempts)
-        return await self._run(body, write=False)
+        return await self._run(self._plan_lookup(action, items, take_expired, max_attempts))
 
     async def get(self, action: str, subject: Subject, cycle: Cycle) -> SlotRecord | None:
         """The stored record of a slot, or None if it was never claimed (or was purged)."""
-        key = make_key(action, subject, cycle)
-        return await self._run(partial(self._core.get, key=key), write=False)
+        return await self._run(self._plan_get(action, subject, cycle))
 
     async def sweep(
         self,
@@ -648,15 +642,11 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         self, subjects: Iterable[Subject], *, since: dt.datetime
     ) -> dict[str, dt.datetime]:
         """The latest ``sent_at`` per subject (as text) at or after ``since``, any action."""
-        texts = normalize_subjects(subjects)
-        after = check_aware("since", since)
-        return await self._run(
-            partial(self._core.last_sent, subjects=texts, since=after), write=False
-        )
+        return await self._run(self._plan_last_sent(subjects, since))
 
     async def stats(self) -> LedgerStats:
         """Counts per action and status, live claims and expired leases."""
-        return await self._run(self._core.stats, write=False)
+        return await self._run(self._plan_stats())
 
     async def requeue(
         self,
@@ -690,8 +680,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
             keys = await ledger.requeue("trial_6h", status="unknown", since=outage_start)
             ```
         """
-        body = self._plan_requeue(action, status, since, subjects, dry_run)
-        return await self._run(body, write=not dry_run)
+        return await self._run(self._plan_requeue(action, status, since, subjects, dry_run))
 
     async def slots(
         self,
@@ -711,8 +700,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
             subjects: Only these subjects.
             limit: At most this many records.
         """
-        body = self._plan_slots(status, action, since, subjects, limit)
-        return await self._run(body, write=False)
+        return await self._run(self._plan_slots(status, action, since, subjects, limit))
 
 
 class Ledger(_LedgerBase[sa.Engine]):
@@ -731,24 +719,17 @@ class Ledger(_LedgerBase[sa.Engine]):
 
     _engine_kind = (sa.Engine, "an Engine (use AsyncLedger for an AsyncEngine)")
 
-    def _run(
-        self,
-        body: Body[T],
-        *,
-        write: bool = True,
-        connection: Connection | None = None,
-        single_statement: bool = False,
-    ) -> T:
+    def _run(self, plan: Plan[T], *, connection: Connection | None = None) -> T:
         if connection is not None:
-            return self._core.run(connection, body, write=write, owned=False)
+            return self._core.run(connection, plan, owned=False)
         if not self._core.dialect.one_writer:
-            return _run_owned(self._core, self._engine, body, write, single_statement)
+            return self._core.run_owned(self._engine, plan)
         with _sqlite_thread_gate(self._engine):
-            return _run_owned(self._core, self._engine, body, write, single_statement)
+            return self._core.run_owned(self._engine, plan)
 
     def create_schema(self) -> None:
         """See [`AsyncLedger.create_schema`][notifyonce.AsyncLedger.create_schema]."""
-        self._run(self._core.create_schema)
+        self._run(self._plan_create_schema())
 
     def claim_slot(
         self,
@@ -766,8 +747,7 @@ class Ledger(_LedgerBase[sa.Engine]):
         With ``connection``, commit it before sending.
         """
         options = self._core.claim_options(lease, take_expired, max_attempts)
-        body = self._plan_claim(action, subject, cycle, options)
-        return self._run(body, connection=connection, single_statement=self._single)
+        return self._run(self._plan_claim(action, subject, cycle, options), connection=connection)
 
     def claim_many(
         self,
@@ -781,39 +761,41 @@ class Ledger(_LedgerBase[sa.Engine]):
     ) -> list[Claim]:
         """See [`AsyncLedger.claim_many`][notifyonce.AsyncLedger.claim_many]."""
         options = self._core.claim_options(lease, take_expired, max_attempts)
-        return self._run(self._claim_many_body(action, items, options, chunk_size), write=False)
+        keys, plans = self._claim_many_plans(action, items, options, chunk_size)
+        won: list[Claim] = []
+        try:
+            for plan in plans:
+                chunk: list[Claim] = self._run(plan)
+                won += chunk
+        except BaseException:
+            if won:
+                with contextlib.suppress(Exception):
+                    self._run(self._plan_release_won(won))
+            raise
+        return _in_order(keys, won)
 
     def mark_sent(self, claim: Claim, *, message_id: int | str | None = None) -> bool:
         """See [`AsyncLedger.mark_sent`][notifyonce.AsyncLedger.mark_sent]."""
-        return self._run(
-            self._plan_mark(claim, SlotStatus.SENT, check_message_id(message_id)),
-            single_statement=True,
-        )
+        return self._run(self._plan_mark(claim, SlotStatus.SENT, check_message_id(message_id)))
 
     def mark_failed(self, claim: Claim, error: str) -> bool:
         """See [`AsyncLedger.mark_failed`][notifyonce.AsyncLedger.mark_failed]."""
         error_text = check_text("error", error, optional=False)
-        return self._run(
-            self._plan_mark(claim, SlotStatus.FAILED, error_text), single_statement=True
-        )
+        return self._run(self._plan_mark(claim, SlotStatus.FAILED, error_text))
 
     def mark_unknown(self, claim: Claim, error: str | None = None) -> bool:
         """See [`AsyncLedger.mark_unknown`][notifyonce.AsyncLedger.mark_unknown]."""
         error_text = check_text("error", error, optional=True)
-        return self._run(
-            self._plan_mark(claim, SlotStatus.UNKNOWN, error_text), single_statement=True
-        )
+        return self._run(self._plan_mark(claim, SlotStatus.UNKNOWN, error_text))
 
     def release(self, claim: Claim, error: str | None = None) -> bool:
         """See [`AsyncLedger.release`][notifyonce.AsyncLedger.release]."""
         error_text = check_text("error", error, optional=True)
-        return self._run(
-            self._plan_mark(claim, SlotStatus.RELEASED, error_text), single_statement=True
-        )
+        return self._run(self._plan_mark(claim, SlotStatus.RELEASED, error_text))
 
     def mark_many(self, results: Sequence[tuple[Claim, SlotStatus, str | None]]) -> list[bool]:
         """See [`AsyncLedger.mark_many`][notifyonce.AsyncLedger.mark_many]."""
-        return self._run(partial(self._core.mark_many, results=check_mark_results(results)))
+        return self._run(self._plan_mark_many(results))
 
     def renew(self, claims: Iterable[Claim], *, lease: dt.timedelta | None = None) -> list[bool]:
         """See [`AsyncLedger.renew`][notifyonce.AsyncLedger.renew]."""
@@ -828,12 +810,11 @@ class Ledger(_LedgerBase[sa.Engine]):
         max_attempts: int | None = None,
     ) -> list[SlotKey]:
         """See [`AsyncLedger.not_claimable`][notifyonce.AsyncLedger.not_claimable]."""
-        return self._run(self._plan_lookup(action, items, take_expired, max_attempts), write=False)
+        return self._run(self._plan_lookup(action, items, take_expired, max_attempts))
 
     def get(self, action: str, subject: Subject, cycle: Cycle) -> SlotRecord | None:
         """See [`AsyncLedger.get`][notifyonce.AsyncLedger.get]."""
-        key = make_key(action, subject, cycle)
-        return self._run(partial(self._core.get, key=key), write=False)
+        return self._run(self._plan_get(action, subject, cycle))
 
     def sweep(
         self,
@@ -856,13 +837,11 @@ class Ledger(_LedgerBase[sa.Engine]):
         self, subjects: Iterable[Subject], *, since: dt.datetime
     ) -> dict[str, dt.datetime]:
         """See [`AsyncLedger.last_sent`][notifyonce.AsyncLedger.last_sent]."""
-        texts = normalize_subjects(subjects)
-        body = partial(self._core.last_sent, subjects=texts, since=check_aware("since", since))
-        return self._run(body, write=False)
+        return self._run(self._plan_last_sent(subjects, since))
 
     def stats(self) -> LedgerStats:
         """See [`AsyncLedger.stats`][notifyonce.AsyncLedger.stats]."""
-        return self._run(self._core.stats, write=False)
+        return self._run(self._plan_stats())
 
     def requeue(
         self,
@@ -874,8 +853,7 @@ class Ledger(_LedgerBase[sa.Engine]):
         dry_run: bool = False,
     ) -> list[SlotKey]:
         """See [`AsyncLedger.requeue`][notifyonce.AsyncLedger.requeue]."""
-        body = self._plan_requeue(action, status, since, subjects, dry_run)
-        return self._run(body, write=not dry_run)
+        return self._run(self._plan_requeue(action, status, since, subjects, dry_run))
 
     def slots(
         self,
@@ -887,4 +865,4 @@ class Ledger(_LedgerBase[sa.Engine]):
         limit: int = 100,
     ) -> list[SlotRecord]:
         """See [`AsyncLedger.slots`][notifyonce.AsyncLedger.slots]."""
-        return self._run(self._plan_slots(status, action, since, subjects, limit), write=False)
+        return self._run(self._plan_slots(status, action, since, subjects, limit))

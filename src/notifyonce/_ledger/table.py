@@ -128,6 +128,7 @@ def index_names(table_name: str) -> dict[str, str]:
         "lease": f"{table_name}_lease_idx",
         "cycle_at": f"{table_name}_cycle_at_idx",
         "subject_sent": f"{table_name}_subject_sent_idx",
+        "status": f"{table_name}_status_idx",
     }
 
 
@@ -168,5 +169,9 @@ def build_table(
         sa.Index(names["cycle_at"], "cycle_at"),
         # last_sent: the latest delivery per subject, across actions, for spacing.
         sa.Index(names["subject_sent"], "subject", "sent_at"),
+        # Listings by status (a campaign's unknown and held chats, the operator's list and
+        # requeue) read only the rows with that status, of that action and cycle: few,
+        # whatever the number of sent rows beside them.
+        sa.Index(names["status"], "status", "action", "cycle"),
         schema=schema,
     )
