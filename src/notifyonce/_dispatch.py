@@ -66,6 +66,10 @@ logger = logging.getLogger("notifyonce.notifier")
 _ERROR_TEXT_LIMIT = 300
 # Outcomes per mark statement group; the ledger chunks further below driver limits.
 _RECORD_CHUNK = 500
+# Workers take no new notification while this many outcomes wait for their write: a
+# sender faster than the ledger's marks must not pile up claims that a crash would find
+# sent but unrecorded.
+_RECORD_BACKLOG = _RECORD_CHUNK
 # An outcome waits at most this long (seconds) for others to share its write, unless
 # this many are already waiting.
 _RECORD_LINGER = 0.01
@@ -390,6 +394,7 @@ class Run:
         while not self.stopping:
             self.idle.add(me)
             try:
+                await self.recorder.room.wait()
                 item = await self.ready.get()
             finally:
                 self.idle.discard(me)
@@ -616,9 +621,14 @@ class _Recorder:
         self.run = run
         self.pending: list[_Entry] = []
         self.task: asyncio.Task[None] | None = None
+        # Set while the backlog has room: the workers wait on it before taking more work.
+        self.room = asyncio.Event()
+        self.room.set()
 
     def put(self, entry: _Entry) -> None:
         self.pending.append(entry)
+        if len(self.pending) >= _RECORD_BACKLOG:
+            self.room.clear()
         if self.task is None or self.task.done():
             self.task = asyncio.ensure_future(self._loop())
 
@@ -629,6 +639,8 @@ class _Recorder:
                 await asyncio.sleep(_RECORD_LINGER)
             batch = self.pending[:_RECORD_CHUNK]
             del self.pending[:_RECORD_CHUNK]
+            if len(self.pending) < _RECORD_BACKLOG:
+                self.room.set()
             landed = await self._write(batch)
             for entry, ok in zip(batch, landed, strict=True):
                 try:

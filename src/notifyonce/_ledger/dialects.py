@@ -41,7 +41,6 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.engine import Dialect as SADialect
-from sqlalchemy.sql.elements import Grouping
 
 from notifyonce._errors import ValidationError
 from notifyonce._keys import SlotKey
@@ -154,6 +153,12 @@ def _on_conflict_claim(
     return claim
 
 
+# Statements are planned anew after 2**5 runs, then each time their runs double (up to
+# 2**25): see `PostgreSQL`.
+_REPLAN_AFTER = 5
+_REPLAN_LAST = 1 << 20
+
+
 def _bucket(count: int) -> int:
     """The next power of two: IN lists padded to it share a handful of compiled shapes."""
     return 1 << max(count - 1, 0).bit_length()
@@ -187,10 +192,15 @@ class Dialect:
     #: Key columns come back from the driver as bytes (MySQL's VARBINARY).
     keys_are_bytes: ClassVar[bool] = False
 
+    #: Each statement's text changes as its runs double (see `PostgreSQL`).
+    replans: ClassVar[bool] = False
+
     def __init__(self, table: sa.Table) -> None:
         self.table = table
         # Statements per (shape, driver): built and compiled once, kept for the ledger's life.
         self._compiled: dict[tuple[object, ...], Compiled] = {}
+        self._runs: dict[tuple[object, ...], int] = {}
+        self._generations: dict[tuple[object, ...], tuple[int, Compiled]] = {}
 
     # -- compiled statements ----------------------------------------------------------
 
@@ -205,7 +215,18 @@ class Dialect:
         found = self._compiled.get(key)
         if found is None:
             found = self._compiled[key] = Compiled(build(), sa_dialect)
-        return found
+        if not self.replans:
+            return found
+        runs = self._runs[key] = self._runs.get(key, 0) + 1
+        generation = min(max(runs - 1, 0) >> _REPLAN_AFTER, _REPLAN_LAST).bit_length()
+        if generation == 0:
+            return found
+        current = self._generations.get(key)
+        if current is None or current[0] != generation:
+            # A new text: the driver prepares it anew, and the server plans it afresh.
+            variant = found.with_sql(f"{found.sql} /* notifyonce plan {generation} */")
+            current = self._generations[key] = (generation, variant)
+        return current[1]
 
     def text(self, value: Any) -> str:
         """A key column as read from the driver, as text."""
@@ -343,10 +364,20 @@ class PostgreSQL(Dialect):
 
     Batches bind one array per column (``unnest``): one statement and one plan whatever
     their size, no parameter limit.
+
+    Plans are made again as the table grows. The drivers prepare a statement that runs
+    often, and after five runs PostgreSQL keeps one generic plan for it, estimated from
+    the table as it was then. A ledger's first marks run while its table is tiny, where a
+    scan of the whole table is the cheapest plan; without a new ANALYZE (autovacuum off, or
+    a campaign's first minute before it runs) that plan stayed, and each batch of marks
+    read the whole, growing, table. So each statement's text carries a generation that
+    changes after 32 runs and whenever its runs double: the driver prepares the new text
+    and the server plans it for the table as it is now.
     """
 
     name = "postgresql"
     clock_query = "SELECT clock_timestamp()"
+    replans = True
     skip_locked = True
     mark_is_one_statement = True
     autocommit_single_statements = True
@@ -431,20 +462,13 @@ class PostgreSQL(Dialect):
         t = self.table
 
         def build() -> sa.ClauseElement:
-            k = (
-                sa.func.unnest(
-                    sa.bindparam("cycles", type_=postgresql.ARRAY(sa.Text)),
-                    sa.bindparam("subjects", type_=postgresql.ARRAY(sa.Text)),
-                )
-                .table_valued("cycle", "subject")
-                .render_derived(name="k")
-            )
+            k = _arrays("k", cycles=sa.Text, subjects=sa.Text)
             row = (
                 sa.select(t.c.cycle, t.c.subject)
                 .where(
                     t.c.action == _bind(t, "action"),
-                    t.c.cycle == k.c.cycle,
-                    t.c.subject == k.c.subject,
+                    t.c.cycle == k.c.cycles,
+                    t.c.subject == k.c.subjects,
                     self._lookup_filter(take_expired, limited),
                 )
                 .limit(sa.literal_column("1"))
@@ -458,34 +482,21 @@ class PostgreSQL(Dialect):
         return {(cycle, subject) for cycle, subject in link.rows(compiled, params)}
 
     def mark_many(self, link: Link, rows: Sequence[MarkRow], now: dt.datetime) -> set[int]:
-        # One UPDATE of the rows found by id, each taking its values from the arrays at its
-        # id's position; the compare-and-set is in the WHERE, and RETURNING names the rows
-        # that landed. One statement in autocommit: no lock taken beforehand, no BEGIN, no
-        # COMMIT. (No join to the arrays: a generic plan would make it a nested loop,
-        # quadratic in the batch.)
+        # One UPDATE joined to the marks as arrays: each mark finds its row by primary key,
+        # the compare-and-set is in the WHERE, and RETURNING names the rows that landed.
+        # One statement in autocommit: no lock taken beforehand, no BEGIN, no COMMIT.
         if len(rows) == 1:
             return super().mark_many(link, rows, now)
         t = self.table
 
         def build() -> sa.ClauseElement:
-            at = _Positions(t)
-            sent = at.value("statuses", sa.Text) == _SENT
-            detail = at.value("details", sa.Text)
-            now = _bind(t, "updated_at", "now")
+            v = _arrays(
+                "v", ids=sa.BigInteger, tokens=sa.BigInteger, statuses=sa.Text, details=sa.Text
+            )
             return (
                 sa.update(t)
-                .where(at.found, t.c.token == at.value("tokens", sa.BigInteger))
-                .where(_still_claimed(t))
-                .values(
-                    status=at.value("statuses", sa.Text),
-                    updated_at=now,
-                    sent_at=sa.case((sent, _bind(t, "sent_at", "now")), else_=t.c.sent_at),
-                    message_id=sa.case((sent, detail), else_=t.c.message_id),
-                    last_error=sa.case(
-                        (sa.and_(sa.not_(sent), detail.is_not(None)), detail),
-                        else_=t.c.last_error,
-                    ),
-                )
+                .where(t.c.id == v.c.ids, t.c.token == v.c.tokens, _still_claimed(t))
+                .values(_batch_mark_values(t, v.c.statuses, v.c.details))
                 .returning(t.c.id)
             )
 
@@ -505,11 +516,10 @@ class PostgreSQL(Dialect):
         t = self.table
 
         def build() -> sa.ClauseElement:
-            at = _Positions(t)
+            v = _arrays("v", ids=sa.BigInteger, tokens=sa.BigInteger)
             return (
                 sa.update(t)
-                .where(at.found, t.c.token == at.value("tokens", sa.BigInteger))
-                .where(_still_claimed(t))
+                .where(t.c.id == v.c.ids, t.c.token == v.c.tokens, _still_claimed(t))
                 .values(lease_until=_bind(t, "lease_until", "until"))
                 .returning(t.c.id, t.c.token)
             )
@@ -519,42 +529,33 @@ class PostgreSQL(Dialect):
         return {(row_id, token) for row_id, token in link.rows(compiled, params)}
 
 
-class _Positions:
-    """Rows found by ``id = ANY(:ids)`` (the primary key, whatever the plan), and each row's
-    value in another array at the position of its id (``array_position``)."""
-
-    def __init__(self, table: sa.Table) -> None:
-        self.ids = sa.bindparam("ids", type_=postgresql.ARRAY(sa.BigInteger))
-        self.found = table.c.id == sa.func.any(self.ids)
-        self.position = sa.func.array_position(self.ids, table.c.id)
-
-    def value(self, name: str, item: Any) -> Any:
-        # Parenthesised: ``$1::TEXT[][...]`` would read as a two-dimensional array type.
-        array = Grouping(sa.bindparam(name, type_=postgresql.ARRAY(item)))
-        return array[self.position]
+def _arrays(name: str, **columns: Any) -> Any:
+    """``unnest(:a, :b, ...) AS name(a, b, ...)``: one bound array per column."""
+    binds = [sa.bindparam(c, type_=postgresql.ARRAY(item)) for c, item in columns.items()]
+    return sa.func.unnest(*binds).table_valued(*columns).render_derived(name=name)
 
 
 def _still_claimed(table: sa.Table) -> sa.ColumnElement[bool]:
     """``status = 'claimed'``, written so that no index serves it: the rows are found by id
-    alone. (With stale statistics a generic plan ANDed the status index into the id look-up,
-    reading every claimed row of the table.)"""
+    alone, one primary-key search per mark. (With stale statistics a generic plan read the
+    status index instead, every claimed row of the table, and joined the marks to them.)"""
     return table.c.status.concat("") == _CLAIMED
 
 
-def _batch_mark_values(table: sa.Table, v: Any) -> dict[str, Any]:
-    """The SET of a batch mark joined to ``v`` (id, token, status, detail): the same columns
-    a single mark writes for that status (SENT: sent_at and message_id; otherwise the
-    error, unless the detail is None)."""
+def _batch_mark_values(table: sa.Table, status: Any, detail: Any) -> dict[str, Any]:
+    """The SET of a batch mark, from each row's ``status`` and ``detail`` (columns of the
+    marks it is joined to): what a single mark writes for that status (SENT: sent_at and
+    the message id; otherwise the error, unless the detail is None)."""
     t = table.c
     now = _bind(table, "updated_at", "now")
-    sent = v.c.status == _SENT
+    sent = status == _SENT
     return {
-        "status": v.c.status,
+        "status": status,
         "updated_at": now,
         "sent_at": sa.case((sent, _bind(table, "sent_at", "now")), else_=t.sent_at),
-        "message_id": sa.case((sent, v.c.detail), else_=t.message_id),
+        "message_id": sa.case((sent, detail), else_=t.message_id),
         "last_error": sa.case(
-            (sa.and_(sa.not_(sent), v.c.detail.is_not(None)), v.c.detail), else_=t.last_error
+            (sa.and_(sa.not_(sent), detail.is_not(None)), detail), else_=t.last_error
         ),
     }
 
@@ -815,7 +816,7 @@ class MySQL(Dialect):
             return (
                 sa.update(t)
                 .where(t.c.id == v.c.id, t.c.token == v.c.token, t.c.status == _CLAIMED)
-                .values(_batch_mark_values(t, v))
+                .values(_batch_mark_values(t, v.c.status, v.c.detail))
             )
 
         update = self.compiled(link.dialect, ("mark-update", count), build_update)

@@ -63,6 +63,12 @@ class Compiled:
             binds.append((name, process, fixed))
         self._binds = tuple(binds)
 
+    def with_sql(self, sql: str) -> Compiled:
+        """The same statement and binds under another text (a comment added)."""
+        twin = object.__new__(Compiled)
+        twin.sql, twin.positional, twin._binds = sql, self.positional, self._binds
+        return twin
+
     def args(self, params: Mapping[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
         """The driver's parameters for one execution."""
         values = [

@@ -1,0 +1,114 @@
+"""The ledger's compiled statements: bound as SQLAlchemy binds them, planned anew as they
+run, and run through the engine's Connection whenever someone watches the engine."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from notifyonce import Ledger
+from notifyonce._ledger.dialects import PostgreSQL, SQLite
+from notifyonce._ledger.execute import Compiled, is_observed
+from notifyonce._ledger.table import build_table
+
+UTC = dt.timezone.utc
+NOW = dt.datetime(2026, 12, 1, 18, 0, 0, 123456, tzinfo=UTC)
+
+TABLE = build_table(sa.MetaData())
+
+
+def statement() -> sa.ClauseElement:
+    t = TABLE.c
+    return sa.select(t.id).where(
+        t.subject == sa.bindparam("subject", type_=t.subject.type),
+        t.created_at == sa.bindparam("now", type_=t.created_at.type),
+        t.updated_at == sa.bindparam("now", type_=t.updated_at.type),
+        t.status == sa.literal("claimed", t.status.type),
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        pytest.param(
+            "postgresql+asyncpg://u@h/d", ("42", NOW, "claimed"), id="asyncpg: numbered, once"
+        ),
+        pytest.param(
+            "postgresql+psycopg://u@h/d",
+            {"subject": "42", "now": NOW, "param_1": "claimed"},
+            id="psycopg: named",
+        ),
+        pytest.param(
+            "mysql+asyncmy://u@h/d",
+            (b"42", NOW.replace(tzinfo=None), NOW.replace(tzinfo=None), "claimed"),
+            id="asyncmy: bytes keys, naive UTC",
+        ),
+        pytest.param(
+            "sqlite://",
+            ("42", "2026-12-01 18:00:00.123456", "2026-12-01 18:00:00.123456", "claimed"),
+            id="sqlite: datetime text",
+        ),
+    ],
+)
+def test_binds_are_what_sqlalchemy_would_send(url: str, expected: Any) -> None:
+    """Each value passes through its type's bind processor for that driver, in the
+    placeholders' order; a literal keeps its value."""
+    engine = (
+        create_async_engine(url).sync_engine
+        if "async" in url or "asyncmy" in url
+        else sa.create_engine(url)
+    )
+    compiled = Compiled(statement(), engine.dialect)
+    assert expected == compiled.args({"subject": "42", "now": NOW})
+
+
+def test_a_postgres_statement_is_planned_anew_as_its_runs_double() -> None:
+    """Its text changes after 32 runs and whenever its runs double again, so the driver
+    prepares it anew and the server plans it for the table as it is then; the binds stay."""
+    dialect = PostgreSQL(TABLE)
+    sa_dialect = create_async_engine("postgresql+asyncpg://u@h/d").sync_engine.dialect
+    texts = [dialect.compiled(sa_dialect, ("s",), statement).sql for _ in range(300)]
+    changes = [n + 1 for n in range(1, 300) if texts[n] != texts[n - 1]]
+    assert [33, 65, 129, 257] == changes
+    assert texts[0] + " /* notifyonce plan 4 */" == texts[-1]
+    last = dialect.compiled(sa_dialect, ("s",), statement)
+    assert ("42", NOW, "claimed") == last.args({"subject": "42", "now": NOW})
+
+
+def test_other_databases_keep_one_text() -> None:
+    """SQLite plans every statement when it is prepared, from the table as it is: one text."""
+    dialect = SQLite(TABLE)
+    sa_dialect = sa.create_engine("sqlite://").dialect
+    assert 1 == len({dialect.compiled(sa_dialect, ("s",), statement).sql for _ in range(200)})
+
+
+@pytest.mark.sqlite
+def test_an_observed_engine_sees_every_statement(tmp_path: Path) -> None:
+    """With a cursor-execute listener (logging, tracing) the ledger's statements go through
+    the Connection, where the listener hears them; without one they skip that layer."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    plain = sa.create_engine(url)
+    watched = sa.create_engine(url)
+    heard: list[str] = []
+    sa.event.listen(watched, "before_cursor_execute", lambda *args: heard.append(args[2]))
+    try:
+        assert (False, True, True) == (
+            is_observed(plain),
+            is_observed(watched),
+            is_observed(sa.create_engine(url, echo=True)),
+        )
+        Ledger(plain).create_schema()
+        claim = Ledger(watched).claim_slot("a", 1, "c")
+        assert claim is not None
+        assert any(s.startswith("INSERT INTO notifyonce_slots") for s in heard)
+        heard.clear()
+        assert Ledger(plain).claim_slot("a", 2, "c") is not None
+        assert [] == heard
+    finally:
+        plain.dispose()
+        watched.dispose()
