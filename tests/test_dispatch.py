@@ -173,19 +173,21 @@ class ProbedLedger(AsyncLedger):
         await self._at("sweep")
         return await super().sweep(*args, **kwargs)
 
-    async def not_claimable(self, *args: Any, **kwargs: Any) -> Any:
-        await self._at("lookup")
-        return await super().not_claimable(*args, **kwargs)
+    # The Notifier's entry points into the ledger (input it checked itself).
 
-    async def claim_many(self, *args: Any, **kwargs: Any) -> list[Claim]:
+    async def _not_claimable_keys(self, *args: Any, **kwargs: Any) -> Any:
+        await self._at("lookup")
+        return await super()._not_claimable_keys(*args, **kwargs)
+
+    async def _claim_keys(self, *args: Any, **kwargs: Any) -> list[Claim]:
         await self._at("claiming")
-        claims = await super().claim_many(*args, **kwargs)
+        claims = await super()._claim_keys(*args, **kwargs)
         await self._at("claimed")
         return claims
 
-    async def mark_many(self, *args: Any, **kwargs: Any) -> list[bool]:
+    async def _mark_checked(self, *args: Any, **kwargs: Any) -> list[bool]:
         await self._at("recording")
-        landed = await super().mark_many(*args, **kwargs)
+        landed = await super()._mark_checked(*args, **kwargs)
         await self._at("recorded")
         return landed
 
@@ -328,10 +330,10 @@ async def test_unstorable_receipts_cost_nothing(ledger: AsyncLedger) -> None:
 class RefusingLedger(AsyncLedger):
     """A database that refuses any write carrying one poisoned detail."""
 
-    async def mark_many(self, results: Any) -> list[bool]:
+    async def _mark_checked(self, results: Any) -> list[bool]:
         if any(detail == "poison" for _, _, detail in results):
             raise LedgerError("database error (DataError: value refused)")
-        return await super().mark_many(results)
+        return await super()._mark_checked(results)
 
 
 async def test_a_refused_row_is_isolated(ledger: AsyncLedger, clock: WallClock) -> None:
@@ -365,7 +367,7 @@ async def test_a_lost_ledger_reports_unknown_not_recorded(
     """When the outcome cannot be written, the run says UNKNOWN, never that it was recorded."""
 
     class Down(AsyncLedger):
-        async def mark_many(self, results: Any) -> list[bool]:
+        async def _mark_checked(self, results: Any) -> list[bool]:
             raise LedgerError("database unavailable (OSError: connection refused)")
 
     down = Down(ledger.engine, table_name=ledger.table_name, clock=clock)
@@ -519,15 +521,14 @@ async def test_telegram_sender_turns_gate_the_claims(
     ledger = AsyncLedger(async_engine, table_name=async_table)
     await ledger.create_schema()
     asked: list[tuple[int, int]] = []  # (keys claimed so far, turns granted) per statement
-    claim_many = ledger.claim_many
+    claim_keys = ledger._claim_keys  # the Notifier's way in to claim
 
-    async def counted_claim_many(action: str, keys: Any, **options: Any) -> list[Claim]:
-        keys = list(keys)
+    async def counted_claims(keys: Any, options: Any) -> list[Claim]:
         before = asked[-1][0] if asked else 0
         asked.append((before + len(keys), counted.granted))
-        return await claim_many(action, keys, **options)
+        return await claim_keys(keys, options)
 
-    ledger.claim_many = counted_claim_many  # type: ignore[method-assign]
+    ledger._claim_keys = counted_claims  # type: ignore[method-assign]
     with BotAPIServer() as server:
         limit = RateLimit(bot_per_second=5)
         async with TelegramSender("123:abc", base_url=server.url, rate_limit=limit) as sender:

@@ -478,8 +478,8 @@ class LateClaimLedger(AsyncLedger):
         super().__init__(*args, clock=clock, **kwargs)
         self.test_clock = clock
 
-    async def claim_many(self, *args: Any, **kwargs: Any) -> list[Claim]:
-        claims = await super().claim_many(*args, **kwargs)
+    async def _claim_keys(self, *args: Any, **kwargs: Any) -> list[Claim]:
+        claims = await super()._claim_keys(*args, **kwargs)
         self.test_clock.advance(minutes=6)
         return claims
 
@@ -498,8 +498,8 @@ async def test_no_send_after_the_lease_expired(ledger: AsyncLedger, clock: WallC
 class SlowToReturnLedger(AsyncLedger):
     """Commits its claims, then takes a moment to return them (the window a shutdown hits)."""
 
-    async def claim_many(self, *args: Any, **kwargs: Any) -> list[Claim]:
-        claims = await super().claim_many(*args, **kwargs)
+    async def _claim_keys(self, *args: Any, **kwargs: Any) -> list[Claim]:
+        claims = await super()._claim_keys(*args, **kwargs)
         await asyncio.sleep(0.2)
         return claims
 

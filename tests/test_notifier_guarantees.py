@@ -138,7 +138,7 @@ class MarksFail(AsyncLedger):
     def _outage(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise LedgerError("the database went away while recording outcomes")
 
-    async def mark_many(self, *args: Any, **kwargs: Any) -> list[bool]:
+    async def _mark_checked(self, *args: Any, **kwargs: Any) -> list[bool]:
         self._outage()
 
     async def mark_sent(self, *args: Any, **kwargs: Any) -> bool:

@@ -64,6 +64,8 @@ __all__ = ["Decision", "Run", "decide_error", "decide_uncertain", "settle"]
 logger = logging.getLogger("notifyonce.notifier")
 
 _ERROR_TEXT_LIMIT = 300
+# Claim statements out at once: while one waits for the database, the next one gathers.
+_CLAIM_LANES = 1
 # Outcomes per mark statement group; the ledger chunks further below driver limits.
 _RECORD_CHUNK = 500
 # Workers take no new notification while this many outcomes wait for their write: a
@@ -187,10 +189,22 @@ class _Entry:
 class Run:
     """The state of one ``send_many`` call; ``execute`` runs it to the end."""
 
-    def __init__(self, notifier: Notifier, action: str, report: Report, keep: Keep) -> None:
+    def __init__(
+        self,
+        notifier: Notifier,
+        action: str,
+        report: Report,
+        keep: Keep,
+        keys: list[SlotKey] | None = None,
+    ) -> None:
         self.n = notifier
         self.ledger = notifier.ledger
         self.action = action
+        # The slot keys of a list, checked before the run (None: a stream, checked as read).
+        self.keys = keys
+        self.options = notifier.ledger._options(
+            take_expired=notifier._take_expired, max_attempts=notifier._claim_limit
+        )
         self.report = report
         self.keep = keep
         self.kept: list[tuple[int, Result]] = []
@@ -213,8 +227,8 @@ class Run:
         self.claimer = _Claimer(self)
         self.recorder = _Recorder(self)
         turn = getattr(notifier.sender, "turn", None)
-        self.turn: Callable[[str], contextlib.AbstractAsyncContextManager[Any]] = (
-            turn if callable(turn) else _no_turn
+        self.turn: Callable[[str], contextlib.AbstractAsyncContextManager[Any]] | None = (
+            turn if callable(turn) else None
         )
         self.lease_margin = notifier.ledger.lease * _LEASE_MARGIN
         observer = notifier.observer
@@ -314,10 +328,12 @@ class Run:
 
     async def _intake(self, source: Iterable[Notification] | AsyncIterable[Notification]) -> None:
         index = 0
+        keys, checked = self.keys, self.n._checked
         async for batch in _batches(source, self.n.batch_size):
             items = []
             for notification in batch:
-                items.append(_Item(index, self.n._checked(self.action, notification), notification))
+                key = checked(self.action, notification) if keys is None else keys[index]
+                items.append(_Item(index, key, notification))
                 index += 1
             for item in await self._screen(items):
                 await self.ready.put(item)
@@ -338,12 +354,7 @@ class Run:
         todo = await self._spacing(todo)
         if not todo:
             return []
-        taken = await self.ledger.not_claimable(
-            self.action,
-            [(i.notification.subject, i.notification.cycle) for i in todo],
-            take_expired=self.n._take_expired,
-            max_attempts=self.n._claim_limit,
-        )
+        taken = await self.ledger._not_claimable_keys([i.key for i in todo], self.options)
         finished = {slot(k) for k in taken}
         ready: list[_Item] = []
         for item in todo:
@@ -391,13 +402,17 @@ class Run:
     async def _worker(self) -> None:
         me = asyncio.current_task()
         assert me is not None
+        room, ready = self.recorder.room, self.ready
         while not self.stopping:
-            self.idle.add(me)
-            try:
-                await self.recorder.room.wait()
-                item = await self.ready.get()
-            finally:
-                self.idle.discard(me)
+            if not room.is_set() or ready.empty():
+                self.idle.add(me)
+                try:
+                    await room.wait()
+                    item = await ready.get()
+                finally:
+                    self.idle.discard(me)
+            else:
+                item = ready.get_nowait()
             if item is None or self.stopping:
                 return
             await self._deliver(item)
@@ -407,7 +422,7 @@ class Run:
         claim: Claim | None = None
         started = False
         try:
-            async with self.turn(item.notification.target):
+            async with self.turn(item.notification.target) if self.turn else _NO_TURN:
                 if self.stopping:
                     return  # nothing claimed: nothing to settle
                 await self.claimer.claim(item)
@@ -449,7 +464,7 @@ class Run:
         if message.idempotency_key is None:
             # The same key on every attempt of this slot: a receiver that deduplicates by
             # it turns at-least-once into exactly-once.
-            message = replace(message, idempotency_key=claim.key.idempotency_key)
+            message = message._keyed(claim.key.idempotency_key)
         if self.hooks is not None:
             return await self._observed_send(self.hooks, item.notification.target, message, claim)
         try:
@@ -562,56 +577,81 @@ class _Claimer:
     def __init__(self, run: Run) -> None:
         self.run = run
         self.waiting: list[tuple[_Item, asyncio.Future[Claim | None]]] = []
-        self.task: asyncio.Task[None] | None = None
+        # Lanes: each gathers the workers waiting, then runs their claim statement. While
+        # one statement waits for the database, the workers that come back meanwhile form
+        # the next one in the other lane.
+        self.lanes: set[asyncio.Task[None]] = set()
+        self.gathering = False
 
     async def claim(self, item: _Item) -> Claim | None:
         future: asyncio.Future[Claim | None] = asyncio.get_running_loop().create_future()
         self.waiting.append((item, future))
-        if self.task is None or self.task.done():
-            self.task = asyncio.ensure_future(self._loop())
+        self._open_lane()
         return await future
 
-    async def _loop(self) -> None:
+    def _open_lane(self) -> None:
+        if self.waiting and not self.gathering and len(self.lanes) < _CLAIM_LANES:
+            self.gathering = True
+            lane = asyncio.ensure_future(self._lane())
+            self.lanes.add(lane)
+            lane.add_done_callback(self._closed)
+
+    def _closed(self, lane: asyncio.Task[None]) -> None:
+        self.lanes.discard(lane)
+        self._open_lane()
+
+    async def _lane(self) -> None:
         run = self.run
-        while self.waiting:
-            await asyncio.sleep(0)  # workers whose turn came in this same moment join in
-            batch, self.waiting = self.waiting, []
-            live = [(item, future) for item, future in batch if not future.done()]
-            if not live:
-                continue
-            hooks = run.hooks
-            started = 0.0 if hooks is None else _clock()
-            try:
-                claims = await run.ledger.claim_many(
-                    run.action,
-                    [(i.notification.subject, i.notification.cycle) for i, _ in live],
-                    take_expired=run.n._take_expired,
-                    max_attempts=run.n._claim_limit,
-                )
-            except Exception as exc:
-                for _, future in live:
-                    if not future.done():
-                        future.set_exception(exc)
-                continue
-            if hooks is not None:
-                seconds = _clock() - started
-                hooks.call("claimed", run.action, seconds, len(live), len(claims))
-            won = {slot(c.key): c for c in claims}
-            now = time.monotonic()
-            for item, future in live:
-                claim = won.get(slot(item.key))
-                if claim is not None:
-                    run.active[claim.id] = (claim, now)
+        try:
+            # Workers whose turn came in this same moment join in: wait while each pass of
+            # the event loop brings more of them (a worker that just recorded its outcome
+            # is a few passes away from asking again), up to a lane's share of the workers.
+            asked, share = 0, -(-run.n.concurrency // _CLAIM_LANES)
+            while asked < len(self.waiting) < share:
+                asked = len(self.waiting)
+                await asyncio.sleep(0)
+        finally:
+            self.gathering = False
+        batch = self.waiting[:share]
+        del self.waiting[:share]
+        self._open_lane()  # the others gather in the other lane meanwhile
+        live = [(item, future) for item, future in batch if not future.done()]
+        if live:
+            await self._statement(live)
+
+    async def _statement(self, live: list[tuple[_Item, asyncio.Future[Claim | None]]]) -> None:
+        """One claim statement for ``live``; each worker's future gets its claim (or None)."""
+        run = self.run
+        hooks = run.hooks
+        started = 0.0 if hooks is None else _clock()
+        try:
+            claims = await run.ledger._claim_keys(
+                _distinct(item.key for item, _ in live), run.options
+            )
+        except Exception as exc:
+            for _, future in live:
                 if not future.done():
-                    if claim is not None:
-                        run.owned[item.index] = claim
-                    future.set_result(claim)
-                elif claim is not None:  # its worker was cancelled while this ran
-                    run.recorder.put(_Entry(item, claim, INTERRUPTED))
+                    future.set_exception(exc)
+            return
+        if hooks is not None:
+            seconds = _clock() - started
+            hooks.call("claimed", run.action, seconds, len(live), len(claims))
+        won = {slot(c.key): c for c in claims}
+        now = time.monotonic()
+        for item, future in live:
+            claim = won.get(slot(item.key))
+            if claim is not None:
+                run.active[claim.id] = (claim, now)
+            if not future.done():
+                if claim is not None:
+                    run.owned[item.index] = claim
+                future.set_result(claim)
+            elif claim is not None:  # its worker was cancelled while this ran
+                run.recorder.put(_Entry(item, claim, INTERRUPTED))
 
     async def drain(self) -> None:
-        while self.task is not None and not self.task.done():
-            await asyncio.wait([self.task])
+        while self.lanes:
+            await asyncio.wait(set(self.lanes))
 
 
 class _Recorder:
@@ -660,13 +700,15 @@ class _Recorder:
         """
         marks = [(e.claim, e.decision.status, detail(e.decision)) for e in batch]
         try:
-            return list(await self.run.ledger.mark_many(marks))
+            return list(await self.run.ledger._mark_checked(marks))
         except LedgerUnavailableError as exc:
             if not retried:
                 await asyncio.sleep(0.25)  # a blip (failover, a dropped connection)
                 return await self._write(batch, retried=True)
             return self._lost(batch, exc)
-        except (LedgerError, ValidationError) as exc:
+        except Exception as exc:
+            # Refused (a value the database or its driver cannot take), or a failure of
+            # the ledger's own: whatever it was, one row must not take the others down.
             if len(batch) > 1:
                 landed: list[bool | None] = []
                 for entry in batch:
@@ -694,9 +736,22 @@ def _delivered(receipt: Receipt) -> Decision:
     return Decision(SlotStatus.SENT, Outcome.SENT, receipt=receipt, may_have_delivered=True)
 
 
-@contextlib.asynccontextmanager
-async def _no_turn(recipient: str) -> AsyncIterator[None]:
-    yield
+class _NoTurn:
+    """The turn of a sender without a rate limit: there at once."""
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_TURN = _NoTurn()
+
+
+def _distinct(keys: Iterable[SlotKey]) -> list[SlotKey]:
+    """The keys, each once (one claim statement takes every slot once)."""
+    return list(dict.fromkeys(keys))
 
 
 async def _batches(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, runtime_checkable
 
 from notifyonce._errors import ValidationError, ValidationTypeError
@@ -60,6 +60,15 @@ class Message:
         if not self.text.strip() and self.media is None:
             raise ValidationError("text", "must not be empty or blank")
 
+    def _keyed(self, idempotency_key: str) -> Message:
+        """This message with ``idempotency_key`` set: a copy made without checking again
+        what was checked when this one was made (the Notifier makes one per send)."""
+        twin = object.__new__(Message)
+        for name in _MESSAGE_FIELDS:
+            object.__setattr__(twin, name, getattr(self, name))
+        object.__setattr__(twin, "idempotency_key", idempotency_key)
+        return twin
+
     def __repr__(self) -> str:
         parts = [f"text=<{len(self.text)} chars>"]
         if self.parse_mode is not None:
@@ -77,6 +86,9 @@ class Message:
         if self.media is not None:
             parts.append(f"media={self.media!r}")
         return f"Message({', '.join(parts)})"
+
+
+_MESSAGE_FIELDS = tuple(f.name for f in fields(Message))
 
 
 @dataclass(frozen=True, slots=True)

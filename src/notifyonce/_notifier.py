@@ -294,9 +294,10 @@ class Notifier:
         normalize_action(action)
         report = Report(dry_run=self.dry_run)
         streamed = not isinstance(notifications, Sequence)
+        keys: list[SlotKey] | None = None
         if isinstance(notifications, Sequence):
-            for item in notifications:
-                self._checked(action, item)
+            # Every item checked before anything is written; the run uses these keys.
+            keys = [self._checked(action, item) for item in notifications]
         keep: Keep = (
             ("attention" if streamed else "all")
             if self.keep_results is None
@@ -305,7 +306,7 @@ class Notifier:
             else "none"
         )
         report.swept = await self._maybe_sweep(action)
-        await Run(self, action, report, keep).execute(notifications)
+        await Run(self, action, report, keep, keys).execute(notifications)
         return report
 
     async def tick(

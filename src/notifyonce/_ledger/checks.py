@@ -33,6 +33,7 @@ __all__ = [
     "normalize_items",
     "normalize_subjects",
     "storable",
+    "storable_detail",
 ]
 
 # Cycles whose normal form depends only on their value (equal values, equal forms).
@@ -116,6 +117,13 @@ def storable(text: str, limit: int) -> str:
     character the database would refuse keeps the outcome (the point) instead of losing it.
     """
     return _UNSTORABLE.sub("\ufffd", text[:limit])
+
+
+def storable_detail(status: SlotStatus, detail: str) -> str:
+    """A mark's detail as it is stored: the message id of a SENT mark, else the error."""
+    return storable(
+        detail, MAX_MESSAGE_ID_LENGTH if status is SlotStatus.SENT else MAX_ERROR_LENGTH
+    )
 
 
 def check_text(field: str, value: object, *, optional: bool) -> str | None:

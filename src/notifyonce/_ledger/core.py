@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import math
+import operator
 import secrets
 import struct
 import time
@@ -29,6 +30,7 @@ from notifyonce._ledger.checks import ClaimOptions, check_bool, check_lease, che
 from notifyonce._ledger.claim import Claim
 from notifyonce._ledger.dialects import Dialect, dialect_for, mark_params
 from notifyonce._ledger.execute import (
+    AsyncpgLink,
     ConnectionLink,
     DriverLink,
     Link,
@@ -96,10 +98,9 @@ def _utc_now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def _sort_key(key: SlotKey) -> tuple[str, str]:
-    # Index order inside one action. Any fixed order works against deadlocks as long as
-    # every batch uses the same one.
-    return (key.cycle, key.subject)
+# Index order inside one action. Any fixed order works against deadlocks as long as every
+# batch uses the same one.
+_sort_key = operator.attrgetter("cycle", "subject")
 
 
 class LedgerCore:
@@ -262,10 +263,14 @@ class LedgerCore:
             if wrapped is exc:
                 raise
             raise self.translate(wrapped) from exc
-        link = DriverLink(pooled, sa_dialect)
         dbapi_connection = pooled.dbapi_connection
         assert dbapi_connection is not None  # a connection just checked out
         autocommit = plan.autocommit and self.dialect.autocommit_single_statements
+        # asyncpg runs outside a transaction unless told otherwise: its own connection needs
+        # no switch to autocommit (SQLAlchemy's adapter around it does).
+        direct = autocommit and sa_dialect.driver == "asyncpg"
+        switch = autocommit and not direct
+        link = AsyncpgLink(pooled, sa_dialect) if direct else DriverLink(pooled, sa_dialect)
         try:
             if self.clock_due:
                 try:
@@ -273,7 +278,7 @@ class LedgerCore:
                     pooled.rollback()
                 except DATABASE_ERRORS as exc:
                     raise self.translate(exc) from exc
-            if autocommit:
+            if switch:
                 sa_dialect.set_isolation_level(dbapi_connection, "AUTOCOMMIT")
             attempt = 1
             while True:
@@ -298,7 +303,7 @@ class LedgerCore:
         finally:
             with contextlib.suppress(Exception):
                 link.close()
-                if autocommit and pooled.is_valid:
+                if switch and pooled.is_valid:
                     sa_dialect.reset_isolation_level(dbapi_connection)
             pooled.close()
 

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.util import await_only as await_
 
 __all__ = ["Compiled", "ConnectionLink", "DriverLink", "Link", "is_observed", "wrap_dbapi_error"]
 
@@ -195,6 +196,45 @@ class DriverLink:
         if self._cursor is not None:
             cursor, self._cursor = self._cursor, None
             cursor.close()
+
+
+class AsyncpgLink(DriverLink):
+    """asyncpg's own connection, for statements in autocommit (PostgreSQL).
+
+    SQLAlchemy's asyncpg cursor takes a lock, looks its prepared statement up, builds a
+    description and parses the command status for every execution; asyncpg itself keeps
+    its prepared statements, so the ledger's statements go to it directly. Its errors are
+    translated by SQLAlchemy's adapter, as the cursor would.
+    """
+
+    __slots__ = ("_driver",)
+
+    def __init__(self, connection: Any, dialect: Dialect) -> None:
+        super().__init__(connection, dialect)
+        self._driver = connection.driver_connection
+
+    def _call(self, sql: str, method: str, args: Sequence[Any]) -> Any:
+        try:
+            return await_(getattr(self._driver, method)(sql, *args))
+        except Exception as exc:
+            try:
+                self._connection.dbapi_connection._handle_exception(exc)
+            except Exception as adapted:
+                raise self.wrap(adapted, sql) from exc
+            raise  # pragma: no cover - the adapter always raises
+
+    def rows(self, compiled: Compiled, params: Mapping[str, Any]) -> Sequence[Any]:
+        return self._call(compiled.sql, "fetch", compiled.args(params))  # type: ignore[arg-type,no-any-return]
+
+    def count(self, compiled: Compiled, params: Mapping[str, Any]) -> int:
+        status = self._call(compiled.sql, "execute", compiled.args(params))  # type: ignore[arg-type]
+        return int(status.rsplit(" ", 1)[-1]) if status else -1
+
+    def scalar(self, sql: str) -> Any:
+        return self._call(sql, "fetchval", ())
+
+    def statement(self, sql: str) -> None:
+        self._call(sql, "execute", ())
 
 
 class ConnectionLink:

@@ -37,6 +37,7 @@ from notifyonce._ledger.checks import (
     check_text,
     normalize_items,
     normalize_subjects,
+    storable_detail,
 )
 from notifyonce._ledger.claim import Claim
 from notifyonce._ledger.core import MARK_CHUNK, LedgerCore, Plan
@@ -120,14 +121,16 @@ class _LedgerBase(Generic[EngineT]):
         """
         size = check_positive_int("chunk_size", chunk_size)
         keys = normalize_items(action, items)
+        chunks = (keys[start : start + size] for start in range(0, len(keys), size))
+        return keys, [self._plan_claim_keys(chunk, options) for chunk in chunks]
+
+    def _plan_claim_keys(self, keys: list[SlotKey], options: ClaimOptions) -> Plan[list[Claim]]:
+        """Claim ``keys`` (checked, distinct, one action): one statement, one transaction."""
         core = self._core
-        return keys, [
-            Plan(
-                partial(core.claim_keys, action=chunk[0].action, keys=chunk, options=options),
-                autocommit=core.dialect.claim_is_one_statement,
-            )
-            for chunk in (keys[start : start + size] for start in range(0, len(keys), size))
-        ]
+        return Plan(
+            partial(core.claim_keys, action=keys[0].action, keys=keys, options=options),
+            autocommit=core.dialect.claim_is_one_statement,
+        )
 
     def _plan_release_won(self, won: Sequence[Claim]) -> Plan[list[bool]]:
         """Free what earlier chunks of a failed ``claim_many`` won, so the next run wins them
@@ -140,15 +143,23 @@ class _LedgerBase(Generic[EngineT]):
         return Plan(body, autocommit=True)
 
     def _plan_mark_many(
-        self, results: Sequence[tuple[Claim, SlotStatus, str | None]]
+        self, results: Sequence[tuple[Claim, SlotStatus, str | None]], *, checked: bool = False
     ) -> Plan[list[bool]]:
-        checked = check_mark_results(results)
+        """``checked``: the results come from the Notifier, which made the claims and
+        statuses itself; only the details (from a sender) are made storable."""
+        if checked:
+            results = [
+                (claim, status, None if detail is None else storable_detail(status, detail))
+                for claim, status, detail in results
+            ]
+        else:
+            results = check_mark_results(results)
         core = self._core
         # One statement needs no transaction around it; several must land together.
-        one = len(checked) <= 1 or (
-            core.dialect.mark_is_one_statement and len(checked) <= MARK_CHUNK
+        one = len(results) <= 1 or (
+            core.dialect.mark_is_one_statement and len(results) <= MARK_CHUNK
         )
-        return Plan(partial(core.mark_many, results=checked), autocommit=one)
+        return Plan(partial(core.mark_many, results=results), autocommit=one)
 
     def _plan_renew(self, claims: object, lease: object) -> Plan[list[bool]]:
         if isinstance(claims, (str, bytes)) or not isinstance(claims, Iterable):
@@ -162,7 +173,9 @@ class _LedgerBase(Generic[EngineT]):
         self, action: object, items: object, take_expired: object, max_attempts: object
     ) -> Plan[list[SlotKey]]:
         options = self._core.claim_options(None, take_expired, max_attempts)
-        keys = normalize_items(action, items)
+        return self._plan_lookup_keys(normalize_items(action, items), options)
+
+    def _plan_lookup_keys(self, keys: list[SlotKey], options: ClaimOptions) -> Plan[list[SlotKey]]:
         core = self._core
 
         def body(link: Link) -> list[SlotKey]:
@@ -385,6 +398,28 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
             if twin is None:
                 return cast(T, await greenlet_spawn(core.run_owned, sync, plan))
             return await asyncio.to_thread(core.run_owned, twin, plan)
+
+    # -- the Notifier's entry points: input it has already checked ----------------------
+
+    def _options(self, *, take_expired: bool, max_attempts: int | None) -> ClaimOptions:
+        """Claim options for a run: checked once, used by every statement of it."""
+        return self._core.claim_options(None, take_expired, max_attempts)
+
+    async def _claim_keys(self, keys: list[SlotKey], options: ClaimOptions) -> list[Claim]:
+        """``claim_many`` of checked, distinct keys of one action, in one statement."""
+        return await self._run(self._plan_claim_keys(keys, options)) if keys else []
+
+    async def _not_claimable_keys(
+        self, keys: list[SlotKey], options: ClaimOptions
+    ) -> list[SlotKey]:
+        """``not_claimable`` of checked keys."""
+        return await self._run(self._plan_lookup_keys(keys, options))
+
+    async def _mark_checked(
+        self, results: Sequence[tuple[Claim, SlotStatus, str | None]]
+    ) -> list[bool]:
+        """``mark_many`` of results the Notifier made (valid claims, statuses, details)."""
+        return await self._run(self._plan_mark_many(results, checked=True))
 
     def _sqlite_twin(self) -> sa.Engine | None:
         """A sync engine on the same SQLite file, or None for a private (memory) database.
