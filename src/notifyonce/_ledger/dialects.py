@@ -191,6 +191,8 @@ class Dialect:
     one_writer: ClassVar[bool] = False
     #: Key columns come back from the driver as bytes (MySQL's VARBINARY).
     keys_are_bytes: ClassVar[bool] = False
+    #: ``claim_many``'s default chunk: keys per statement and transaction.
+    claim_chunk: ClassVar[int] = 500
 
     #: Each statement's text changes as its runs double (see `PostgreSQL`).
     replans: ClassVar[bool] = False
@@ -378,6 +380,7 @@ class PostgreSQL(Dialect):
     name = "postgresql"
     clock_query = "SELECT clock_timestamp()"
     replans = True
+    claim_chunk = 5000  # arrays: one statement whatever the size
     skip_locked = True
     mark_is_one_statement = True
     autocommit_single_statements = True

@@ -40,7 +40,7 @@ from notifyonce._ledger.checks import (
     storable_detail,
 )
 from notifyonce._ledger.claim import Claim
-from notifyonce._ledger.core import MARK_CHUNK, LedgerCore, Plan
+from notifyonce._ledger.core import MARK_CHUNK, LedgerCore, Plan, Spare
 from notifyonce._ledger.execute import Link
 from notifyonce._ledger.records import LedgerStats, SlotRecord, SweepResult
 from notifyonce._ledger.table import DEFAULT_TABLE_NAME, SlotStatus
@@ -97,6 +97,9 @@ class _LedgerBase(Generic[EngineT]):
             busy_timeout=busy_timeout,
             retries=retries,
         )
+        # asyncpg's connections go back to the pool without awaiting: a call may hand its
+        # connection to the next one of the same moment (see Spare).
+        self._spare = Spare() if engine.dialect.driver == "asyncpg" else None
 
     # -- the send path: statements on a Link -------------------------------------------
 
@@ -119,7 +122,11 @@ class _LedgerBase(Generic[EngineT]):
         transaction each. Every item is validated first: a bad one raises before anything
         is claimed.
         """
-        size = check_positive_int("chunk_size", chunk_size)
+        size = (
+            self._core.dialect.claim_chunk
+            if chunk_size is None
+            else check_positive_int("chunk_size", chunk_size)
+        )
         keys = normalize_items(action, items)
         chunks = (keys[start : start + size] for start in range(0, len(keys), size))
         return keys, [self._plan_claim_keys(chunk, options) for chunk in chunks]
@@ -392,7 +399,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         # engine's sync facade: what AsyncConnection does, minus two greenlet hops.
         core, sync = self._core, self._engine.sync_engine
         if not core.dialect.one_writer:
-            return cast(T, await greenlet_spawn(core.run_owned, sync, plan))
+            return cast(T, await greenlet_spawn(core.run_owned, sync, plan, self._spare))
         twin = self._sqlite_twin()
         async with _sqlite_gate(sync):
             if twin is None:
@@ -525,13 +532,14 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         lease: dt.timedelta | None = None,
         take_expired: bool = False,
         max_attempts: int | None = None,
-        chunk_size: int = 500,
+        chunk_size: int | None = None,
     ) -> list[Claim]:
         """Claim many slots of one action; return the won ones, in input order.
 
         Duplicates in ``items`` are collapsed. Each chunk of ``chunk_size`` keys is one
         statement and one transaction, its keys sorted in index order so that concurrent
-        batches cannot deadlock each other. Every item is validated before any SQL runs.
+        batches cannot deadlock each other. The default chunk is 5,000 keys on PostgreSQL
+        (one statement of arrays, whatever its size) and 500 elsewhere. Every item is validated before any SQL runs.
         If a chunk fails, the claims of the chunks already committed are released and the
         error is raised.
 
@@ -792,7 +800,7 @@ class Ledger(_LedgerBase[sa.Engine]):
         lease: dt.timedelta | None = None,
         take_expired: bool = False,
         max_attempts: int | None = None,
-        chunk_size: int = 500,
+        chunk_size: int | None = None,
     ) -> list[Claim]:
         """See [`AsyncLedger.claim_many`][notifyonce.AsyncLedger.claim_many]."""
         options = self._core.claim_options(lease, take_expired, max_attempts)

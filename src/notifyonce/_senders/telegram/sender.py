@@ -229,6 +229,8 @@ class TelegramSender(HTTPSenderBase):
         TelegramSender(base_url='https://api.telegram.org', token=<redacted>)
     """
 
+    keeps_cookies = False  # the Bot API sets none
+
     def __init__(
         self,
         token: str,
