@@ -64,8 +64,6 @@ __all__ = ["Decision", "Run", "decide_error", "decide_uncertain", "settle"]
 logger = logging.getLogger("notifyonce.notifier")
 
 _ERROR_TEXT_LIMIT = 300
-# Claim statements out at once: while one waits for the database, the next one gathers.
-_CLAIM_LANES = 1
 # Outcomes per mark statement group; the ledger chunks further below driver limits.
 _RECORD_CHUNK = 500
 # Workers take no new notification while this many outcomes wait for their write: a
@@ -581,6 +579,7 @@ class _Claimer:
         # one statement waits for the database, the workers that come back meanwhile form
         # the next one in the other lane.
         self.lanes: set[asyncio.Task[None]] = set()
+        self.most = run.ledger._claim_lanes
         self.gathering = False
 
     async def claim(self, item: _Item) -> Claim | None:
@@ -590,7 +589,7 @@ class _Claimer:
         return await future
 
     def _open_lane(self) -> None:
-        if self.waiting and not self.gathering and len(self.lanes) < _CLAIM_LANES:
+        if self.waiting and not self.gathering and len(self.lanes) < self.most:
             self.gathering = True
             lane = asyncio.ensure_future(self._lane())
             self.lanes.add(lane)
@@ -606,7 +605,7 @@ class _Claimer:
             # Workers whose turn came in this same moment join in: wait while each pass of
             # the event loop brings more of them (a worker that just recorded its outcome
             # is a few passes away from asking again), up to a lane's share of the workers.
-            asked, share = 0, -(-run.n.concurrency // _CLAIM_LANES)
+            asked, share = 0, -(-run.n.concurrency // self.most)
             while asked < len(self.waiting) < share:
                 asked = len(self.waiting)
                 await asyncio.sleep(0)

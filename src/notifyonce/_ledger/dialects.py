@@ -193,6 +193,8 @@ class Dialect:
     keys_are_bytes: ClassVar[bool] = False
     #: ``claim_many``'s default chunk: keys per statement and transaction.
     claim_chunk: ClassVar[int] = 500
+    #: Claim statements a run may have out at once (distinct keys: no lock between them).
+    claim_lanes: ClassVar[int] = 1
 
     #: Each statement's text changes as its runs double (see `PostgreSQL`).
     replans: ClassVar[bool] = False
@@ -381,6 +383,9 @@ class PostgreSQL(Dialect):
     clock_query = "SELECT clock_timestamp()"
     replans = True
     claim_chunk = 5000  # arrays: one statement whatever the size
+    # Concurrent inserts of distinct keys wait for nothing. (MySQL's duplicate-key checks
+    # take gap locks, and SQLite has one writer: one lane there.)
+    claim_lanes = 2
     skip_locked = True
     mark_is_one_statement = True
     autocommit_single_statements = True

@@ -408,6 +408,11 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
 
     # -- the Notifier's entry points: input it has already checked ----------------------
 
+    @property
+    def _claim_lanes(self) -> int:
+        """How many claim statements a run may have out at once on this database."""
+        return self._core.dialect.claim_lanes
+
     def _options(self, *, take_expired: bool, max_attempts: int | None) -> ClaimOptions:
         """Claim options for a run: checked once, used by every statement of it."""
         return self._core.claim_options(None, take_expired, max_attempts)
@@ -539,9 +544,9 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         Duplicates in ``items`` are collapsed. Each chunk of ``chunk_size`` keys is one
         statement and one transaction, its keys sorted in index order so that concurrent
         batches cannot deadlock each other. The default chunk is 5,000 keys on PostgreSQL
-        (one statement of arrays, whatever its size) and 500 elsewhere. Every item is validated before any SQL runs.
-        If a chunk fails, the claims of the chunks already committed are released and the
-        error is raised.
+        (one statement of arrays, whatever its size) and 500 elsewhere. Every item is
+        validated before any SQL runs. If a chunk fails, the claims of the chunks already
+        committed are released and the error is raised.
 
         Examples:
             >>> import asyncio
