@@ -3,6 +3,7 @@ run, and run through the engine's Connection whenever someone watches the engine
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from pathlib import Path
 from typing import Any
@@ -112,3 +113,32 @@ def test_an_observed_engine_sees_every_statement(tmp_path: Path) -> None:
     finally:
         plain.dispose()
         watched.dispose()
+
+
+@pytest.mark.postgres
+async def test_back_to_back_calls_share_a_connection_until_the_loop_turns() -> None:
+    """Claims awaited one after the other pass one connection along (asyncpg); it is back in
+    the pool as soon as the event loop turns, and nothing else is held."""
+    from ._databases import make_backend
+
+    backend = make_backend("postgres-asyncpg", Path("."))
+    engine = create_async_engine(backend.async_url, pool_size=2, max_overflow=0)
+    checkouts: list[object] = []
+    sa.event.listen(engine.sync_engine, "checkout", lambda *args: checkouts.append(args))
+    table = backend.unique_table()
+    try:
+        from notifyonce import AsyncLedger
+
+        ledger = AsyncLedger(engine, table_name=table)
+        await ledger.create_schema()
+        checkouts.clear()
+        for subject in range(20):
+            assert await ledger.claim_slot("a", subject, "c") is not None
+        assert 1 == len(checkouts)
+        assert 1 == engine.sync_engine.pool.checkedout()
+        await asyncio.sleep(0)
+        assert 0 == engine.sync_engine.pool.checkedout()
+    finally:
+        async with engine.begin() as conn:
+            await conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+        await engine.dispose()

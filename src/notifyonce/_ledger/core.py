@@ -96,16 +96,25 @@ class Spare:
     before the event loop turns: the connection goes from one to the next instead of back
     to the pool and out again (a checkout and a check-in cost as much CPU as asyncpg's
     own execution of the claim). It returns to the pool as soon as the event loop turns,
-    so a caller never holds more than it does while a call runs. For drivers whose
-    connection goes back to the pool without awaiting anything (asyncpg).
+    so a caller never holds more than it does while a call runs.
+
+    Only for a queue pool and a driver whose connection goes back to it without awaiting
+    anything (asyncpg): a connection the pool would close instead (it is full, or the
+    connection broke) is closed in a task of its own, where closing may await.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, engine: sa.Engine) -> None:
+        self._engine = engine
         self._pooled: Any = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing: set[asyncio.Task[Any]] = set()
+
+    @staticmethod
+    def usable(engine: sa.Engine) -> bool:
+        """Whether ``engine``'s connections may be kept this way."""
+        return engine.dialect.driver == "asyncpg" and isinstance(engine.pool, sa.pool.QueuePool)
 
     def take(self) -> Any:
-        """The kept connection, if there is one for this event loop."""
+        """The kept connection, if there is one."""
         pooled, self._pooled = self._pooled, None
         return pooled
 
@@ -113,17 +122,27 @@ class Spare:
         """Keep ``pooled`` until the event loop turns; False when one is kept already."""
         if self._pooled is not None:
             return False
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            self._loop = loop
         self._pooled = pooled
-        loop.call_soon(self._release, pooled)
+        asyncio.get_running_loop().call_soon(self._release, pooled)
         return True
 
     def _release(self, pooled: Any) -> None:
-        if self._pooled is pooled:
-            self._pooled = None
-            pooled.close()
+        if self._pooled is not pooled:
+            return  # the next call took it, and keeps or returns it itself
+        self._pooled = None
+        pool = self._engine.pool
+        if (
+            pooled.is_valid
+            and isinstance(pool, sa.pool.QueuePool)
+            and pool.checkedin() < pool.size()
+        ):
+            pooled.close()  # back into the pool's queue: nothing to await
+            return
+        from sqlalchemy.util import greenlet_spawn
+
+        task = asyncio.get_running_loop().create_task(greenlet_spawn(pooled.close))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
 
 def _commit(connection: Connection | Any) -> None:

@@ -97,9 +97,9 @@ class _LedgerBase(Generic[EngineT]):
             busy_timeout=busy_timeout,
             retries=retries,
         )
-        # asyncpg's connections go back to the pool without awaiting: a call may hand its
-        # connection to the next one of the same moment (see Spare).
-        self._spare = Spare() if engine.dialect.driver == "asyncpg" else None
+        # A call may hand its connection to the next one of the same moment (see Spare).
+        sync_engine = engine.sync_engine if isinstance(engine, AsyncEngine) else engine
+        self._spare = Spare(sync_engine) if Spare.usable(sync_engine) else None
 
     # -- the send path: statements on a Link -------------------------------------------
 
