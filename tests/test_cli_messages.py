@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import sys
 import uuid
 from pathlib import Path
 
@@ -11,8 +12,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from notifyonce import Ledger
-from notifyonce._cli import _database_error, _sync_url, main
+from notifyonce import Ledger, migrations
+from notifyonce._cli import _database_error, _sync_url, ledger_tables, main
 
 UTC = dt.timezone.utc
 
@@ -109,6 +110,64 @@ def test_other_database_errors_are_not_called_authentication(message: str, hint:
     text = _database_error(message)
     assert not text.startswith("authentication failed")
     assert hint == text.endswith("run `notifyonce migrate` first?")
+
+
+@pytest.mark.parametrize(
+    ("message", "hint"),
+    [
+        ('database error (UndefinedTableError: relation "notifyonce_slots" does not exist)', True),
+        (
+            "database error (ProgrammingError: (1146, \"Table 'test.notifyonce_slots' doesn't "
+            'exist"))',
+            True,
+        ),
+        ("database error (OperationalError: no such table: notifyonce_file_ids)", True),
+        ('database error (UndefinedTableError: relation "users" does not exist)', False),
+        ("database error (OperationalError: no such table: notifyonce_slots_archive)", False),
+        ('database unavailable (InvalidCatalogNameError: database "app" does not exist)', False),
+        ("database unavailable (OperationalError: (1049, \"Unknown database 'app'\"))", False),
+    ],
+)
+def test_migrate_is_suggested_only_for_the_ledgers_own_tables(message: str, hint: bool) -> None:
+    """A missing ledger (or side) table suggests migrate; the user's own table or a missing
+    database does not, and a missing database says to create it."""
+    text = _database_error(message, ledger_tables("notifyonce_slots"))
+    assert hint == text.endswith("run `notifyonce migrate` first?")
+    assert ("Unknown database" in message or 'database "app"' in message) == text.endswith(
+        "the URL names a database the server does not have: create it first"
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "module", "extra"),
+    [
+        ("postgresql://app@127.0.0.1/app", "psycopg", "postgres"),
+        ("mysql://app@127.0.0.1/app", "pymysql", "mysql"),
+    ],
+)
+def test_a_missing_driver_names_the_extra_that_installs_it(
+    url: str,
+    module: str,
+    extra: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without the URL's driver, the command exits 2 and says which extra to install."""
+    monkeypatch.setitem(sys.modules, module, None)  # as if it were not installed
+    with pytest.raises(SystemExit) as info:
+        main(["stats", "--database-url", url])
+    assert 2 == info.value.code
+    expected = f'the database driver {module} is not installed: pip install "notifyonce[{extra}]"'
+    assert f"notifyonce: error: {expected}\n" == capsys.readouterr().err
+
+
+def test_upgrade_from_a_url_names_the_missing_drivers_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """migrations.upgrade(url) without the driver raises ModuleNotFoundError naming the extra."""
+    monkeypatch.setitem(sys.modules, "asyncpg", None)
+    with pytest.raises(ModuleNotFoundError, match=r"pip install \"notifyonce\[postgres\]\""):
+        migrations.upgrade("postgresql+asyncpg://app@127.0.0.1/app")
 
 
 @pytest.mark.mariadb

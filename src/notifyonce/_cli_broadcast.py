@@ -251,7 +251,7 @@ async def _broadcast(
     from sqlalchemy.ext.asyncio import create_async_engine
 
     from notifyonce._broadcast import Broadcast, recipients_from_file, recipients_from_query
-    from notifyonce._cli import _UsageError
+    from notifyonce._cli import _UsageError, engine_error
     from notifyonce._ledger.ledger import AsyncLedger
     from notifyonce._notifier import Notifier
     from notifyonce._outcome import DeliveryMode
@@ -259,7 +259,7 @@ async def _broadcast(
     try:
         engine = create_async_engine(url)
     except Exception as exc:  # a missing driver, a bad dialect name
-        raise _UsageError(f"cannot use this database URL: {type(exc).__name__}") from None
+        raise _UsageError(engine_error(exc)) from None
     sender: Sender | None = None
     try:
         sender = make_sender(engine)
