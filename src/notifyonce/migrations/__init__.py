@@ -36,6 +36,7 @@ from alembic.operations import Operations, ops
 from alembic.runtime.environment import EnvironmentContext
 from alembic.runtime.migration import MigrationContext
 from alembic.script import Script, ScriptDirectory
+from alembic.script.revision import RevisionError
 from alembic.util import CommandError
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -264,9 +265,12 @@ def _adopt_existing(connection: Connection, config: Config, target: str) -> list
     )
     context = environment.get_context()
     current = context.get_current_heads()
-    pending: Sequence[Script] = list(
-        script_directory.iterate_revisions(target, current[0] if current else "base")
-    )
+    try:
+        pending: Sequence[Script] = list(
+            script_directory.iterate_revisions(target, current[0] if current else "base")
+        )
+    except RevisionError as exc:  # an unknown revision: what `alembic upgrade` says too
+        raise CommandError(str(exc)) from exc
     adopted: list[str] = []
     for script in reversed(pending):
         if _already_there(connection, script, context):
