@@ -268,3 +268,30 @@ async def test_token_never_in_logs_or_errors(
     for text in [*texts, logged]:
         assert TOKEN not in text
         assert secret not in text
+
+
+async def test_an_int_chat_id_is_sent_as_aiogram_gives_it(bot_api_server: BotAPIServer) -> None:
+    """send(42, ...) and send(-100123, ...) work as their strings do; a bool is refused."""
+    from notifyonce import ValidationTypeError
+
+    async with sender_for(bot_api_server) as sender:
+        sender.check(42, Message("x"))
+        first = await sender.send(42, Message("hi"))
+        second = await sender.send(-100123, Message("hi"))
+        with pytest.raises(ValidationTypeError, match="recipient"):
+            await sender.send(True, Message("hi"))  # type: ignore[arg-type]
+    assert ("42", "-100123") == (first.recipient, second.recipient)
+    assert ["42", "-100123"] == [d.chat_id for d in bot_api_server.deliveries]
+
+
+async def test_the_server_url_comes_from_the_environment_by_default(
+    bot_api_server: BotAPIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without base_url, a sender talks to $NOTIFYONCE_BOT_API_URL when it is set."""
+    monkeypatch.setenv("NOTIFYONCE_BOT_API_URL", bot_api_server.url)
+    async with TelegramSender(TOKEN, rate_limit=None) as sender:
+        assert bot_api_server.url == sender.base_url
+        await sender.send("42", Message("hi"))
+    assert 1 == len(bot_api_server.deliveries)
+    monkeypatch.delenv("NOTIFYONCE_BOT_API_URL")
+    assert "https://api.telegram.org" == TelegramSender(TOKEN).base_url

@@ -18,7 +18,7 @@ from typing import ClassVar, TypeAlias
 
 from notifyonce._errors import ValidationError, ValidationTypeError
 
-__all__ = ["MB", "Document", "Media", "Photo", "Video", "refuse_media"]
+__all__ = ["MB", "Document", "Media", "Photo", "Video", "file_sha256", "file_size", "refuse_media"]
 
 MB = 1024 * 1024
 
@@ -109,6 +109,15 @@ def _check_size(name: str, size: int, limit: int) -> None:
             name,
             f"is {size / MB:.1f} MB; the Bot API takes uploads of a {name} up to {limit // MB} MB",
         )
+
+
+def file_sha256(path: str) -> str:
+    """The hex sha256 of a file's bytes, read a megabyte at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def file_size(name: str, path: str | os.PathLike[str]) -> int:
