@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from notifyonce import _cli_broadcast
+from notifyonce import _cli_broadcast, _cli_serve
 from notifyonce._errors import LedgerError, ScheduleError, ValidationError
 from notifyonce._ledger.table import SlotStatus
 from notifyonce._outcome import DeliveryMode
@@ -192,6 +192,15 @@ def _parser() -> argparse.ArgumentParser:
         help=_DURATION_HELP,
     )
     purge.add_argument(
+        "--opaque-finished-before",
+        type=_since_arg,
+        metavar="WHEN",
+        help="also delete the slots whose cycle is an int or a str (a broadcast's campaign "
+        f"id), have no live claim and last changed before WHEN: {_DURATION_HELP} ago, or "
+        "an ISO 8601 time with its zone. Only for such cycles that cannot fire again: a "
+        "slot deleted while its cycle can still fire is sent again",
+    )
+    purge.add_argument(
         "--dry-run",
         action="store_true",
         help="count the slots that would be deleted, and delete nothing",
@@ -203,6 +212,7 @@ def _parser() -> argparse.ArgumentParser:
     migrate.add_argument("--revision", default="head", help="target revision (default: head)")
     _add_operator_commands(commands, db)
     _cli_broadcast.add_parser(commands, db)
+    _cli_serve.add_parser(commands)
     return parser
 
 
@@ -436,16 +446,19 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _purge(args: argparse.Namespace) -> int:
     ledger = _ledger(args)
-    age = format_duration(args.older_than)
+    what = f"whose cycle ended more than {format_duration(args.older_than)} ago"
+    opaque = args.opaque_finished_before
+    if opaque is not None:
+        what += f", or whose int or str cycle last changed before {opaque:%Y-%m-%d %H:%M:%S %Z}"
     if args.dry_run:
         # The same DELETE, in a transaction that is rolled back: the count is exact.
         with ledger.engine.connect() as connection:
-            count = ledger._run(ledger._plan_purge(args.older_than, None), connection=connection)
+            count = ledger._run(ledger._plan_purge(args.older_than, opaque), connection=connection)
             connection.rollback()
-        print(f"would delete {count} slots whose cycle ended more than {age} ago (dry run)")
+        print(f"would delete {plural(count, 'slot')} {what} (dry run)")
         return EXIT_OK
-    deleted = ledger.purge(older_than=args.older_than)
-    print(f"deleted {deleted} slots whose cycle ended more than {age} ago")
+    deleted = ledger.purge(older_than=args.older_than, opaque_finished_before=opaque)
+    print(f"deleted {plural(deleted, 'slot')} {what}")
     return EXIT_OK
 
 
@@ -541,6 +554,7 @@ _COMMANDS = {
     "list": _list,
     "requeue": _requeue,
     "broadcast": _cli_broadcast.run,
+    "serve-test-api": _cli_serve.run,
 }
 
 

@@ -352,8 +352,9 @@ class LocalServer:
     Keeps connections alive and counts them; a subclass implements `_serve_one`.
     """
 
-    def __init__(self) -> None:
-        self.port = 0
+    def __init__(self, *, port: int = 0) -> None:
+        self.port = port  # 0: any free port, known once started
+        self._bind_error: OSError | None = None
         self._lock = threading.Lock()
         self._connection_ids = itertools.count(1)
         self._connections: set[_Connection] = set()
@@ -393,6 +394,10 @@ class LocalServer:
         self._thread.start()
         if not self._ready.wait(10):
             raise RuntimeError(f"{type(self).__name__} did not start")
+        if self._bind_error is not None:
+            self._thread.join(10)
+            self._thread = None
+            raise self._bind_error
         return self
 
     def stop(self) -> None:
@@ -428,8 +433,16 @@ class LocalServer:
 
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
+        try:
+            self._server = loop.run_until_complete(
+                asyncio.start_server(self._handle, "127.0.0.1", self.port)
+            )
+        except OSError as exc:  # the port is taken: start() raises it
+            self._bind_error = exc
+            loop.close()
+            self._ready.set()
+            return
         self._loop = loop
-        self._server = loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
         self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
         try:
@@ -522,7 +535,8 @@ class BotAPIServer(LocalServer):
     calls around it, so an aiogram ``Dispatcher`` or a python-telegram-bot
     ``Application`` can run against it: ``getUpdates`` (long polling, with ``offset``
     confirming updates, over the updates queued with
-    [`user_says`][notifyonce.testing.BotAPIServer.user_says]), ``getMe``,
+    [`user_says`][notifyonce.testing.BotAPIServer.user_says], or from another process by
+    ``POST /user_says`` with ``chat_id`` and ``text``), ``getMe``,
     ``deleteWebhook``, ``getWebhookInfo``, ``setMyCommands``, ``deleteMyCommands``,
     ``close`` and ``logOut``. Every call, in order, is in
     [`calls`][notifyonce.testing.BotAPIServer.calls]. Use it as a context manager (sync or
@@ -540,6 +554,8 @@ class BotAPIServer(LocalServer):
             before any answer is written: the moment the client's send is in flight. It runs on the
             server's thread and delays the answer while it runs; a crash test can kill
             the client from it, knowing the kill landed mid-send.
+        port: The port on 127.0.0.1 to listen on; 0 (the default) takes a free one.
+            ``notifyonce serve-test-api`` runs one on a fixed port, to try a bot by hand.
 
     Examples:
         >>> with BotAPIServer(latency=0.0) as server:
@@ -556,8 +572,9 @@ class BotAPIServer(LocalServer):
         bot_per_second: int | None = None,
         flood_retry_after: int = 1,
         on_request: Callable[[Request], object] | None = None,
+        port: int = 0,
     ) -> None:
-        super().__init__()
+        super().__init__(port=port)
         self.token = token
         self.latency = latency
         self.bot_per_second = bot_per_second
@@ -597,7 +614,10 @@ class BotAPIServer(LocalServer):
 
     @property
     def requests(self) -> list[Request]:
-        """Every request received, delivered or not."""
+        """Every send request received (``sendMessage``, ``sendPhoto``, ...), delivered or
+        not, and every request refused with 401 (a wrong token) or 404 (a wrong path), each
+        with the reply it got. The other calls (``getMe``, ``getUpdates``, ...) are in
+        [`calls`][notifyonce.testing.BotAPIServer.calls]."""
         with self._lock:
             return list(self._requests)
 
@@ -707,10 +727,12 @@ class BotAPIServer(LocalServer):
         received = time.monotonic()
         keep_alive = headers.get("connection", "").lower() != "close"
 
+        if verb == "POST" and path == "/user_says":
+            return await self._user_says_over_http(writer, headers, body, keep_alive)
         if not api_path:
-            return await self._answer(writer, 404, _api_error(404, "Not Found"), keep_alive)
+            return await self._refuse(writer, 404, path, received, connection, token, keep_alive)
         if self.token is not None and token != self.token:
-            return await self._answer(writer, 401, _api_error(401, "Unauthorized"), keep_alive)
+            return await self._refuse(writer, 401, path, received, connection, token, keep_alive)
         with self._lock:
             self._calls.append(method)
         if verb in ("GET", "POST") and method in _SIMPLE_METHODS:
@@ -728,7 +750,7 @@ class BotAPIServer(LocalServer):
             return await self._answer(writer, 200, json.dumps(result).encode(), keep_alive)
         kind = _MEDIA_METHODS.get(method)
         if verb != "POST" or (method != "sendMessage" and kind is None):
-            return await self._answer(writer, 404, _api_error(404, "Not Found"), keep_alive)
+            return await self._refuse(writer, 404, path, received, connection, token, keep_alive)
 
         try:
             params, files = parse_form(headers.get("content-type", ""), body)
@@ -781,6 +803,37 @@ class BotAPIServer(LocalServer):
                     result["caption"] = text
             body_out = json.dumps({"ok": True, "result": result}).encode()
         return await self._answer(writer, reply.status, body_out, keep_alive, reply.content_type)
+
+    async def _refuse(
+        self,
+        writer: asyncio.StreamWriter,
+        status: int,
+        path: str,
+        received: float,
+        connection: int,
+        token: str | None,
+        keep_alive: bool,
+    ) -> bool:
+        """Answer 401 (a wrong token) or 404 (a wrong path or method), and record it."""
+        reply = Reply.error(status, "Unauthorized" if status == 401 else "Not Found")
+        method = path.rsplit("/", 1)[-1]
+        self._record(Request(method, None, received, connection, reply, _bot_id(token)))
+        assert reply.body is not None
+        return await self._answer(writer, status, reply.body, keep_alive)
+
+    async def _user_says_over_http(
+        self, writer: asyncio.StreamWriter, headers: dict[str, str], body: bytes, keep_alive: bool
+    ) -> bool:
+        """``POST /user_says`` with ``chat_id`` and ``text`` (a form or JSON): queue that
+        update, as `user_says` does, for a bot polling this server from another process."""
+        try:
+            params = parse_form(headers.get("content-type", ""), body)[0]
+            update_id = self.user_says(int(params["chat_id"]), str(params["text"]))
+        except (ValueError, KeyError, TypeError):
+            bad = _api_error(400, "Bad Request: /user_says takes chat_id (an int) and text")
+            return await self._answer(writer, 400, bad, keep_alive)
+        answer = {"ok": True, "result": {"update_id": update_id}}
+        return await self._answer(writer, 200, json.dumps(answer).encode(), keep_alive)
 
     def _known_file(self, kind: str, source: object) -> bool:
         """Whether ``source`` names a file this server gave out as ``kind``, or is a URL."""
