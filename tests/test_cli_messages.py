@@ -211,6 +211,45 @@ def test_purge_dry_run_counts_and_deletes_nothing(
     assert "deleted 2 slots whose cycle ended more than 30d ago\n" == real
 
 
+def test_purge_deletes_finished_campaigns_when_asked(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Slots with a str cycle (a broadcast's campaign) stay unless --opaque-finished-before
+    says they are finished; then the old ones go, and a campaign still running stays."""
+    import asyncio
+
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from notifyonce import AsyncLedger, Broadcast, Message, Notifier
+    from notifyonce.testing import FakeSender
+
+    assert 0 == main(["migrate"])
+
+    async def broadcast() -> None:
+        engine = create_async_engine(sqlite_url.replace("sqlite://", "sqlite+aiosqlite://"))
+        notifier = Notifier(AsyncLedger(engine), FakeSender())
+        await Broadcast(notifier, "news", "2026-11", Message("old news"), [1, 2, 3]).run()
+        await engine.dispose()
+
+    asyncio.run(broadcast())
+    engine = sa.create_engine(sqlite_url)
+    with engine.begin() as conn:  # the November campaign ended 40 days ago
+        conn.execute(sa.text("UPDATE notifyonce_slots SET updated_at = '2026-01-01 00:00:00'"))
+    Ledger(engine).claim_slot("news", 4, "2026-12")  # December's is under way
+    capsys.readouterr()
+    assert 0 == main(["purge", "--older-than", "30d"])
+    kept = capsys.readouterr().out
+    assert 0 == main(["purge", "--older-than", "30d", "--opaque-finished-before", "30d"])
+    purged = capsys.readouterr().out
+    with engine.connect() as conn:
+        left = conn.execute(sa.text("SELECT action, subject, cycle FROM notifyonce_slots")).all()
+    engine.dispose()
+    assert kept.startswith("deleted 0 slots whose cycle ended more than 30d ago")
+    # The three chats and the campaign's remembered message.
+    assert purged.startswith("deleted 4 slots whose cycle ended more than 30d ago, or whose")
+    assert [("news", "4", "2026-12")] == left
+
+
 @pytest.mark.parametrize(
     ("command", "shown"),
     [
