@@ -202,5 +202,6 @@ def refuse_media(media: object, sender: str) -> None:
     if media is not None:
         raise ValidationError(
             "media",
-            f"{sender} sends text only; send photos, documents and videos with TelegramSender",
+            f"{sender} sends text only; send photos, documents and videos with "
+            "TelegramSender, AiogramSender or PTBSender",
         )

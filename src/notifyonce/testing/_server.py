@@ -30,6 +30,7 @@ __all__ = [
     "Reply",
     "Request",
     "Upload",
+    "read_body",
     "read_head",
 ]
 
@@ -254,6 +255,22 @@ async def read_head(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, s
             name, value = line.split(":", 1)
             headers[name.strip().lower()] = value.strip()
     return verb, path, headers
+
+
+async def read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+    """The request body: ``Content-Length`` bytes, or the chunks of a chunked body (what
+    aiohttp sends for a multipart upload, aiogram's photos and documents)."""
+    if "chunked" not in headers.get("transfer-encoding", "").lower():
+        length = int(headers.get("content-length", "0"))
+        return await reader.readexactly(length) if length else b""
+    chunks: list[bytes] = []
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).split(b";")[0].strip(), 16)
+        if size == 0:
+            await reader.readuntil(b"\r\n")  # the empty trailer
+            return b"".join(chunks)
+        chunks.append(await reader.readexactly(size))
+        await reader.readexactly(2)  # the CRLF after each chunk
 
 
 def _parse_params(content_type: str, body: bytes) -> dict[str, Any]:
@@ -705,7 +722,6 @@ class BotAPIServer(LocalServer):
         if request is None:
             return False
         verb, path, headers = request
-        length = int(headers.get("content-length", "0"))
         path, _, query = path.partition("?")
         # /bot<token>/<method>: anything else (a wrong base_url) is 404, as on Telegram.
         parts = path.split("/")
@@ -723,7 +739,7 @@ class BotAPIServer(LocalServer):
             self._record(Request(method, None, time.monotonic(), connection, reply_early))
             return False
 
-        body = await reader.readexactly(length) if length else b""
+        body = await read_body(reader, headers)
         received = time.monotonic()
         keep_alive = headers.get("connection", "").lower() != "close"
 
@@ -761,6 +777,11 @@ class BotAPIServer(LocalServer):
             bad = _api_error(400, f"Bad Request: {what}")
             return await self._answer(writer, 400, bad, keep_alive)
         file = files.get(kind) if kind is not None else None
+        named = params.get(kind) if kind is not None else None
+        if kind is not None and isinstance(named, str) and named.startswith("attach://"):
+            # The file in a part of its own, named by the field (as aiogram uploads).
+            file = files.get(named[len("attach://") :])
+            del params[kind]
         if kind is not None and file is None and not self._known_file(kind, params.get(kind)):
             bad = _api_error(400, "Bad Request: wrong file identifier/HTTP URL specified")
             return await self._answer(writer, 400, bad, keep_alive)
@@ -874,6 +895,9 @@ class BotAPIServer(LocalServer):
                 )
                 self._uploads.append(upload)
         unique = digest[:16]
+        if kind == "video":  # a Video object carries its size and length (aiogram reads them)
+            shape = {"width": 1280, "height": 720, "duration": 10}
+            return {kind: {"file_id": file_id, "file_unique_id": unique, **shape}}
         if kind != "photo":
             return {kind: {"file_id": file_id, "file_unique_id": unique, "file_size": len(data)}}
         base = file_id[:-1] if file_id.endswith("s") else file_id

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
@@ -21,7 +20,7 @@ from notifyonce._errors import (
     ValidationError,
     ValidationTypeError,
 )
-from notifyonce._media import Media, file_size
+from notifyonce._media import Media
 from notifyonce._message import Message, Receipt
 from notifyonce._observe import note_flood
 from notifyonce._senders.http import (
@@ -53,8 +52,7 @@ from notifyonce._senders.telegram.chat import validate_recipient as _validate_re
 from notifyonce._senders.telegram.classify import Delivered, Migrated, classify_response
 from notifyonce._senders.telegram.files import FileIdStore, UploadOnce, read_upload
 from notifyonce._senders.telegram.payload import (
-    check_caption,
-    check_text,
+    check_message,
     encode,
     jsonable,
     multipart,
@@ -136,17 +134,7 @@ def prepare(recipient: object, message: object) -> tuple[str, dict[str, Any]]:
     recipient = _validate_recipient(recipient)
     if not isinstance(message, Message):
         raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
-    media = message.media
-    if media is None:
-        check_text(message)
-    else:
-        check_caption(message)
-        if isinstance(media.source, os.PathLike):
-            size = file_size(media.kind, media.source)
-            if size > media.upload_limit:
-                raise ValidationError(
-                    media.kind, f"grew over the Bot API's {media.upload_limit // 2**20} MB limit"
-                )
+    check_message(message)
     payload = _payload(message)
     # Encoded once by field, so an error can say which field cannot be encoded.
     options = jsonable(dict(message.options), "options")
