@@ -357,3 +357,13 @@ def test_the_bot_api_url_comes_from_the_environment(
     del args[at : at + 2]
     assert 0 == run(args).returncode
     assert 50 == len(server.deliveries)
+
+
+def test_the_broadcast_guide_shows_what_a_terminal_of_160_and_80_columns_shows() -> None:
+    """The two progress samples of the broadcast guide are render_lines' output, to the
+    character, at 160 and at 80 columns."""
+    page = (Path(__file__).parent.parent / "docs" / "guides" / "broadcast.md").read_text()
+    samples = [block for block in page.split("```text\n")[1:] if "4,580/10,000" in block]
+    shown = [block.split("```", 1)[0].splitlines() for block in samples]
+    progress = BroadcastProgress(sent=4560, failed=12, duplicate=8, total=10_000, rate=31.0)
+    assert [render_lines(progress, 160), render_lines(progress, 80)] == shown
