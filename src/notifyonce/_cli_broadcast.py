@@ -312,26 +312,19 @@ async def _broadcast(
         else:
             source = recipients_from_query(engine, args.recipients_sql)  # the ledger's database
         display = _Display(sys.stderr, tty)
-        broadcast = Broadcast(
-            notifier,
-            args.action,
-            args.campaign,
-            message,
-            source,
-            on_progress=display.show,
-            every=every,
-            allow_changed_message=args.allow_changed_message,
-        )
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(signum, _interrupt(broadcast))
         try:
-            report = await broadcast.run()
+            broadcast = Broadcast(
+                notifier,
+                args.action,
+                args.campaign,
+                message,
+                source,
+                on_progress=display.show,
+                every=every,
+                allow_changed_message=args.allow_changed_message,
+            )
+            report = await _run_interruptibly(broadcast)
         finally:
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                with contextlib.suppress(NotImplementedError, RuntimeError):
-                    loop.remove_signal_handler(signum)
             display.close()
     finally:
         aclose = getattr(sender, "aclose", None)  # None when the sender was never built
@@ -345,6 +338,20 @@ async def _broadcast(
     if report.unknown or report.held or p.retry or p.lease_lost:
         return EXIT_ATTENTION
     return 0
+
+
+async def _run_interruptibly(broadcast: Broadcast) -> BroadcastReport:
+    """Run ``broadcast``; Ctrl-C and SIGTERM cancel it (it settles, then reports)."""
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, _interrupt(broadcast))
+    try:
+        return await broadcast.run()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signum)
 
 
 def _telegram(args: argparse.Namespace, token: str) -> Callable[[AsyncEngine], Sender]:
@@ -499,11 +506,15 @@ class _Display(logging.Handler):
     def __init__(self, stream: IO[str], tty: bool) -> None:
         super().__init__(logging.WARNING)
         self.stream = stream
-        self.live = _live(stream) if tty else None
+        self.tty = tty
+        self.live: Live | None = None  # started by the first progress shown
         self.logger = logging.getLogger("notifyonce")
         self.logger.addHandler(self)
 
     def show(self, progress: BroadcastProgress) -> None:
+        if self.tty and self.live is None:
+            self.live = _live(self.stream)
+            self.tty = self.live is not None  # without rich: plain lines
         if self.live is not None:
             from rich.text import Text
 
