@@ -230,17 +230,26 @@ async def test_dry_run_sends_nothing(ledger: AsyncLedger) -> None:
 
 
 def test_bad_arguments_are_refused_before_anything(ledger: AsyncLedger) -> None:
-    """Bad campaign, recipients or interval raise ValidationError naming the field."""
+    """Bad campaign, recipients or interval, or the action where campaigns keep their
+    message, raise ValidationError naming the field."""
     notifier = Notifier(ledger, FakeSender())
     for kwargs, fieldname in (
         ({"campaign": ""}, "cycle"),
         ({"campaign": 3}, "campaign"),
         ({"recipients": "12345"}, "recipients"),
         ({"every": 0}, "every"),
+        ({"action": "notifyonce.campaign"}, "action"),
     ):
-        args = {"campaign": "c1", "recipients": [1], **kwargs}
+        args = {"action": "news", "campaign": "c1", "recipients": [1], **kwargs}
         with pytest.raises(ValidationError) as info:
-            Broadcast(notifier, "news", args.pop("campaign"), NEWS, args.pop("recipients"), **args)
+            Broadcast(
+                notifier,
+                args.pop("action"),
+                args.pop("campaign"),
+                NEWS,
+                args.pop("recipients"),
+                **args,
+            )
         assert fieldname == info.value.field
 
 

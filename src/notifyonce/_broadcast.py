@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import sqlalchemy as sa
 
-from notifyonce._campaign import check_message
+from notifyonce._campaign import CAMPAIGN_ACTION, check_message
 from notifyonce._errors import ValidationError, ValidationTypeError
 from notifyonce._keys import Subject, normalize_action, normalize_cycle, normalize_subject
 from notifyonce._ledger.table import SlotStatus
@@ -305,6 +305,10 @@ class Broadcast:
         allow_changed_message: bool = False,
     ) -> None:
         self.action = normalize_action(action)
+        if self.action == CAMPAIGN_ACTION:
+            raise ValidationError(
+                "action", f"{CAMPAIGN_ACTION!r} is where campaigns keep their message"
+            )
         if not isinstance(campaign, str):
             raise ValidationTypeError("campaign", f"must be a str, got {type(campaign).__name__}")
         self.campaign, _ = normalize_cycle(campaign)
