@@ -36,6 +36,7 @@ VOCABULARY = (
     "_version",
     "_media",
     "_observe",
+    "_drivers",
 )
 # The only imports from one wing into another, each with its reason.
 CROSS_WING = {

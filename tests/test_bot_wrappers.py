@@ -313,3 +313,85 @@ def test_missing_library_names_the_extra() -> None:
     assert 3 == len(lines)
     for extra, line in zip(("aiogram", "ptb", "apprise"), lines, strict=True):
         assert f'pip install "notifyonce[{extra}]"' in line
+
+
+# -- media ----------------------------------------------------------------------------------
+
+IMAGE = b"\xff\xd8\xff\xe0" + bytes(range(256)) * 8
+
+
+async def test_a_photo_is_uploaded_once_then_sent_by_its_file_id(
+    wrap: Wrapped, bot_api_server: BotAPIServer
+) -> None:
+    """Three chats get one photo with its caption: one upload, then sends by the file_id
+    Telegram gave; every receipt carries that file_id."""
+    from notifyonce import Photo
+
+    sender = wrap(bot_api_server.url)
+    message = Message("<b>New</b> tariff", parse_mode="HTML", media=Photo(IMAGE, filename="t.jpg"))
+    receipts = [await sender.send(chat, message) for chat in (1, 2, 3)]
+    (upload,) = bot_api_server.uploads
+    assert ("sendPhoto", "t.jpg", len(IMAGE)) == (upload.method, upload.filename, upload.size)
+    assert {upload.file_id} == {r.file_id for r in receipts}
+    deliveries = bot_api_server.deliveries
+    assert ["1", "2", "3"] == [d.chat_id for d in deliveries]
+    assert {"sendPhoto"} == {d.method for d in deliveries}
+    assert {"<b>New</b> tariff"} == {d.text for d in deliveries}
+    assert [upload.file_id] * 2 == [d.params["photo"] for d in deliveries[1:]]
+    assert {"HTML"} == {d.params["parse_mode"] for d in deliveries}
+
+
+async def test_documents_and_videos_from_a_path_or_by_url(
+    wrap: Wrapped, bot_api_server: BotAPIServer, tmp_path: Any
+) -> None:
+    """A document read from a file goes with its file name; a video named by URL is not
+    uploaded."""
+    from notifyonce import Document, Video
+
+    path = tmp_path / "invoice.pdf"
+    path.write_bytes(b"%PDF-1.7 the invoice")
+    sender = wrap(bot_api_server.url)
+    await sender.send("5", Message("", media=Document(path)))
+    await sender.send("5", Message("clip", media=Video("https://example.com/clip.mp4")))
+    assert [("sendDocument", "invoice.pdf")] == [
+        (u.method, u.filename) for u in bot_api_server.uploads
+    ]
+    assert ["sendDocument", "sendVideo"] == [d.method for d in bot_api_server.deliveries]
+    assert "https://example.com/clip.mp4" == bot_api_server.deliveries[1].params["video"]
+
+
+async def test_a_file_id_telegram_forgot_is_uploaded_again(
+    wrap: Wrapped, bot_api_server: BotAPIServer
+) -> None:
+    """A stored file_id the server refuses ('wrong file identifier') is forgotten and the
+    file uploaded again: delivered once, not a failure."""
+    import hashlib
+
+    from notifyonce import Photo
+    from notifyonce._senders.rate.stores import bot_key
+    from notifyonce._senders.telegram.files import file_key
+    from notifyonce.telegram import MemoryFileIdStore
+
+    store = MemoryFileIdStore()
+    key = file_key(bot_key(TOKEN), "photo", hashlib.sha256(IMAGE).hexdigest())
+    await store.put(key, "AgACAgIAAxkBAAIBgone")
+    sender = wrap(bot_api_server.url, file_store=store)
+    receipt = await sender.send("9", Message("", media=Photo(IMAGE)))
+    assert 1 == len(bot_api_server.uploads)
+    assert ["9"] == [d.chat_id for d in bot_api_server.deliveries]
+    assert receipt.file_id == await store.get(key)
+
+
+async def test_a_caption_too_long_is_refused_before_sending(
+    wrap: Wrapped, bot_api_server: BotAPIServer
+) -> None:
+    """A caption over 1024 characters is refused by check() and by send(); nothing sent."""
+    from notifyonce import Photo
+
+    sender = wrap(bot_api_server.url)
+    message = Message("x" * 1025, media=Photo(IMAGE))
+    with pytest.raises(ValidationError, match="caption"):
+        sender.check("1", message)
+    with pytest.raises(ValidationError, match="caption"):
+        await sender.send("1", message)
+    assert [] == bot_api_server.requests

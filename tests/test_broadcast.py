@@ -230,17 +230,26 @@ async def test_dry_run_sends_nothing(ledger: AsyncLedger) -> None:
 
 
 def test_bad_arguments_are_refused_before_anything(ledger: AsyncLedger) -> None:
-    """Bad campaign, recipients or interval raise ValidationError naming the field."""
+    """Bad campaign, recipients or interval, or the action where campaigns keep their
+    message, raise ValidationError naming the field."""
     notifier = Notifier(ledger, FakeSender())
     for kwargs, fieldname in (
         ({"campaign": ""}, "cycle"),
         ({"campaign": 3}, "campaign"),
         ({"recipients": "12345"}, "recipients"),
         ({"every": 0}, "every"),
+        ({"action": "notifyonce.campaign"}, "action"),
     ):
-        args = {"campaign": "c1", "recipients": [1], **kwargs}
+        args = {"action": "news", "campaign": "c1", "recipients": [1], **kwargs}
         with pytest.raises(ValidationError) as info:
-            Broadcast(notifier, "news", args.pop("campaign"), NEWS, args.pop("recipients"), **args)
+            Broadcast(
+                notifier,
+                args.pop("action"),
+                args.pop("campaign"),
+                NEWS,
+                args.pop("recipients"),
+                **args,
+            )
         assert fieldname == info.value.field
 
 
@@ -250,3 +259,63 @@ def test_progress_arithmetic() -> None:
     assert (40, 60, 3.0) == (progress.done, progress.remaining, progress.eta)
     assert BroadcastProgress(sent=1, total=10).eta is None
     assert BroadcastProgress(sent=1).remaining is None
+
+
+async def test_the_first_snapshot_already_has_a_rate(ledger: AsyncLedger) -> None:
+    """A run shorter than one progress period still reports a rate and an ETA of 0, not
+    0/s and no ETA: the start counts as the first sample."""
+    report = await Broadcast(
+        Notifier(ledger, FakeSender()), "news", "c1", NEWS, range(1, 21), every=3600
+    ).run()
+    assert 20 == report.progress.done
+    assert report.progress.rate > 0
+    assert 0.0 == report.progress.eta
+
+
+async def test_a_resumed_campaign_refuses_another_text(ledger: AsyncLedger) -> None:
+    """The campaign remembers its message: a resumed run with another text sends nothing
+    and says why; allowed, the chats not handled yet get the new text."""
+    sender = FakeSender()
+    notifier = Notifier(ledger, sender)
+    await Broadcast(notifier, "news", "c1", NEWS, [1, 2]).run()
+    changed = Message("A new tariff is out, and cheaper")
+    with pytest.raises(ValidationError) as info:
+        await Broadcast(notifier, "news", "c1", changed, [1, 2, 3]).run()
+    assert "message" == info.value.field
+    assert "differs from the message campaign news/c1 started with" in info.value.problem
+    assert changed.text not in str(info.value)
+    assert ["A new tariff is out"] * 2 == sender.texts
+    allowed = await Broadcast(
+        notifier, "news", "c1", changed, [1, 2, 3, 4], allow_changed_message=True
+    ).run()
+    assert (2, 2) == (allowed.progress.sent, allowed.progress.duplicate)
+    again = await Broadcast(notifier, "news", "c1", changed, [1, 2, 3, 4, 5]).run()
+    assert 1 == again.progress.sent  # the new message is the one remembered now
+    assert 1 == sum(r.recipient == "5" for r in sender.sent)
+
+
+async def test_a_resumed_campaign_refuses_other_media_or_formatting(ledger: AsyncLedger) -> None:
+    """Other file bytes or another parse mode is another message; the same ones resume."""
+    from notifyonce import Photo
+
+    notifier = Notifier(ledger, FakeSender())
+    photo = Message("", media=Photo(b"first image", filename="a.png"))
+    await Broadcast(notifier, "news", "c1", photo, [1]).run()
+    same = Message("", media=Photo(b"first image", filename="b.png"))
+    assert 1 == (await Broadcast(notifier, "news", "c1", same, [1, 2]).run()).progress.sent
+    for other in (
+        Message("", media=Photo(b"other image", filename="a.png")),
+        Message("", parse_mode="HTML", media=Photo(b"first image", filename="a.png")),
+    ):
+        with pytest.raises(ValidationError, match="differs from the message"):
+            await Broadcast(notifier, "news", "c1", other, [1, 2, 3]).run()
+
+
+async def test_a_dry_run_compares_the_message_but_records_nothing(ledger: AsyncLedger) -> None:
+    """A dry run of a new campaign records no message; of a started one, it compares."""
+    dry = Notifier(ledger, FakeSender(), dry_run=True)
+    await Broadcast(dry, "news", "c1", NEWS, [1]).run()
+    assert 0 == sum((await ledger.stats()).counts.values())
+    await Broadcast(Notifier(ledger, FakeSender()), "news", "c1", NEWS, [1]).run()
+    with pytest.raises(ValidationError, match="differs from the message"):
+        await Broadcast(dry, "news", "c1", Message("other"), [1, 2]).run()

@@ -104,7 +104,7 @@ def test_migrate_then_stats_sweep_and_purge(
     assert 0 == main(["sweep", "--mode", "at-most-once"])  # the claim's lease ran out
     assert "1 now unknown" in capsys.readouterr().out
     assert 0 == main(["purge", "--older-than", "30d"])
-    assert "deleted 1 slots" in capsys.readouterr().out
+    assert "deleted 1 slot whose" in capsys.readouterr().out
 
     check = Ledger(sa.create_engine(db_url.replace("+aiosqlite", "")))
     assert check.get("trial_6h", 1, old_cycle) is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 
 from notifyonce import BroadcastProgress
 from notifyonce._cli import main
-from notifyonce._cli_broadcast import render_bar, render_line
+from notifyonce._cli_broadcast import render_bar, render_line, render_lines
 from notifyonce.testing import BotAPIServer, Reply
 
 from ._databases import IN_CI
@@ -96,7 +97,7 @@ def test_unknown_outcome_is_listed_and_exits_1(workdir: Path, server: BotAPIServ
     server.script("7", [Reply.drop_after_delivery()])
     first = run(command(workdir, server))
     assert 1 == first.returncode, first.stderr
-    assert "1 chats of the campaign have an unknown outcome" in first.stdout
+    assert "1 chat of the campaign has an unknown outcome" in first.stdout
     assert "\n  7\n" in first.stdout + "\n"
     assert "unknown news/7/c1 attempt=1" in first.stderr  # the library's warning, once
     again = run(command(workdir, server))
@@ -166,47 +167,65 @@ def test_render_bar_and_line() -> None:
     assert "ETA >99:59:59" in render_bar(BroadcastProgress(sent=0, total=1, rate=5e-324))
 
 
-def test_progress_bar_and_eta_in_a_real_terminal(workdir: Path, server: BotAPIServer) -> None:
-    """In a terminal (tmux), the command draws a bar with a rate and an ETA while it runs."""
+def capture(tmux: list[str], session: str) -> str:
+    """What the tmux pane shows now."""
+    done = subprocess.run(
+        [*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True, check=False
+    )
+    return done.stdout
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_progress_in_a_real_terminal_fits_its_width(
+    workdir: Path, server: BotAPIServer, columns: int
+) -> None:
+    """In a terminal (tmux) of 80 or 160 columns the progress is redrawn in place, within
+    the width, with the rate and the ETA whole; a warning goes above it on a line of its own.
+    (A line wider than the terminal wraps, and each redraw then leaves a copy behind.)"""
     if shutil.which("tmux") is None:
         message = "tmux is not installed: apt-get install -y tmux"
         if IN_CI:
             pytest.fail(f"CI=true and {message}", pytrace=False)
         pytest.skip(message)
     server.latency = 0.01
-    server.script("300", [Reply.drop_after_delivery()])  # a warning under the bar, ~3 s in
+    server.script("300", [Reply.drop_after_delivery()])  # a warning, ~3 s in
     (workdir / "chats.txt").write_text("".join(f"{i}\n" for i in range(1, 2001)))
     session = f"nfo-{uuid.uuid4().hex[:8]}"
     args = command(workdir, server)
     args[args.index("--rate") + 1] = "100"  # about 20 s, so the pane is caught mid-run
     env = {k: os.environ[k] for k in ("NOTIFYONCE_DATABASE_URL", "NOTIFYONCE_BOT_TOKEN", "PATH")}
     shell = " ".join(f"{k}='{v}'" for k, v in env.items()) + " " + " ".join(args)
-    shell += f"; echo exit=$? > {workdir / 'rc'}"
     tmux = ["tmux", "-L", session]
-    subprocess.run(
-        [*tmux, "new-session", "-d", "-s", session, "-x", "200", "-y", "20", shell], check=True
-    )
+    size = ["-x", str(columns), "-y", "20"]
+    subprocess.run([*tmux, "new-session", "-d", "-s", session, *size, shell], check=True)
     try:
         pane = ""
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             time.sleep(0.5)
-            pane = subprocess.run(
-                [*tmux, "capture-pane", "-p", "-t", session],
-                capture_output=True,
-                text=True,
-                check=False,
-            ).stdout
+            pane = capture(tmux, session)
             if "ETA 00:" in pane and "/2,000" in pane and "unknown news/300/" in pane:
+                time.sleep(1.0)  # a few redraws more: they must not pile up
+                pane = capture(tmux, session)
                 break
-        bar = next((line for line in pane.splitlines() if "/2,000" in line), "")
-        assert bar.startswith(("[#", "[-")), pane
-        assert "/s  ETA 00:" in bar, pane
-        assert "progress:" not in pane  # no plain lines on a terminal
-        # The warning is printed above the bar, on a line of its own.
-        assert any(line.startswith("unknown news/300/c1") for line in pane.splitlines()), pane
     finally:
         subprocess.run([*tmux, "kill-server"], check=False, capture_output=True)
+    lines = pane.splitlines()
+    bars = [line for line in lines if "/2,000" in line]
+    assert 1 == len(bars), pane  # redrawn in place: no copies left behind
+    bar = bars[0].rstrip()
+    assert re.search(r"^\[[#-]+\] +\d+\.\d%  [\d,]+/2,000  .*\d+/s  ETA 00:\d\d$", bar), pane
+    assert len(bar) <= columns
+    below = lines[lines.index(bars[0]) + 1].rstrip()
+    if columns >= 160:
+        assert "already done" in bar, pane  # all on one line
+    else:
+        assert below.startswith("sent "), pane  # the counts, under the bar
+        assert "already done" in below, pane
+        assert len(below) <= columns
+    assert "progress:" not in pane  # no plain lines on a terminal
+    warning = next(i for i, line in enumerate(lines) if line.startswith("unknown news/300/c1"))
+    assert warning < lines.index(bars[0]), pane  # the warning is above the progress
 
 
 @given(
@@ -230,3 +249,121 @@ def test_bar_keeps_its_width_and_eta_follows_the_rate(
         assert int(width * progress.done / progress.total) == inside.count("#")
     assert extra == progress.remaining
     assert ("ETA --:--" in line) == (extra > 0 and rate == 0)
+
+
+@given(
+    sent=st.integers(0, 10**6),
+    failed=st.integers(0, 10**6),
+    unknown=st.integers(0, 10**6),
+    retry=st.integers(0, 10**6),
+    known_total=st.booleans(),
+    rate=st.one_of(st.just(5e-324), st.floats(0, 10**5, allow_nan=False)),
+    columns=st.integers(40, 300),
+)
+def test_the_terminal_lines_fit_any_width_and_keep_rate_and_eta_whole(
+    sent: int, failed: int, unknown: int, retry: int, known_total: bool, rate: float, columns: int
+) -> None:
+    """At any width from 40 columns, every line fits, and the rate with the ETA and every
+    count appear whole (never cut at the edge, as a too long line would be)."""
+    done = sent + failed + unknown + retry
+    progress = BroadcastProgress(
+        sent=sent,
+        failed=failed,
+        unknown=unknown,
+        retry=retry,
+        total=done + 10 if known_total else None,
+        rate=rate,
+    )
+    lines = render_lines(progress, columns)
+    assert [] == [line for line in lines if len(line) > columns]
+    text = "\n".join(lines)
+    speed = render_line(progress).rsplit(", ", 2)
+    assert f"{speed[1]}  {speed[2]}" in text  # "12/s  ETA 00:03"
+    for count in (f"sent {sent:,}", f"failed {failed:,}", f"unknown {unknown:,}"):
+        assert count in text
+    if columns >= 160 and done < 10**5:
+        assert 1 == len(lines)
+
+
+def test_every_option_of_broadcast_has_help() -> None:
+    """broadcast --help describes every option (--mode, --max-attempts and --parse-mode too)."""
+    import argparse
+
+    from notifyonce._cli import _parser
+
+    commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    broadcast = commands.choices["broadcast"]
+    bare = [
+        action.option_strings[0]
+        for action in broadcast._actions
+        if action.option_strings and not action.help
+    ]
+    assert [] == bare
+
+
+def test_a_token_with_a_trailing_newline_is_named_as_such(
+    workdir: Path, server: BotAPIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token read from a file with its newline exits 2 saying so, without showing it."""
+    monkeypatch.setenv("NOTIFYONCE_BOT_TOKEN", TOKEN + "\n")
+    done = run(command(workdir, server))
+    assert 2 == done.returncode
+    assert "$NOTIFYONCE_BOT_TOKEN: the token has a space or a line break" in done.stderr
+    assert TOKEN not in done.stderr + done.stdout
+    assert [] == server.deliveries
+
+
+def test_a_missing_table_of_the_users_query_gets_no_migrate_hint(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """--recipients-sql on a table that does not exist: exit 3, and no advice to migrate
+    (the ledger is there; the query's table is the user's own)."""
+    args = command(workdir, server)
+    at = args.index("--recipients-file")
+    args[at : at + 2] = ["--recipients-sql", "SELECT chat_id FROM no_such_users"]
+    done = run(args)
+    assert 3 == done.returncode
+    assert "no_such_users" in done.stderr
+    assert "migrate" not in done.stderr
+
+
+def test_a_changed_text_is_refused_unless_allowed(workdir: Path, server: BotAPIServer) -> None:
+    """Resuming a campaign with another text exits 2 and sends nothing; with
+    --allow-changed-message the chats not handled yet get the new text."""
+    chats = workdir / "chats.txt"
+    chats.write_text("1\n2\n")
+    assert 0 == run(command(workdir, server)).returncode
+    chats.write_text("1\n2\n3\n")
+    (workdir / "text.txt").write_text("secret-news-5c1e: a cheaper tariff\n")
+    refused = run(command(workdir, server))
+    assert 2 == refused.returncode
+    assert "differs from the message campaign news/c1 started with" in refused.stderr
+    assert "cheaper" not in refused.stderr + refused.stdout
+    assert 2 == len(server.deliveries)
+    allowed = run([*command(workdir, server), "--allow-changed-message"])
+    assert 0 == allowed.returncode, allowed.stderr
+    assert [("3", "secret-news-5c1e: a cheaper tariff")] == [
+        (d.chat_id, d.text) for d in server.deliveries[2:]
+    ]
+
+
+def test_the_bot_api_url_comes_from_the_environment(
+    workdir: Path, server: BotAPIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --base-url the command sends to $NOTIFYONCE_BOT_API_URL when it is set."""
+    monkeypatch.setenv("NOTIFYONCE_BOT_API_URL", server.url)
+    args = command(workdir, server)
+    at = args.index("--base-url")
+    del args[at : at + 2]
+    assert 0 == run(args).returncode
+    assert 50 == len(server.deliveries)
+
+
+def test_the_broadcast_guide_shows_what_a_terminal_of_160_and_80_columns_shows() -> None:
+    """The two progress samples of the broadcast guide are render_lines' output, to the
+    character, at 160 and at 80 columns."""
+    page = (Path(__file__).parent.parent / "docs" / "guides" / "broadcast.md").read_text()
+    samples = [block for block in page.split("```text\n")[1:] if "4,580/10,000" in block]
+    shown = [block.split("```", 1)[0].splitlines() for block in samples]
+    progress = BroadcastProgress(sent=4560, failed=12, duplicate=8, total=10_000, rate=31.0)
+    assert [render_lines(progress, 160), render_lines(progress, 80)] == shown

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import sys
 import uuid
 from pathlib import Path
 
@@ -11,8 +12,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from notifyonce import Ledger
-from notifyonce._cli import _database_error, _sync_url, main
+from notifyonce import Ledger, migrations
+from notifyonce._cli import _database_error, _sync_url, ledger_tables, main
 
 UTC = dt.timezone.utc
 
@@ -111,6 +112,64 @@ def test_other_database_errors_are_not_called_authentication(message: str, hint:
     assert hint == text.endswith("run `notifyonce migrate` first?")
 
 
+@pytest.mark.parametrize(
+    ("message", "hint"),
+    [
+        ('database error (UndefinedTableError: relation "notifyonce_slots" does not exist)', True),
+        (
+            "database error (ProgrammingError: (1146, \"Table 'test.notifyonce_slots' doesn't "
+            'exist"))',
+            True,
+        ),
+        ("database error (OperationalError: no such table: notifyonce_file_ids)", True),
+        ('database error (UndefinedTableError: relation "users" does not exist)', False),
+        ("database error (OperationalError: no such table: notifyonce_slots_archive)", False),
+        ('database unavailable (InvalidCatalogNameError: database "app" does not exist)', False),
+        ("database unavailable (OperationalError: (1049, \"Unknown database 'app'\"))", False),
+    ],
+)
+def test_migrate_is_suggested_only_for_the_ledgers_own_tables(message: str, hint: bool) -> None:
+    """A missing ledger (or side) table suggests migrate; the user's own table or a missing
+    database does not, and a missing database says to create it."""
+    text = _database_error(message, ledger_tables("notifyonce_slots"))
+    assert hint == text.endswith("run `notifyonce migrate` first?")
+    assert ("Unknown database" in message or 'database "app"' in message) == text.endswith(
+        "the URL names a database the server does not have: create it first"
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "module", "extra"),
+    [
+        ("postgresql://app@127.0.0.1/app", "psycopg", "postgres"),
+        ("mysql://app@127.0.0.1/app", "pymysql", "mysql"),
+    ],
+)
+def test_a_missing_driver_names_the_extra_that_installs_it(
+    url: str,
+    module: str,
+    extra: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without the URL's driver, the command exits 2 and says which extra to install."""
+    monkeypatch.setitem(sys.modules, module, None)  # as if it were not installed
+    with pytest.raises(SystemExit) as info:
+        main(["stats", "--database-url", url])
+    assert 2 == info.value.code
+    expected = f'the database driver {module} is not installed: pip install "notifyonce[{extra}]"'
+    assert f"notifyonce: error: {expected}\n" == capsys.readouterr().err
+
+
+def test_upgrade_from_a_url_names_the_missing_drivers_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """migrations.upgrade(url) without the driver raises ModuleNotFoundError naming the extra."""
+    monkeypatch.setitem(sys.modules, "asyncpg", None)
+    with pytest.raises(ModuleNotFoundError, match=r"pip install \"notifyonce\[postgres\]\""):
+        migrations.upgrade("postgresql+asyncpg://app@127.0.0.1/app")
+
+
 @pytest.mark.mariadb
 def test_wrong_password_on_mariadb_is_an_authentication_failure(
     capsys: pytest.CaptureFixture[str],
@@ -150,6 +209,45 @@ def test_purge_dry_run_counts_and_deletes_nothing(
     assert "would delete 2 slots whose cycle ended more than 30d ago (dry run)\n" == dry
     assert 3 == left
     assert "deleted 2 slots whose cycle ended more than 30d ago\n" == real
+
+
+def test_purge_deletes_finished_campaigns_when_asked(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Slots with a str cycle (a broadcast's campaign) stay unless --opaque-finished-before
+    says they are finished; then the old ones go, and a campaign still running stays."""
+    import asyncio
+
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from notifyonce import AsyncLedger, Broadcast, Message, Notifier
+    from notifyonce.testing import FakeSender
+
+    assert 0 == main(["migrate"])
+
+    async def broadcast() -> None:
+        engine = create_async_engine(sqlite_url.replace("sqlite://", "sqlite+aiosqlite://"))
+        notifier = Notifier(AsyncLedger(engine), FakeSender())
+        await Broadcast(notifier, "news", "2026-11", Message("old news"), [1, 2, 3]).run()
+        await engine.dispose()
+
+    asyncio.run(broadcast())
+    engine = sa.create_engine(sqlite_url)
+    with engine.begin() as conn:  # the November campaign ended 40 days ago
+        conn.execute(sa.text("UPDATE notifyonce_slots SET updated_at = '2026-01-01 00:00:00'"))
+    Ledger(engine).claim_slot("news", 4, "2026-12")  # December's is under way
+    capsys.readouterr()
+    assert 0 == main(["purge", "--older-than", "30d"])
+    kept = capsys.readouterr().out
+    assert 0 == main(["purge", "--older-than", "30d", "--opaque-finished-before", "30d"])
+    purged = capsys.readouterr().out
+    with engine.connect() as conn:
+        left = conn.execute(sa.text("SELECT action, subject, cycle FROM notifyonce_slots")).all()
+    engine.dispose()
+    assert kept.startswith("deleted 0 slots whose cycle ended more than 30d ago")
+    # The three chats and the campaign's remembered message.
+    assert purged.startswith("deleted 4 slots whose cycle ended more than 30d ago, or whose")
+    assert [("news", "4", "2026-12")] == left
 
 
 @pytest.mark.parametrize(

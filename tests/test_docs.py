@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from pathlib import Path
@@ -90,3 +91,157 @@ def test_reference_headings_start_their_own_block() -> None:
     assert [] == [
         lines[i] for i in range(1, len(lines)) if lines[i].startswith("#") and lines[i - 1]
     ]
+
+
+# -- what a page's code needs, the page says to install ---------------------------------------
+
+# The public modules that need an extra, and the extra.
+EXTRA_MODULES = {
+    "notifyonce.telegram": "telegram",
+    "notifyonce.webhook": "webhook",
+    "notifyonce.aiogram": "aiogram",
+    "notifyonce.ptb": "ptb",
+    "notifyonce.apprise": "apprise",
+    "notifyonce.otel": "otel",
+}
+PIP_LINE = re.compile(r"pip install ([^\n`]+)")
+
+
+@functools.cache
+def _module_owners() -> dict[str, str]:
+    """Every importable module of the installed distributions, and its distribution."""
+    import importlib.metadata as md
+
+    owners: dict[str, str] = {}
+    for dist in md.distributions():
+        for file in dist.files or []:
+            if file.suffix == ".py" and ".." not in file.parts:
+                parts = list(file.with_suffix("").parts)
+                if parts[-1] == "__init__":
+                    parts.pop()
+                owners.setdefault(".".join(parts), dist.metadata["Name"])
+    return owners
+
+
+def _installs(lines: list[str]) -> tuple[set[str], set[str]]:
+    """The distributions (with what they pull in) and notifyonce's extras that ``pip
+    install`` lines install."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    wanted: list[Requirement] = []
+    for line in lines:
+        for token in line.split("#")[0].split():
+            token = token.strip("'\"")
+            if token and not token.startswith("-"):
+                wanted.append(Requirement(token))
+    extras = {e for r in wanted if canonicalize_name(r.name) == "notifyonce" for e in r.extras}
+    found: set[str] = set()
+    while wanted:
+        requirement = wanted.pop()
+        name = canonicalize_name(requirement.name)
+        if name in found:
+            continue
+        found.add(name)
+        try:
+            requires = md.requires(requirement.name) or []
+        except md.PackageNotFoundError:
+            continue  # not installed here: what it pulls in is unknown, itself is named
+        for text in requires:
+            needed = Requirement(text)
+            asked = requirement.extras or {""}
+            if needed.marker is None or any(needed.marker.evaluate({"extra": e}) for e in asked):
+                wanted.append(needed)
+    return found, extras
+
+
+def page_imports_not_installed(page: Path) -> list[str]:
+    """The imports of the page's runnable blocks that no ``pip install`` line above them
+    (or the quick start's first one, which every page after it may take as done) installs."""
+    import ast
+    import sys
+
+    from packaging.utils import canonicalize_name
+
+    from ._snippets import parse_blocks
+
+    quickstart = (ROOT / "docs" / "quickstart.md").read_text(encoding="utf-8")
+    given = PIP_LINE.findall(quickstart)[:1]
+    owners = _module_owners()
+    text = page.read_text(encoding="utf-8")
+    files = {m[len("# file: ") : -3] for m in re.findall(r"^# file: \w+\.py$", text, re.M)}
+    files |= {"reminders"}  # the quick start's module, which the guides import
+    lines = text.splitlines()
+    missing = []
+    for block in parse_blocks(page, text):
+        if block.norun is not None:
+            continue
+        above = "\n".join(lines[: block.line])
+        installed, extras = _installs(given + PIP_LINE.findall(above))
+        code = "\n".join(f"    {line}" for line in block.code.splitlines())
+        for node in ast.walk(ast.parse(f"async def page():\n{code}\n")):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom) and node.module and not node.level
+                else []
+            )
+            for name in names:
+                top = name.split(".")[0]
+                if top in sys.stdlib_module_names or top in files:
+                    continue
+                if top == "notifyonce":
+                    extra = EXTRA_MODULES.get(".".join(name.split(".")[:2]))
+                    if extra is not None and extra not in extras:
+                        missing.append(f"{page.name}:{block.line}: {name} (extra {extra})")
+                    continue
+                owner = next(
+                    (owners[m] for m in _prefixes(name) if m in owners), f"<{name} unknown>"
+                )
+                if canonicalize_name(owner) not in installed:
+                    missing.append(f"{page.name}:{block.line}: {name} ({owner})")
+    return missing
+
+
+def _prefixes(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:n]) for n in range(len(parts), 0, -1)]
+
+
+@pytest.mark.parametrize(
+    "page",
+    [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_a_page_says_to_install_what_its_code_imports(page: Path) -> None:
+    """Every package a page's runnable code imports is installed by a `pip install` line
+    above it on the page (or by the quick start's): no snippet needs an unnamed package."""
+    assert [] == page_imports_not_installed(page)
+
+
+def test_the_alembic_guide_shows_the_head_the_package_ships() -> None:
+    """The `alembic heads` output on the Alembic guide names the latest shipped revision."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", "notifyonce:migrations")
+    head = ScriptDirectory.from_config(config).get_current_head()
+    page = (ROOT / "docs" / "guides" / "alembic.md").read_text(encoding="utf-8")
+    shown = re.findall(r"^(notifyonce_\d+) \(notifyonce\) \(head\)$", page, re.M)
+    assert [head] == shown
+
+
+def test_the_command_line_guide_lists_every_command() -> None:
+    """Each subcommand of `notifyonce` has a row in the command line guide's table."""
+    import argparse
+
+    from notifyonce._cli import _parser
+
+    commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    page = (ROOT / "docs" / "guides" / "cli.md").read_text(encoding="utf-8")
+    rows = set(re.findall(r"^\| `notifyonce ([\w-]+)", page, re.M))
+    assert [] == sorted(set(commands.choices) - rows)

@@ -258,3 +258,169 @@ def test_an_apps_alembic_history_can_include_ours(tmp_path: Any, option_b: bool)
         assert Ledger(engine, table_name="app_slots").claim_slot("a", 1, "c") is not None
     finally:
         engine.dispose()
+
+
+# -- adopting tables made by create_schema() ----------------------------------------------
+
+
+def _revisions() -> list[str]:
+    """Every revision the package ships, oldest first."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", migrations.SCRIPT_LOCATION)
+    walked = ScriptDirectory.from_config(config).walk_revisions()
+    return [script.revision for script in reversed(list(walked))]
+
+
+REVISIONS = _revisions()
+HEAD = REVISIONS[-1]
+
+
+@pytest.fixture
+def ledger_table(sync_backend: Backend) -> Iterator[tuple[Backend, str]]:
+    """A fresh ledger table name on each database; it, its side tables and its version
+    table are dropped afterwards."""
+    from notifyonce._cli import ledger_tables
+
+    table = sync_backend.unique_table()
+    yield sync_backend, table
+    engine = sa.create_engine(sync_backend.sync_url, poolclass=sa.pool.NullPool)
+    with engine.begin() as conn:
+        for name in [*ledger_tables(table), migrations.default_version_table(table)]:
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
+    engine.dispose()
+
+
+def _recorded(engine: sa.Engine, table: str) -> list[str]:
+    from alembic.runtime.migration import MigrationContext
+
+    options = {"version_table": migrations.default_version_table(table)}
+    with engine.connect() as conn:
+        return list(MigrationContext.configure(conn, opts=options).get_current_heads())
+
+
+def test_migrate_adopts_a_ledger_table_made_by_create_schema(
+    ledger_table: tuple[Backend, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`notifyonce migrate` after create_schema() records the ledger's revision as done,
+    creates the tables beside it, keeps the rows, and a second run has nothing to do."""
+    from notifyonce._cli import ledger_tables, main
+
+    backend, table = ledger_table
+    engine = sa.create_engine(backend.sync_url)
+    try:
+        ledger = Ledger(engine, table_name=table)
+        ledger.create_schema()
+        claim = ledger.claim_slot("trial_6h", 42, "c1")
+        assert claim is not None
+        ledger.mark_sent(claim)
+        capsys.readouterr()
+        args = ["migrate", "--database-url", backend.sync_url, "--table", table]
+        assert 0 == main(args)
+        first = capsys.readouterr().out
+        assert 0 == main(args)
+        second = capsys.readouterr().out
+        assert [HEAD] == _recorded(engine, table)
+        assert set(ledger_tables(table)) <= set(sa.inspect(engine).get_table_names())
+        assert None is ledger.claim_slot("trial_6h", 42, "c1")  # the row is still there
+    finally:
+        engine.dispose()
+    assert f"recorded as done without running: {REVISIONS[0]}" in first
+    assert f"is already at {HEAD}: nothing to do" in second
+
+
+@pytest.mark.parametrize("reached", REVISIONS)
+def test_upgrade_adopts_tables_left_at_each_revision_without_a_record(
+    ledger_table: tuple[Backend, str], reached: str
+) -> None:
+    """Tables as a revision left them, with no revision recorded (what create_schema()
+    leaves): upgrade records what is there, creates the rest, and reaches the head."""
+    backend, table = ledger_table
+    engine = sa.create_engine(backend.sync_url)
+    try:
+        migrations.upgrade(engine, table_name=table, revision=reached)
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"DROP TABLE {migrations.default_version_table(table)}"))
+        with engine.begin() as conn:
+            adopted = migrations._upgrade_on(conn, table, None, None, "heads")
+        assert REVISIONS[: REVISIONS.index(reached) + 1] == adopted
+        assert [HEAD] == _recorded(engine, table)
+        migrations.upgrade(engine, table_name=table)  # nothing left to do
+        assert Ledger(engine, table_name=table).claim_slot("a", 1, "c") is not None
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_adopts_a_store_table_made_after_the_last_recorded_revision(
+    ledger_table: tuple[Backend, str],
+) -> None:
+    """Recorded at the first revision, with a later revision's table made by a store's
+    create_schema(): that revision is recorded as done, the others run."""
+    import asyncio
+
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from notifyonce.ratelimit import SQLRateStore
+
+    backend, table = ledger_table
+    engine = sa.create_engine(backend.sync_url)
+
+    async def create_rate_table() -> None:
+        async_engine = create_async_engine(backend.async_url)
+        try:
+            await SQLRateStore(async_engine, table_name=f"{table}_rate_limits").create_schema()
+        finally:
+            await async_engine.dispose()
+
+    try:
+        migrations.upgrade(engine, table_name=table, revision=REVISIONS[0])
+        asyncio.run(create_rate_table())
+        with engine.begin() as conn:
+            adopted = migrations._upgrade_on(conn, table, None, None, "heads")
+        assert ["notifyonce_0002"] == adopted
+        assert [HEAD] == _recorded(engine, table)
+    finally:
+        engine.dispose()
+
+
+def test_a_revision_only_partly_there_is_refused_and_nothing_changes(
+    ledger_table: tuple[Backend, str],
+) -> None:
+    """A ledger table without one of its indexes is neither recorded nor run over: the
+    error names what is there and what is missing, and no revision is recorded."""
+    from alembic.util import CommandError
+
+    from notifyonce._ledger.table import index_names
+
+    backend, table = ledger_table
+    engine = sa.create_engine(backend.sync_url)
+    try:
+        Ledger(engine, table_name=table).create_schema()
+        index = index_names(table)["subject_sent"]
+        with engine.begin() as conn:
+            on = f" ON {table}" if backend.dialect == "mysql" else ""
+            conn.execute(sa.text(f"DROP INDEX {index}{on}"))
+        with pytest.raises(CommandError) as info:
+            migrations.upgrade(engine, table_name=table)
+        assert [] == _recorded(engine, table)
+    finally:
+        engine.dispose()
+    assert f"index {index} on {table} do not" in str(info.value)
+    assert "nothing was changed" in str(info.value)
+
+
+def test_a_foreign_table_of_the_same_name_is_refused(ledger_table: tuple[Backend, str]) -> None:
+    """A table named like the ledger's but with other columns is not taken for it."""
+    from alembic.util import CommandError
+
+    backend, table = ledger_table
+    engine = sa.create_engine(backend.sync_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"CREATE TABLE {table} (id INTEGER PRIMARY KEY, note TEXT)"))
+        with pytest.raises(CommandError, match="lacks the columns action, attempt"):
+            migrations.upgrade(engine, table_name=table)
+    finally:
+        engine.dispose()

@@ -125,3 +125,20 @@ def test_readme_quick_start_runs_against_the_installed_wheel(
     assert "Outcome.DUPLICATE" == second.strip()
     assert (tmp_path / "reminders.db").exists()
     assert [("42", "6 hours left")] == [(d.chat_id, d.text) for d in deliveries]
+
+
+def test_the_version_says_whether_the_code_is_a_release() -> None:
+    """``__version__`` is the newest release of CHANGELOG.md while its Unreleased section is
+    empty; once Unreleased lists changes, it is a development version of the next one
+    (``0.2.1.dev0``), so a build from the main branch never passes for the last release."""
+    from packaging.version import Version
+
+    text = (Path(__file__).parent.parent / "CHANGELOG.md").read_text(encoding="utf-8")
+    releases = re.findall(r"^## (\d+\.\d+\.\d+) - \d{4}-\d{2}-\d{2}$", text, re.M)
+    unreleased = text.split("## Unreleased", 1)[1].split("\n## ", 1)[0]
+    newest, version = Version(releases[0]), Version(__version__)
+    if re.search(r"^- ", unreleased, re.M):
+        assert version.is_devrelease, f"Unreleased lists changes: {version} should be a .dev"
+        assert version > newest
+    else:
+        assert newest == version

@@ -65,6 +65,16 @@ def test_a_token_with_the_url_prefix_is_refused_naming_the_mistake() -> None:
     assert TOKEN not in str(info.value)
 
 
+@pytest.mark.parametrize("token", [TOKEN + "\n", " " + TOKEN, TOKEN + "\r\n"])
+def test_a_token_with_a_line_break_or_space_around_it_is_named_as_such(token: str) -> None:
+    """A token read from a file with its newline gets its own message, without the token."""
+    with pytest.raises(ValidationError) as info:
+        TelegramSender(token)
+    assert "token" == info.value.field
+    assert "has a space or a line break before or after it" in info.value.problem
+    assert TOKEN not in str(info.value)
+
+
 @pytest.mark.parametrize("token", ["not-a-token", "987654", ":XYZ", "123:AB C", "abc:def"])
 def test_a_token_without_the_bot_token_shape_is_refused(token: str) -> None:
     """A string that is not '<digits>:<secret>' is refused when the sender is built."""

@@ -268,3 +268,56 @@ async def test_token_never_in_logs_or_errors(
     for text in [*texts, logged]:
         assert TOKEN not in text
         assert secret not in text
+
+
+async def test_an_int_chat_id_is_sent_as_aiogram_gives_it(bot_api_server: BotAPIServer) -> None:
+    """send(42, ...) and send(-100123, ...) work as their strings do; a bool is refused."""
+    from notifyonce import ValidationTypeError
+
+    async with sender_for(bot_api_server) as sender:
+        sender.check(42, Message("x"))
+        first = await sender.send(42, Message("hi"))
+        second = await sender.send(-100123, Message("hi"))
+        with pytest.raises(ValidationTypeError, match="recipient"):
+            await sender.send(True, Message("hi"))  # type: ignore[arg-type]
+    assert ("42", "-100123") == (first.recipient, second.recipient)
+    assert ["42", "-100123"] == [d.chat_id for d in bot_api_server.deliveries]
+
+
+async def test_the_server_url_comes_from_the_environment_by_default(
+    bot_api_server: BotAPIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without base_url, a sender talks to $NOTIFYONCE_BOT_API_URL when it is set."""
+    monkeypatch.setenv("NOTIFYONCE_BOT_API_URL", bot_api_server.url)
+    async with TelegramSender(TOKEN, rate_limit=None) as sender:
+        assert bot_api_server.url == sender.base_url
+        await sender.send("42", Message("hi"))
+    assert 1 == len(bot_api_server.deliveries)
+    monkeypatch.delenv("NOTIFYONCE_BOT_API_URL")
+    assert "https://api.telegram.org" == TelegramSender(TOKEN).base_url
+
+
+async def test_a_wrong_token_is_logged_as_a_wrong_token_not_as_a_retry(
+    sqlite_ledger: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rejected token stops the run with one ERROR naming the cause; the slots given
+    back are logged as released for a later run, never as a 'retry' of the 401."""
+    from notifyonce import AsyncLedger, Notification, Notifier
+
+    assert isinstance(sqlite_ledger, AsyncLedger)
+    with BotAPIServer(token="987654:the-right-one") as server:
+        async with sender_for(server) as sender:
+            notifier = Notifier(sqlite_ledger, sender, concurrency=2)
+            items = [Notification(chat, "c1", Message("hi")) for chat in (1, 2, 3)]
+            with (
+                caplog.at_level(logging.INFO, logger="notifyonce"),
+                pytest.raises(SenderConfigError),
+            ):
+                await notifier.send_many("news", items)
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("notifyonce")]
+    errors = [m for m in messages if "is set up wrong" in m]
+    assert 1 == len(errors)
+    assert errors[0].startswith("TelegramSender is set up wrong ([401] Unauthorized)")
+    assert [] == [m for m in messages if m.startswith("retry ")]
+    assert all(m.startswith("released for a later run: news/") for m in messages if "news/" in m)
+    assert TOKEN not in caplog.text

@@ -411,12 +411,15 @@ async def test_invalid_recipient_is_rejected_before_sending(recipient: str) -> N
     assert [] == script.requests
 
 
-async def test_non_string_recipient_is_a_type_error() -> None:
-    """An int recipient raises ValidationTypeError naming recipient."""
+@pytest.mark.parametrize("recipient", [42.0, True, None, b"42"])
+async def test_a_recipient_neither_str_nor_int_is_a_type_error(recipient: object) -> None:
+    """A float, bool, None or bytes recipient raises ValidationTypeError naming recipient
+    (an int is a chat id: see the end-to-end tests)."""
     script, clock = Script([httpx.Response(200, json=OK_BODY)]), FakeClock()
     with pytest.raises(ValidationTypeError) as info:
-        await make_sender(script, clock).send(42, Message("x"))  # type: ignore[arg-type]
+        await make_sender(script, clock).send(recipient, Message("x"))  # type: ignore[arg-type]
     assert "recipient" == info.value.field
+    assert [] == script.requests
 
 
 @pytest.mark.parametrize("token", ["", "has space", "a/b"])

@@ -222,6 +222,41 @@ def test_on_request_runs_while_the_send_is_in_flight() -> None:
     assert "secret" not in repr(server.requests)
 
 
+def test_refused_requests_are_recorded_with_their_reply() -> None:
+    """A wrong token (401), a wrong path and an unknown method (404) are in ``requests``,
+    each with the reply it got and the bot id, never the token's secret."""
+    with BotAPIServer(token="77:right") as server:
+        _post(f"{server.url}/bot77:wrong-secret/sendMessage", {"chat_id": 4, "text": "hi"})
+        _post(f"{server.url}/api/sendMessage", {"chat_id": 4, "text": "hi"})
+        _post(f"{server.url}/bot77:right/sendSticker", {"chat_id": 4})
+        _post(f"{server.url}/bot77:right/sendMessage", {"chat_id": 4, "text": "hi"})
+        requests = server.requests
+    assert [("sendMessage", 401, 77), ("sendMessage", 404, None), ("sendSticker", 404, 77)] == [
+        (r.method, r.reply.status, r.bot_id) for r in requests[:3]
+    ]
+    assert (200, True) == (requests[3].reply.status, requests[3].reply.delivers)
+    assert "wrong-secret" not in repr(requests)
+
+
+def test_a_fixed_port_and_updates_queued_over_http() -> None:
+    """port= binds that port (a taken one raises at start); POST /user_says queues an update
+    that getUpdates hands out."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with BotAPIServer(port=port) as server:
+        assert f"http://127.0.0.1:{port}" == server.url
+        with pytest.raises(OSError):
+            BotAPIServer(port=port).start()
+        status, body = _post(f"{server.url}/user_says", {"chat_id": 42, "text": "/start"})
+        assert (200, 1) == (status, body["result"]["update_id"])
+        status, body = _post(f"{server.url}/bot1:a/getUpdates", {"timeout": 0})
+        assert "/start" == body["result"][0]["message"]["text"]
+        assert 400 == _post(f"{server.url}/user_says", {"text": "no chat"})[0]
+
+
 def test_public_names() -> None:
     """notifyonce.telegram and notifyonce.testing export exactly their documented names."""
     import notifyonce.telegram

@@ -145,3 +145,41 @@ async def test_missed_windows_are_reported_not_silent(
     missed_1h = next(r for w, r in report.missed if w.action == "trial_1h")
     assert (START + 1.2 * H, START + 2 * H + 0.4 * H) == (missed_1h.after, missed_1h.until)
     assert 3 == sum("missed window" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_naive_datetime_from_the_selector_names_its_subject_and_spares_the_other_windows(
+    async_engine: AsyncEngine, async_table: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One naive deadline in one window: that window sends nothing, the error names the
+    subject and the action, the other windows still send, then the tick raises."""
+    from notifyonce import ValidationError
+
+    now = START
+    ledger = AsyncLedger(async_engine, table_name=async_table, clock=lambda: now)
+    await ledger.create_schema()
+    users = {1: now + 6 * H, 2: now + 3 * H, 3: now + 1 * H, 7: now + 3 * H}
+
+    def select(window: Window, deadlines: DeadlineRange) -> list[Notification]:
+        rows = selector(users)(window, deadlines)
+        # user 7's row came back naive (a column without a time zone)
+        return [
+            Notification(n.subject, n.cycle.replace(tzinfo=None), n.message)  # type: ignore[union-attr]
+            if n.subject == 7
+            else n
+            for n in rows
+        ]
+
+    sender = FakeSender()
+    with (
+        caplog.at_level(logging.ERROR, logger="notifyonce"),
+        pytest.raises(ValidationError) as info,
+    ):
+        await Notifier(ledger, sender).tick(TRIAL, select, now=now)
+    assert "cycle" == info.value.field
+    assert "in the notification for subject 7 (action 'trial_3h'): naive datetime" in str(
+        info.value
+    )
+    assert ["1", "3"] == sorted(r.recipient for r in sender.sent)  # trial_6h and trial_1h
+    assert any(
+        "window trial_3h: its notifications were refused" in r.getMessage() for r in caplog.records
+    )

@@ -9,6 +9,9 @@
 
     python examples/aiogram_bot/bot.py --token 123456:ABC
     python examples/aiogram_bot/bot.py --token 123456:ABC --database-url postgresql+asyncpg://app@db/app
+    python examples/aiogram_bot/bot.py --token 123456:ABC --api-url http://127.0.0.1:8081
+
+(the last one against ``notifyonce serve-test-api``, a local Bot API server).
 
 The bot keeps its state in tables of its own (``notifyonce_aiogram_trials`` and the ledger
 ``notifyonce_aiogram_slots``), so it never touches your application's tables. The test
@@ -205,7 +208,9 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     parser.add_argument(
         "--api-url",
         metavar="URL",
-        help="a Bot API server other than Telegram's, e.g. a local one for tests",
+        default=os.environ.get("NOTIFYONCE_BOT_API_URL"),
+        help="a Bot API server other than Telegram's, e.g. the local one of "
+        "`notifyonce serve-test-api` (default: $NOTIFYONCE_BOT_API_URL, else Telegram)",
     )
     parser.add_argument(
         "--trial-hours",

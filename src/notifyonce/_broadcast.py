@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import sqlalchemy as sa
 
+from notifyonce._campaign import CAMPAIGN_ACTION, check_message
 from notifyonce._errors import ValidationError, ValidationTypeError
 from notifyonce._keys import Subject, normalize_action, normalize_cycle, normalize_subject
 from notifyonce._ledger.table import SlotStatus
@@ -265,6 +266,11 @@ class Broadcast:
             ``every`` seconds
             and once at the end.
         every: Seconds between progress snapshots.
+        allow_changed_message: The campaign remembers the message it started with (a
+            fingerprint of its text, formatting and media, kept in the ledger); a later run
+            with another message is refused (`run` raises ValidationError, nothing is
+            sent) unless this is True, when the chats not handled yet get the new one. A
+            message given as a function of the chat is not compared.
 
     Examples:
         >>> import asyncio
@@ -296,8 +302,13 @@ class Broadcast:
         total: int | None = None,
         on_progress: Callable[[BroadcastProgress], None] | None = None,
         every: float = 1.0,
+        allow_changed_message: bool = False,
     ) -> None:
         self.action = normalize_action(action)
+        if self.action == CAMPAIGN_ACTION:
+            raise ValidationError(
+                "action", f"{CAMPAIGN_ACTION!r} is where campaigns keep their message"
+            )
         if not isinstance(campaign, str):
             raise ValidationTypeError("campaign", f"must be a str, got {type(campaign).__name__}")
         self.campaign, _ = normalize_cycle(campaign)
@@ -321,6 +332,9 @@ class Broadcast:
         self.total = total
         self.on_progress = on_progress
         self.every = float(every)
+        if not isinstance(allow_changed_message, bool):
+            raise ValidationTypeError("allow_changed_message", "must be a bool")
+        self.allow_changed_message = allow_changed_message
         self._counts = dict.fromkeys(Outcome, 0)
         self._started: float | None = None
         self._samples: deque[tuple[float, int]] = deque()
@@ -338,7 +352,9 @@ class Broadcast:
         """Send to every recipient not handled yet by this campaign; return the report.
 
         Raises:
-            ValidationError: A bad recipient or message (nothing of that batch written).
+            ValidationError: A bad recipient or message (nothing of that batch written),
+                or a message other than the one the campaign started with (nothing sent;
+                see ``allow_changed_message``).
             SenderConfigError: The sender is set up wrong; the run's claims were freed.
             LedgerError: The ledger failed; what was under way was recorded where possible.
             asyncio.CancelledError: The task running this was cancelled (after the claims
@@ -346,6 +362,15 @@ class Broadcast:
         """
         if self._task is not None:
             raise RuntimeError("this Broadcast is already running or ran; build a new one")
+        if isinstance(self.message, Message):
+            await check_message(
+                self.notifier.ledger,
+                self.action,
+                self.campaign,
+                self.message,
+                allow_changed=self.allow_changed_message,
+                dry_run=self.notifier.dry_run,
+            )
         total = self.total
         if total is None:
             if isinstance(self.recipients, RecipientSource):
@@ -357,6 +382,9 @@ class Broadcast:
         chained = self.notifier.on_result
         runner.on_result = self._count if chained is None else _both(self._count, chained)
         self._started = time.monotonic()
+        # The start is the first sample, so the first snapshot already has a rate (the
+        # recipients handled since the start), not 0/s and no ETA.
+        self._samples.append((self._started, 0))
         self._task = asyncio.ensure_future(runner.send_many(self.action, self._notifications()))
         if self._cancel_requested:
             self._task.cancel()
@@ -377,9 +405,10 @@ class Broadcast:
         )
 
     def cancel(self) -> None:
-        """Stop the run cleanly: no new sends; sends under way are recorded (unknown in
-        at-most-once mode), claims not yet sent are freed. `run` then returns a
-        report with ``cancelled=True``; run the campaign again to resume."""
+        """Stop the run: no new sends; sends under way are cut short and recorded as
+        uncertain (``unknown`` in at-most-once mode, so never sent again; released for
+        the next run in at-least-once mode), claims not yet sent are freed. `run` then
+        returns a report with ``cancelled=True``; run the campaign again to resume."""
         self._cancel_requested = True
         if self._task is not None:
             self._task.cancel()

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from notifyonce import _cli_broadcast
+from notifyonce import _cli_broadcast, _cli_serve
 from notifyonce._errors import LedgerError, ScheduleError, ValidationError
 from notifyonce._ledger.table import SlotStatus
 from notifyonce._outcome import DeliveryMode
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from notifyonce._ledger.ledger import Ledger
     from notifyonce._ledger.records import LedgerStats
 
-__all__ = ["main", "parse_duration"]
+__all__ = ["main", "parse_duration", "plural"]
 
 ENV_URL = "NOTIFYONCE_DATABASE_URL"
 
@@ -192,6 +192,15 @@ def _parser() -> argparse.ArgumentParser:
         help=_DURATION_HELP,
     )
     purge.add_argument(
+        "--opaque-finished-before",
+        type=_since_arg,
+        metavar="WHEN",
+        help="also delete the slots whose cycle is an int or a str (a broadcast's campaign "
+        f"id), have no live claim and last changed before WHEN: {_DURATION_HELP} ago, or "
+        "an ISO 8601 time with its zone. Only for such cycles that cannot fire again: a "
+        "slot deleted while its cycle can still fire is sent again",
+    )
+    purge.add_argument(
         "--dry-run",
         action="store_true",
         help="count the slots that would be deleted, and delete nothing",
@@ -203,6 +212,7 @@ def _parser() -> argparse.ArgumentParser:
     migrate.add_argument("--revision", default="head", help="target revision (default: head)")
     _add_operator_commands(commands, db)
     _cli_broadcast.add_parser(commands, db)
+    _cli_serve.add_parser(commands)
     return parser
 
 
@@ -284,6 +294,16 @@ def _duration_arg(text: str) -> dt.timedelta:
         raise argparse.ArgumentTypeError(exc.problem) from None
 
 
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``count`` and the noun that agrees with it: ``1 chat``, ``2 chats``, ``1,000 chats``.
+
+    Examples:
+        >>> plural(1, "chat"), plural(1000, "chat"), plural(2, "chat has", "chats have")
+        ('1 chat', '1,000 chats', '2 chats have')
+    """
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
+
+
 def _sync_url(raw: str | None) -> str:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
@@ -310,8 +330,23 @@ def _ledger(args: argparse.Namespace) -> Ledger:
     try:
         engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     except (ImportError, sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
-        raise _UsageError(f"cannot use this database URL: {type(exc).__name__}: {exc}") from None
+        raise _UsageError(engine_error(exc)) from None
     return Ledger(engine, table_name=args.table, schema=args.schema)
+
+
+def engine_error(exc: Exception) -> str:
+    """Why an engine could not be made from the URL; a missing driver names its extra."""
+    from sqlalchemy.exc import NoSuchModuleError
+
+    from notifyonce._drivers import missing_driver
+
+    hint = missing_driver(exc)
+    if hint is not None:
+        return hint
+    if isinstance(exc, (ImportError, NoSuchModuleError)):
+        # These name a module or a dialect; other errors may quote the URL (a password).
+        return f"cannot use this database URL: {type(exc).__name__}: {exc}"
+    return f"cannot use this database URL: {type(exc).__name__}"
 
 
 def _load(target: str) -> object:
@@ -411,35 +446,49 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _purge(args: argparse.Namespace) -> int:
     ledger = _ledger(args)
-    age = format_duration(args.older_than)
+    what = f"whose cycle ended more than {format_duration(args.older_than)} ago"
+    opaque = args.opaque_finished_before
+    if opaque is not None:
+        what += f", or whose int or str cycle last changed before {opaque:%Y-%m-%d %H:%M:%S %Z}"
     if args.dry_run:
         # The same DELETE, in a transaction that is rolled back: the count is exact.
         with ledger.engine.connect() as connection:
-            count = ledger._run(ledger._plan_purge(args.older_than, None), connection=connection)
+            count = ledger._run(ledger._plan_purge(args.older_than, opaque), connection=connection)
             connection.rollback()
-        print(f"would delete {count} slots whose cycle ended more than {age} ago (dry run)")
+        print(f"would delete {plural(count, 'slot')} {what} (dry run)")
         return EXIT_OK
-    deleted = ledger.purge(older_than=args.older_than)
-    print(f"deleted {deleted} slots whose cycle ended more than {age} ago")
+    deleted = ledger.purge(older_than=args.older_than, opaque_finished_before=opaque)
+    print(f"deleted {plural(deleted, 'slot')} {what}")
     return EXIT_OK
 
 
 def _migrate(args: argparse.Namespace) -> int:
     from alembic.util import CommandError
 
-    from notifyonce.migrations import upgrade
+    from notifyonce.migrations import _upgrade_on
 
     ledger = _ledger(args)
     before = _revisions(ledger, args.table, args.schema)
     try:
-        upgrade(ledger.engine, table_name=args.table, schema=args.schema, revision=args.revision)
+        with ledger.engine.begin() as connection:
+            adopted = _upgrade_on(connection, args.table, args.schema, None, args.revision)
     except CommandError as exc:
         raise _UsageError(f"migrate: {exc}") from None
     after = _revisions(ledger, args.table, args.schema)
-    if before == after:
-        print(f"ledger table {args.table!r} is already at {after}: nothing to do")
+    name = f"ledger table {args.table!r}"
+    if adopted:
+        # Tables made by create_schema(): their revisions were recorded, not run.
+        print(
+            f"{name}: its tables were made without the migration (create_schema()); "
+            f"{plural(len(adopted), 'revision')} recorded as done without running: "
+            f"{', '.join(adopted)}"
+        )
+        if adopted[-1] != after:
+            print(f"{name} upgraded from {adopted[-1]} to {after}")
+    elif before == after:
+        print(f"{name} is already at {after}: nothing to do")
     else:
-        print(f"ledger table {args.table!r} upgraded from {before or 'nothing'} to {after}")
+        print(f"{name} upgraded from {before or 'nothing'} to {after}")
     return EXIT_OK
 
 
@@ -505,14 +554,36 @@ _COMMANDS = {
     "list": _list,
     "requeue": _requeue,
     "broadcast": _cli_broadcast.run,
+    "serve-test-api": _cli_serve.run,
 }
 
 
-def _missing_table(message: str) -> bool:
+_ABSENT = ("no such table", "does not exist", "doesn't exist", "unknown table")
+# What PostgreSQL and MySQL/MariaDB say when the URL names a database the server lacks.
+_NO_DATABASE = re.compile(r'database "[^"]*" does not exist|unknown database', re.IGNORECASE)
+
+
+def _missing_table(message: str, tables: Sequence[str]) -> bool:
+    """Whether ``message`` says that one of ``tables`` (the ledger's own) is missing.
+
+    Only those: a missing database, or a missing table of the reader's own (say, in a
+    broadcast's --recipients-sql), is not cured by `notifyonce migrate`.
+    """
     text = message.lower()
-    if _authentication_failed(text):
+    if _authentication_failed(text) or _NO_DATABASE.search(text):
         return False
-    return "no such table" in text or "does not exist" in text or "doesn't exist" in text
+    if not any(absent in text for absent in _ABSENT):
+        return False
+    # The name as a whole word: "notifyonce_slots" but not "notifyonce_slots_archive".
+    return any(re.search(rf"(?<![\w$]){re.escape(t.lower())}(?![\w$])", text) for t in tables)
+
+
+def ledger_tables(table: str) -> list[str]:
+    """The ledger table and the tables beside it that `notifyonce migrate` creates."""
+    from notifyonce._senders.rate.sql import default_rate_table
+    from notifyonce._senders.telegram.file_sql import default_file_table
+
+    return [table, default_rate_table(table), default_file_table(table)]
 
 
 # What PostgreSQL (libpq, asyncpg) and MySQL/MariaDB say when they refuse the credentials.
@@ -532,12 +603,16 @@ def _authentication_failed(message: str) -> bool:
     return any(marker in text for marker in _AUTH_FAILURES) or bool(_UNKNOWN_ROLE.search(text))
 
 
-def _database_error(message: str) -> str:
-    """The error line for a database failure; an authentication failure says so."""
+def _database_error(message: str, tables: Sequence[str] = ("notifyonce_slots",)) -> str:
+    """The error line for a database failure, with a hint where one helps: an
+    authentication failure says so, a missing ledger table suggests `notifyonce migrate`,
+    a missing database says to create it."""
     if _authentication_failed(message):
         detail = re.sub(r"^database (?:unavailable|error) \((.*)\)$", r"\1", message)
         return f"authentication failed: the database refused the URL's user or password ({detail})"
-    hint = "; run `notifyonce migrate` first?" if _missing_table(message) else ""
+    if _NO_DATABASE.search(message):
+        return f"{message}; the URL names a database the server does not have: create it first"
+    hint = "; run `notifyonce migrate` first?" if _missing_table(message, tables) else ""
     return f"{message}{hint}"
 
 
@@ -549,6 +624,7 @@ def _fail(code: int, message: str) -> NoReturn:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (see the module docs)."""
     args = _parser().parse_args(argv)
+    tables = ledger_tables(args.table) if hasattr(args, "table") else []
     try:
         return _COMMANDS[args.command](args)
     except _UsageError as exc:
@@ -556,8 +632,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         _fail(EXIT_USAGE, str(exc))
     except LedgerError as exc:
-        _fail(EXIT_DATABASE, _database_error(str(exc)))
-    except SQLAlchemyError as exc:  # from Alembic's own connection (migrate)
+        _fail(EXIT_DATABASE, _database_error(str(exc), tables))
+    except SQLAlchemyError as exc:  # from Alembic's own connection (migrate), a query's
         lines = str(exc.orig if isinstance(exc, DBAPIError) else exc).strip().splitlines()
         first = lines[0] if lines else ""
-        _fail(EXIT_DATABASE, _database_error(f"database error ({type(exc).__name__}: {first})"))
+        message = f"database error ({type(exc).__name__}: {first})"
+        _fail(EXIT_DATABASE, _database_error(message, tables))

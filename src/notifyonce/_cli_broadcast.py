@@ -7,7 +7,9 @@ Exit codes (as the other commands, plus 1 and 130 for what a broadcast leaves be
   sends to retry, or slots still claimed by another run. Running it again resumes.
 - 2: usage error: bad arguments, no token, an unreadable file, a rejected bot token.
 - 3: the database could not be reached or failed.
-- 130: interrupted (Ctrl-C or SIGTERM); the run stopped cleanly, run it again to resume.
+- 130: interrupted (Ctrl-C or SIGTERM): no new sends started, the sends under way were
+  recorded (unknown in at-most-once mode: listed, never sent again), the claims not yet
+  sent were freed; run it again to resume.
 """
 
 from __future__ import annotations
@@ -23,17 +25,19 @@ import sys
 from typing import IO, TYPE_CHECKING
 
 from notifyonce._errors import SenderConfigError, ValidationError
+from notifyonce._senders.telegram.api_url import DEFAULT_API_URL, ENV_API_URL, default_api_url
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from rich.live import Live
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from notifyonce._broadcast import Broadcast, BroadcastProgress, BroadcastReport
     from notifyonce._media import Media
     from notifyonce._message import Message, Receipt, Sender
 
-__all__ = ["add_parser", "render_bar", "render_line", "run"]
+__all__ = ["add_parser", "render_bar", "render_line", "render_lines", "run"]
 
 ENV_TOKEN = "NOTIFYONCE_BOT_TOKEN"  # noqa: S105 (the variable's name, not a secret)
 EXIT_ATTENTION = 1
@@ -52,6 +56,7 @@ _ASYNC_DRIVERS = {
 }
 _LISTED = 100  # unknown chats printed in full up to this many
 _BAR_WIDTH = 24
+_BAR_MIN, _BAR_MAX = 10, 40  # a narrower bar says nothing; a wider one only takes room
 _ETA_CAP = 100 * 3600.0
 
 
@@ -96,7 +101,12 @@ def add_parser(
         metavar="PATH",
         help="the media's caption (instead of --text-file; up to 1024 characters)",
     )
-    parser.add_argument("--parse-mode", choices=["HTML", "MarkdownV2"], default=None)
+    parser.add_argument(
+        "--parse-mode",
+        choices=["HTML", "MarkdownV2"],
+        default=None,
+        help="how Telegram reads the text's formatting (default: plain text)",
+    )
     parser.add_argument("--action", required=True, help="what is broadcast, e.g. news")
     parser.add_argument("--campaign", required=True, help="the campaign id, e.g. 2026-12-tariff")
     parser.add_argument(
@@ -105,9 +115,33 @@ def add_parser(
         metavar="NAME",
         help=f"environment variable holding the bot token (default: {ENV_TOKEN})",
     )
-    parser.add_argument("--base-url", default="https://api.telegram.org", help="Bot API server URL")
-    parser.add_argument("--mode", choices=["at-most-once", "at-least-once"], default="at-most-once")
-    parser.add_argument("--max-attempts", type=int, default=3)
+    parser.add_argument(
+        "--base-url",
+        default=None,
+        metavar="URL",
+        help=f"the Bot API server (default: ${ENV_API_URL}, else {DEFAULT_API_URL}); "
+        "`notifyonce serve-test-api` runs a local one for trying the command",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=["at-most-once", "at-least-once"],
+        default="at-most-once",
+        help="a send whose outcome is unknown (no answer came back) is recorded and never "
+        "sent again (at-most-once, the default), or sent again up to --max-attempts "
+        "(at-least-once: a duplicate is possible, a miss is not)",
+    )
+    parser.add_argument(
+        "--max-attempts",
+        type=int,
+        default=3,
+        help="at-least-once: how many times one chat may be tried in all (default: 3)",
+    )
+    parser.add_argument(
+        "--allow-changed-message",
+        action="store_true",
+        help="resume a campaign although its text or media differ from what it started "
+        "with: the chats not handled yet get the new message",
+    )
     parser.add_argument("--concurrency", type=int, default=16, help="sends in flight at most")
     parser.add_argument(
         "--rate",
@@ -143,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
     from notifyonce._cli import ENV_URL, _UsageError
 
     message = _message(args)
+    args.base_url = args.base_url or default_api_url()
     token = os.environ.get(args.token_env, "")
     if not token and not args.dry_run:
         raise _UsageError(f"no bot token: set ${args.token_env}")
@@ -251,7 +286,7 @@ async def _broadcast(
     from sqlalchemy.ext.asyncio import create_async_engine
 
     from notifyonce._broadcast import Broadcast, recipients_from_file, recipients_from_query
-    from notifyonce._cli import _UsageError
+    from notifyonce._cli import _UsageError, engine_error
     from notifyonce._ledger.ledger import AsyncLedger
     from notifyonce._notifier import Notifier
     from notifyonce._outcome import DeliveryMode
@@ -259,7 +294,7 @@ async def _broadcast(
     try:
         engine = create_async_engine(url)
     except Exception as exc:  # a missing driver, a bad dialect name
-        raise _UsageError(f"cannot use this database URL: {type(exc).__name__}") from None
+        raise _UsageError(engine_error(exc)) from None
     sender: Sender | None = None
     try:
         sender = make_sender(engine)
@@ -277,25 +312,19 @@ async def _broadcast(
         else:
             source = recipients_from_query(engine, args.recipients_sql)  # the ledger's database
         display = _Display(sys.stderr, tty)
-        broadcast = Broadcast(
-            notifier,
-            args.action,
-            args.campaign,
-            message,
-            source,
-            on_progress=display.show,
-            every=every,
-        )
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(signum, _interrupt(broadcast))
         try:
-            report = await broadcast.run()
+            broadcast = Broadcast(
+                notifier,
+                args.action,
+                args.campaign,
+                message,
+                source,
+                on_progress=display.show,
+                every=every,
+                allow_changed_message=args.allow_changed_message,
+            )
+            report = await _run_interruptibly(broadcast)
         finally:
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                with contextlib.suppress(NotImplementedError, RuntimeError):
-                    loop.remove_signal_handler(signum)
             display.close()
     finally:
         aclose = getattr(sender, "aclose", None)  # None when the sender was never built
@@ -309,6 +338,20 @@ async def _broadcast(
     if report.unknown or report.held or p.retry or p.lease_lost:
         return EXIT_ATTENTION
     return 0
+
+
+async def _run_interruptibly(broadcast: Broadcast) -> BroadcastReport:
+    """Run ``broadcast``; Ctrl-C and SIGTERM cancel it (it settles, then reports)."""
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, _interrupt(broadcast))
+    try:
+        return await broadcast.run()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signum)
 
 
 def _telegram(args: argparse.Namespace, token: str) -> Callable[[AsyncEngine], Sender]:
@@ -346,7 +389,12 @@ def _check_token(base_url: str, token: str, env: str) -> None:
     before any chat is tried (the sender would record each one as failed for good)."""
     from notifyonce._cli import _UsageError
     from notifyonce._senders.telegram.probe import get_me_status
+    from notifyonce._senders.telegram.sender import check_token
 
+    try:
+        check_token(token)
+    except ValidationError as exc:
+        raise _UsageError(f"${env}: the {exc.field} {exc.problem}; nothing was sent") from None
     status = get_me_status(base_url, token)
     if isinstance(status, str):
         raise _UsageError(f"cannot reach the Bot API at --base-url ({status})")
@@ -378,22 +426,67 @@ def _eta(seconds: float | None) -> str:
     return f"ETA {hours}:{minutes:02d}:{secs:02d}" if hours else f"ETA {minutes:02d}:{secs:02d}"
 
 
+def _count_items(p: BroadcastProgress) -> list[str]:
+    items = [
+        f"sent {p.sent:,}",
+        f"failed {p.failed:,}",
+        f"unknown {p.unknown:,}",
+        f"already done {p.duplicate:,}",
+    ]
+    return items + ([f"retry {p.retry:,}"] if p.retry else [])
+
+
 def _counts(p: BroadcastProgress) -> str:
-    return (
-        f"sent {p.sent:,}  failed {p.failed:,}  unknown {p.unknown:,}  "
-        f"already done {p.duplicate:,}" + (f"  retry {p.retry:,}" if p.retry else "")
-    )
+    return "  ".join(_count_items(p))
+
+
+def _speed(p: BroadcastProgress) -> str:
+    return f"{p.rate:,.0f}/s  {_eta(p.eta)}"
+
+
+def _head(p: BroadcastProgress, width: int) -> str:
+    """The bar (``width`` wide inside its brackets; none at 0), the share and the count."""
+    if not p.total:
+        return f"{p.done:,} handled"
+    share = f"{100 * p.done / p.total:5.1f}%  {p.done:,}/{p.total:,}"
+    if width <= 0:
+        return share
+    filled = min(width, int(width * p.done / p.total))
+    return f"[{'#' * filled}{'-' * (width - filled)}] {share}"
 
 
 def render_bar(p: BroadcastProgress, width: int = _BAR_WIDTH) -> str:
     """One terminal line: a bar (when the total is known), counts, rate and ETA."""
-    if p.total:
-        filled = min(width, int(width * p.done / p.total))
-        head = f"[{'#' * filled}{'-' * (width - filled)}] {100 * p.done / p.total:5.1f}%"
-        head += f"  {p.done:,}/{p.total:,}"
+    return f"{_head(p, width)}  {_counts(p)}  {_speed(p)}"
+
+
+def render_lines(p: BroadcastProgress, columns: int) -> list[str]:
+    """The progress display for a terminal ``columns`` wide, every line within it.
+
+    One line when the bar, counts, rate and ETA fit with a bar of at least
+    ``_BAR_MIN`` characters; else the bar with the share, the rate and the ETA on one
+    line and the counts below (wrapped between counts when need be). On a terminal too
+    narrow for that the bar goes first; the rate and the ETA are never cut.
+    """
+    one = min(_BAR_MAX, columns - len(render_bar(p, 0)) - 3)
+    if p.total and one >= _BAR_MIN:
+        return [render_bar(p, one)]
+    if not p.total and len(render_bar(p, 0)) <= columns:
+        return [render_bar(p, 0)]
+    speed = _speed(p)
+    bar = min(_BAR_MAX, columns - len(f"{_head(p, 0)}  {speed}") - 3)
+    if bar >= _BAR_MIN or len(f"{_head(p, 0)}  {speed}") <= columns:
+        lines = [f"{_head(p, bar if bar >= _BAR_MIN else 0)}  {speed}"]
     else:
-        head = f"{p.done:,} handled"
-    return f"{head}  {_counts(p)}  {p.rate:,.0f}/s  {_eta(p.eta)}"
+        lines = [_head(p, 0), speed]
+    line = ""
+    for item in _count_items(p):
+        if line and len(f"{line}  {item}") > columns:
+            lines.append(line)
+            line = item
+        else:
+            line = f"{line}  {item}" if line else item
+    return [*lines, line]
 
 
 def render_line(p: BroadcastProgress) -> str:
@@ -403,51 +496,79 @@ def render_line(p: BroadcastProgress) -> str:
 
 
 class _Display(logging.Handler):
-    """Shows progress: a bar redrawn in place on a terminal, plain lines otherwise.
+    """Shows progress: on a terminal, lines redrawn in place and fitted to its width
+    (rich's live display, which also keeps log lines above them); plain lines otherwise.
 
     While attached it also prints the library's warnings (a send whose outcome is
-    unknown, ...) above the bar instead of through it.
+    unknown, ...) above the progress instead of through it.
     """
 
     def __init__(self, stream: IO[str], tty: bool) -> None:
         super().__init__(logging.WARNING)
         self.stream = stream
         self.tty = tty
-        self.bar = ""
+        self.live: Live | None = None  # started by the first progress shown
         self.logger = logging.getLogger("notifyonce")
         self.logger.addHandler(self)
 
     def show(self, progress: BroadcastProgress) -> None:
-        if self.tty:
-            self.bar = render_bar(progress)
-            self.stream.write("\r\x1b[K" + self.bar)
+        if self.tty and self.live is None:
+            self.live = _live(self.stream)
+            self.tty = self.live is not None  # without rich: plain lines
+        if self.live is not None:
+            from rich.text import Text
+
+            console = self.live.console
+            with contextlib.suppress(OSError, ValueError):
+                # The terminal's own size, asked on every redraw (a resize is followed),
+                # rather than $COLUMNS, which an environment may hold from another size.
+                size = os.get_terminal_size(self.stream.fileno())
+                console.size = (size.columns, size.lines)
+            lines = render_lines(progress, console.width)
+            self.live.update(Text("\n".join(lines), no_wrap=True), refresh=True)
         else:
             self.stream.write(render_line(progress) + "\n")
-        self.stream.flush()
+            self.stream.flush()
 
     def emit(self, record: logging.LogRecord) -> None:
         line = self.format(record)
-        if self.bar:
-            self.stream.write(f"\r\x1b[K{line}\n{self.bar}")
+        if self.live is not None:
+            from rich.text import Text
+
+            self.live.console.print(Text(line))  # above the live lines; no markup read
         else:
             self.stream.write(line + "\n")
-        self.stream.flush()
+            self.stream.flush()
 
     def close(self) -> None:
         self.logger.removeHandler(self)
-        if self.bar:
-            self.stream.write("\n")
-            self.stream.flush()
+        if self.live is not None:
+            self.live.stop()  # the last progress stays on screen
         super().close()
+
+
+def _live(stream: IO[str]) -> Live | None:
+    """A started live display on ``stream``, or None without rich (then plain lines)."""
+    try:
+        from rich.console import Console
+        from rich.live import Live
+    except ImportError:
+        return None
+    console = Console(file=stream, highlight=False, emoji=False, markup=False)
+    live = Live(console=console, auto_refresh=False, redirect_stdout=False)
+    live.start()
+    return live
 
 
 def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
     """The final summary: counts, time and rate, the chats that need attention."""
+    from notifyonce._cli import plural
+
     p = report.progress
     name = f"{report.action}/{report.campaign}"
     if dry_run:
         return (
-            f"dry run of {name}: would send to {p.skipped:,} chats; "
+            f"dry run of {name}: would send to {plural(p.skipped, 'chat')}; "
             f"{p.duplicate:,} already done; nothing was sent or recorded"
         )
     rate = p.done / p.elapsed if p.elapsed > 0 else 0.0
@@ -460,18 +581,23 @@ def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
     if report.cancelled:
         lines.append("run the same command again to resume")
     if report.unknown:
+        chats = plural(
+            len(report.unknown), "chat of the campaign has", "chats of the campaign have"
+        )
         lines.append(
-            f"{len(report.unknown):,} chats of the campaign have an unknown outcome (the send "
-            "may or may not have arrived; they are not sent again):"
+            f"{chats} an unknown outcome (the send may or may not have arrived; "
+            "they are not sent again):"
         )
         lines += [f"  {chat}" for chat in report.unknown[:_LISTED]]
         if len(report.unknown) > _LISTED:
             lines.append(f"  ... and {len(report.unknown) - _LISTED:,} more")
     if report.held:
+        chats = plural(len(report.held), "chat is", "chats are")
         lines.append(
-            f"{len(report.held):,} chats are still claimed by another run (or a crashed one "
-            "whose lease has not expired): run again after the lease to settle them"
+            f"{chats} still claimed by another run (or a crashed one whose lease has not "
+            "expired): run again after the lease to settle them"
         )
     if p.retry:
-        lines.append(f"{p.retry:,} sends were not delivered: run again to retry them")
+        sends = plural(p.retry, "send was", "sends were")
+        lines.append(f"{sends} not delivered: run again to retry them")
     return "\n".join(lines)

@@ -18,7 +18,7 @@ from typing import ClassVar, TypeAlias
 
 from notifyonce._errors import ValidationError, ValidationTypeError
 
-__all__ = ["MB", "Document", "Media", "Photo", "Video", "refuse_media"]
+__all__ = ["MB", "Document", "Media", "Photo", "Video", "file_sha256", "file_size", "refuse_media"]
 
 MB = 1024 * 1024
 
@@ -111,6 +111,15 @@ def _check_size(name: str, size: int, limit: int) -> None:
         )
 
 
+def file_sha256(path: str) -> str:
+    """The hex sha256 of a file's bytes, read a megabyte at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def file_size(name: str, path: str | os.PathLike[str]) -> int:
     """The size of a readable regular file, or a ValidationError naming ``name``."""
     where = os.fspath(path)
@@ -193,5 +202,6 @@ def refuse_media(media: object, sender: str) -> None:
     if media is not None:
         raise ValidationError(
             "media",
-            f"{sender} sends text only; send photos, documents and videos with TelegramSender",
+            f"{sender} sends text only; send photos, documents and videos with "
+            "TelegramSender, AiogramSender or PTBSender",
         )

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from notifyonce._dispatch import Keep, Run
-from notifyonce._errors import ValidationError, ValidationTypeError
+from notifyonce._errors import SenderConfigError, ValidationError, ValidationTypeError
 from notifyonce._keys import SlotKey, make_key, normalize_action
 from notifyonce._ledger.ledger import AsyncLedger
 from notifyonce._message import Message, Sender
@@ -306,7 +306,20 @@ class Notifier:
             else "none"
         )
         report.swept = await self._maybe_sweep(action)
-        await Run(self, action, report, keep, keys).execute(notifications)
+        try:
+            await Run(self, action, report, keep, keys).execute(notifications)
+        except SenderConfigError as exc:
+            # Once, and plainly: the per-slot lines only say the slots were released.
+            logger.error(
+                "%s is set up wrong (%s): a rejected token or a wrong server URL; the "
+                "run of action %r stopped and gave its claims back, so those "
+                "notifications go out once the configuration is fixed",
+                type(self.sender).__name__,
+                exc,
+                action,
+                extra={"notifyonce": {"action": action, "outcome": "config_error"}},
+            )
+            raise
         return report
 
     async def tick(
@@ -326,6 +339,10 @@ class Notifier:
         Windows that opened and closed entirely since the previous tick are reported in
         [`TickReport.missed`][notifyonce.TickReport] and logged at WARNING.
 
+        A window whose notifications are invalid (a naive datetime from the selector,
+        say) sends nothing of them, the error is logged naming the window and the
+        subject, and the other windows still run; then the tick raises that error.
+
         Args:
             schedule: The chain of windows.
             select: Returns the notifications for one window and deadline range.
@@ -333,6 +350,11 @@ class Notifier:
             last_run: When the previous run of this job started. Default: the previous
                 ``tick`` of this Notifier for the same schedule; on the first tick after a
                 start nothing is known, so nothing is reported missed.
+
+        Raises:
+            ValidationError: The notifications of a window were invalid (the first such
+                error, once every other window ran). Nothing of that window's list, or
+                of that batch of its stream, was written.
 
         Examples:
             ```python
@@ -363,12 +385,25 @@ class Notifier:
                 deadlines.until.isoformat(),
                 extra={"notifyonce": {"action": window.action, "outcome": "missed"}},
             )
+        refused: list[ValidationError] = []
         for window, deadlines in schedule.open_windows(at):
             items = select(window, deadlines)
             if inspect.isawaitable(items):
                 items = await items
-            report.reports[window.action] = await self.send_many(window.action, items)
+            try:
+                report.reports[window.action] = await self.send_many(window.action, items)
+            except ValidationError as exc:
+                # One window's bad input does not keep the other windows from running.
+                logger.error(
+                    "window %s: its notifications were refused (%s); the other windows run",
+                    window.action,
+                    exc,
+                    extra={"notifyonce": {"action": window.action, "outcome": "refused"}},
+                )
+                refused.append(exc)
         self._last_ticks[schedule] = at
+        if refused:
+            raise refused[0]
         return report
 
     async def sweep(self, actions: Iterable[str]) -> SweepResult:
@@ -434,7 +469,17 @@ class Notifier:
             raise ValidationError("recipient", "must be a non-empty str or None")
         if item.timezone is not None and not isinstance(item.timezone, dt.tzinfo):
             raise ValidationTypeError("timezone", "must be a tzinfo (e.g. a ZoneInfo) or None")
-        key = make_key(action, item.subject, item.cycle)
+        try:
+            key = make_key(action, item.subject, item.cycle)
+        except ValidationError as exc:
+            if exc.field != "cycle":
+                raise
+            # Say whose: a selector's one bad row must be findable among thousands.
+            raise type(exc)(
+                exc.field,
+                f"in the notification for subject {item.subject!r} (action {action!r}): "
+                f"{exc.problem}",
+            ) from None
         if self._sender_check is not None:
             self._sender_check(item.target, item.message)
         return key
@@ -450,7 +495,7 @@ class Notifier:
                 level,
                 "%s%s %s attempt=%s%s",
                 prefix,
-                result.outcome.value,
+                _LOG_WORDS.get(result.outcome, result.outcome.value),
                 result.key,
                 result.attempt,
                 f" error={result.error}" if result.error else "",
@@ -459,6 +504,11 @@ class Notifier:
         if self.on_result is not None:
             self.on_result(result)
 
+
+# A RETRY is a slot given back for a later run: after a flood wait, a connect error,
+# and also when the sender is set up wrong (a rejected token). "retry" read as if the
+# library would try a 401 again.
+_LOG_WORDS = {Outcome.RETRY: "released for a later run:"}
 
 _LOG_LEVELS = {
     Outcome.SENT: logging.INFO,

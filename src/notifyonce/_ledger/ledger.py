@@ -307,6 +307,11 @@ class _LedgerBase(Generic[EngineT]):
         """The default lease of a claim."""
         return self._core.lease
 
+    @property
+    def _claim_lanes(self) -> int:
+        """How many claim statements a run may have out at once on this database."""
+        return self._core.dialect.claim_lanes
+
 
 def _in_order(keys: list[SlotKey], won: list[Claim]) -> list[Claim]:
     """The won claims of ``claim_many`` in input order (each chunk claims in index order)."""
@@ -407,11 +412,6 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
             return await asyncio.to_thread(core.run_owned, twin, plan)
 
     # -- the Notifier's entry points: input it has already checked ----------------------
-
-    @property
-    def _claim_lanes(self) -> int:
-        """How many claim statements a run may have out at once on this database."""
-        return self._core.dialect.claim_lanes
 
     def _options(self, *, take_expired: bool, max_attempts: int | None) -> ClaimOptions:
         """Claim options for a run: checked once, used by every statement of it."""

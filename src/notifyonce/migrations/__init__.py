@@ -15,19 +15,33 @@ Two ways to use them:
 
 Our history keeps its own version table (``<table_name>_alembic_version`` by default), so
 it lives beside your application's history without touching it.
+
+Tables made without the migration (``create_schema()`` of the ledger and of the stores)
+are adopted: a revision whose tables, columns and indexes all exist already is recorded
+as done instead of run, so ``notifyonce migrate`` after a quick start creates only what is
+missing.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from alembic.operations import Operations, ops
+from alembic.runtime.environment import EnvironmentContext
+from alembic.runtime.migration import MigrationContext
+from alembic.script import Script, ScriptDirectory
+from alembic.script.revision import RevisionError
+from alembic.util import CommandError
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from notifyonce._drivers import missing_driver
 from notifyonce._ledger.table import DEFAULT_TABLE_NAME
 
 __all__ = [
@@ -40,6 +54,10 @@ __all__ = [
 ]
 
 SCRIPT_LOCATION = "notifyonce:migrations"
+
+logger = logging.getLogger("notifyonce.migrations")
+
+E = TypeVar("E", Engine, AsyncEngine)
 
 _TABLE = "notifyonce_table_name"
 _SCHEMA = "notifyonce_schema"
@@ -118,7 +136,7 @@ def _upgrade_on(
     revision: str,
     rate_table_name: str | None = None,
     file_table_name: str | None = None,
-) -> None:
+) -> list[str]:
     import alembic.context
     import alembic.op
 
@@ -129,11 +147,142 @@ def _upgrade_on(
         config = _config(
             connection, table_name, schema, version_table, rate_table_name, file_table_name
         )
+        adopted = _adopt_existing(connection, config, revision)
         command.upgrade(config, revision)
+        return adopted
     finally:
         for proxy in outer:
             if proxy is not None:
                 proxy._install_proxy()
+
+
+# -- adopting tables made without the migration ------------------------------------------
+
+
+def _operations(script: Script, context: MigrationContext) -> list[ops.MigrateOperation]:
+    """What ``script``'s upgrade would do, read without doing it: Alembic's ``op`` is
+    pointed at an ``Operations`` that notes each operation and runs none."""
+    recorded: list[ops.MigrateOperation] = []
+    recorder = Operations(context)
+
+    def note(operation: ops.MigrateOperation) -> Any:
+        recorded.append(operation)
+        if isinstance(operation, ops.CreateTableOp):
+            return operation.to_table(context)
+        return None
+
+    recorder.invoke = note  # type: ignore[method-assign]
+    recorder._install_proxy()
+    try:
+        script.module.upgrade()
+    finally:
+        recorder._remove_proxy()
+    return recorded
+
+
+def _found(inspector: Any, operation: ops.MigrateOperation) -> bool | None:
+    """Whether what ``operation`` creates exists already; None when it cannot be told."""
+    if isinstance(operation, ops.CreateTableOp):
+        name, schema = operation.table_name, operation.schema
+        if not inspector.has_table(name, schema=schema):
+            return False
+        have = {c["name"] for c in inspector.get_columns(name, schema=schema)}
+        want = {c.name for c in operation.columns if isinstance(c, sa.Column)}
+        missing = sorted(want - have)
+        if missing:
+            raise CommandError(
+                f"table {name!r} exists but lacks the columns {', '.join(missing)}: it was "
+                "not made by notifyonce, or by another version; nothing was changed"
+            )
+        return True
+    if isinstance(operation, ops.CreateIndexOp):
+        name, schema = operation.table_name, operation.schema
+        if not inspector.has_table(name, schema=schema):
+            return False
+        # A unique index shows up as a constraint on some databases, as an index on others.
+        names = {i["name"] for i in inspector.get_indexes(name, schema=schema)}
+        names |= {u["name"] for u in inspector.get_unique_constraints(name, schema=schema)}
+        return operation.index_name in names
+    if isinstance(operation, ops.AddColumnOp):
+        name, schema = operation.table_name, operation.schema
+        if not inspector.has_table(name, schema=schema):
+            return False
+        have = {c["name"] for c in inspector.get_columns(name, schema=schema)}
+        return operation.column.name in have
+    return None
+
+
+def _describe(operation: ops.MigrateOperation) -> str:
+    if isinstance(operation, ops.CreateTableOp):
+        return f"table {operation.table_name}"
+    if isinstance(operation, ops.CreateIndexOp):
+        return f"index {operation.index_name} on {operation.table_name}"
+    if isinstance(operation, ops.AddColumnOp):
+        return f"column {operation.column.name} of {operation.table_name}"
+    return type(operation).__name__
+
+
+def _already_there(connection: Connection, script: Script, context: MigrationContext) -> bool:
+    """True when everything ``script`` creates exists; False when none of it does.
+
+    Raises:
+        CommandError: Part of it exists (or what exists does not match): a person must
+            look, since running the revision would fail and recording it would lie.
+    """
+    inspector = sa.inspect(connection)  # a new one each time: no cached reflection
+    found = [
+        (operation, _found(inspector, operation)) for operation in _operations(script, context)
+    ]
+    there = [operation for operation, state in found if state]
+    if not there:
+        return False
+    missing = [operation for operation, state in found if not state]
+    if not missing:
+        return True
+    raise CommandError(
+        f"revision {script.revision} is only partly in the database: "
+        f"{', '.join(_describe(o) for o in there)} exist, "
+        f"{', '.join(_describe(o) for o in missing)} do not; nothing was changed"
+    )
+
+
+def _adopt_existing(connection: Connection, config: Config, target: str) -> list[str]:
+    """Record as done each pending revision whose tables exist already, running the others
+    in order; return the revisions recorded without running them.
+
+    ``create_schema()`` of the ledger and of the stores builds the same tables as the
+    revisions but records no revision, so a plain upgrade would try to create them again.
+    Which revision a database is at is read from the database itself, revision by
+    revision, so this holds for every revision the package ships, later ones included.
+    """
+    script_directory = ScriptDirectory.from_config(config)
+    environment = EnvironmentContext(config, script_directory)
+    _, schema = settings_from_config(config)
+    environment.configure(
+        connection=connection,
+        version_table=config.attributes[_VERSION_TABLE],
+        version_table_schema=schema,
+    )
+    context = environment.get_context()
+    current = context.get_current_heads()
+    try:
+        pending: Sequence[Script] = list(
+            script_directory.iterate_revisions(target, current[0] if current else "base")
+        )
+    except RevisionError as exc:  # an unknown revision: what `alembic upgrade` says too
+        raise CommandError(str(exc)) from exc
+    adopted: list[str] = []
+    for script in reversed(pending):
+        if _already_there(connection, script, context):
+            command.stamp(config, script.revision)
+            adopted.append(script.revision)
+            logger.info(
+                "revision %s: its tables exist already (create_schema()); recorded as done",
+                script.revision,
+            )
+        else:
+            command.upgrade(config, script.revision)
+    return adopted
 
 
 def upgrade(
@@ -147,6 +296,10 @@ def upgrade(
     file_table_name: str | None = None,
 ) -> None:
     """Create or upgrade the ledger table to ``revision`` (the latest by default).
+
+    Tables that exist already, made by ``create_schema()`` (the ledger's, or a store's),
+    are adopted: each revision whose tables, columns and indexes are all there is recorded
+    as done instead of run, and the missing ones are created.
 
     Args:
         target: An Engine, a Connection (its transaction is used and not committed), or a
@@ -162,6 +315,13 @@ def upgrade(
         file_table_name: The table of ``SQLFileIdStore`` (created by revision
             ``notifyonce_0003``); defaults to ``notifyonce_file_ids`` beside the default
             ledger table, ``<table_name>_file_ids`` beside another.
+
+    Raises:
+        alembic.util.CommandError: An unknown revision, or a revision only partly in the
+            database (a table without one of its indexes, a table of that name with
+            other columns): nothing was changed.
+        ModuleNotFoundError: The URL's database driver is not installed; the message
+            names the extra that installs it.
 
     Examples:
         >>> import sqlalchemy as sa
@@ -182,7 +342,7 @@ def upgrade(
                 _upgrade_async_url(url, table_name, schema, version_table, revision, *tables)
             )
             return
-        engine = sa.create_engine(url)
+        engine = _engine(url, sa.create_engine)
         try:
             upgrade(
                 engine,
@@ -200,8 +360,19 @@ def upgrade(
         _upgrade_on(connection, table_name, schema, version_table, revision, *tables)
 
 
+def _engine(url: URL, make: Callable[[URL], E]) -> E:
+    """``make(url)``; a missing driver's error names the extra that installs it."""
+    try:
+        return make(url)
+    except ImportError as exc:
+        hint = missing_driver(exc)
+        if hint is None:
+            raise
+        raise ModuleNotFoundError(hint, name=exc.name) from exc
+
+
 async def _upgrade_async_url(url: URL, *args: Any) -> None:
-    engine = create_async_engine(url)
+    engine = _engine(url, create_async_engine)
     try:
         await upgrade_async(engine, *args)
     finally:

@@ -30,6 +30,7 @@ __all__ = [
     "Reply",
     "Request",
     "Upload",
+    "read_body",
     "read_head",
 ]
 
@@ -256,6 +257,22 @@ async def read_head(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, s
     return verb, path, headers
 
 
+async def read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+    """The request body: ``Content-Length`` bytes, or the chunks of a chunked body (what
+    aiohttp sends for a multipart upload, aiogram's photos and documents)."""
+    if "chunked" not in headers.get("transfer-encoding", "").lower():
+        length = int(headers.get("content-length", "0"))
+        return await reader.readexactly(length) if length else b""
+    chunks: list[bytes] = []
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).split(b";")[0].strip(), 16)
+        if size == 0:
+            await reader.readuntil(b"\r\n")  # the empty trailer
+            return b"".join(chunks)
+        chunks.append(await reader.readexactly(size))
+        await reader.readexactly(2)  # the CRLF after each chunk
+
+
 def _parse_params(content_type: str, body: bytes) -> dict[str, Any]:
     """sendMessage parameters from JSON (TelegramSender), a form (aiogram, python-telegram-bot)
     or multipart; a form value that is JSON (reply_markup) is decoded."""
@@ -352,8 +369,9 @@ class LocalServer:
     Keeps connections alive and counts them; a subclass implements `_serve_one`.
     """
 
-    def __init__(self) -> None:
-        self.port = 0
+    def __init__(self, *, port: int = 0) -> None:
+        self.port = port  # 0: any free port, known once started
+        self._bind_error: OSError | None = None
         self._lock = threading.Lock()
         self._connection_ids = itertools.count(1)
         self._connections: set[_Connection] = set()
@@ -393,6 +411,10 @@ class LocalServer:
         self._thread.start()
         if not self._ready.wait(10):
             raise RuntimeError(f"{type(self).__name__} did not start")
+        if self._bind_error is not None:
+            self._thread.join(10)
+            self._thread = None
+            raise self._bind_error
         return self
 
     def stop(self) -> None:
@@ -428,8 +450,16 @@ class LocalServer:
 
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
+        try:
+            self._server = loop.run_until_complete(
+                asyncio.start_server(self._handle, "127.0.0.1", self.port)
+            )
+        except OSError as exc:  # the port is taken: start() raises it
+            self._bind_error = exc
+            loop.close()
+            self._ready.set()
+            return
         self._loop = loop
-        self._server = loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
         self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
         try:
@@ -522,7 +552,8 @@ class BotAPIServer(LocalServer):
     calls around it, so an aiogram ``Dispatcher`` or a python-telegram-bot
     ``Application`` can run against it: ``getUpdates`` (long polling, with ``offset``
     confirming updates, over the updates queued with
-    [`user_says`][notifyonce.testing.BotAPIServer.user_says]), ``getMe``,
+    [`user_says`][notifyonce.testing.BotAPIServer.user_says], or from another process by
+    ``POST /user_says`` with ``chat_id`` and ``text``), ``getMe``,
     ``deleteWebhook``, ``getWebhookInfo``, ``setMyCommands``, ``deleteMyCommands``,
     ``close`` and ``logOut``. Every call, in order, is in
     [`calls`][notifyonce.testing.BotAPIServer.calls]. Use it as a context manager (sync or
@@ -540,6 +571,8 @@ class BotAPIServer(LocalServer):
             before any answer is written: the moment the client's send is in flight. It runs on the
             server's thread and delays the answer while it runs; a crash test can kill
             the client from it, knowing the kill landed mid-send.
+        port: The port on 127.0.0.1 to listen on; 0 (the default) takes a free one.
+            ``notifyonce serve-test-api`` runs one on a fixed port, to try a bot by hand.
 
     Examples:
         >>> with BotAPIServer(latency=0.0) as server:
@@ -556,8 +589,9 @@ class BotAPIServer(LocalServer):
         bot_per_second: int | None = None,
         flood_retry_after: int = 1,
         on_request: Callable[[Request], object] | None = None,
+        port: int = 0,
     ) -> None:
-        super().__init__()
+        super().__init__(port=port)
         self.token = token
         self.latency = latency
         self.bot_per_second = bot_per_second
@@ -597,7 +631,10 @@ class BotAPIServer(LocalServer):
 
     @property
     def requests(self) -> list[Request]:
-        """Every request received, delivered or not."""
+        """Every send request received (``sendMessage``, ``sendPhoto``, ...), delivered or
+        not, and every request refused with 401 (a wrong token) or 404 (a wrong path), each
+        with the reply it got. The other calls (``getMe``, ``getUpdates``, ...) are in
+        [`calls`][notifyonce.testing.BotAPIServer.calls]."""
         with self._lock:
             return list(self._requests)
 
@@ -685,7 +722,6 @@ class BotAPIServer(LocalServer):
         if request is None:
             return False
         verb, path, headers = request
-        length = int(headers.get("content-length", "0"))
         path, _, query = path.partition("?")
         # /bot<token>/<method>: anything else (a wrong base_url) is 404, as on Telegram.
         parts = path.split("/")
@@ -703,14 +739,16 @@ class BotAPIServer(LocalServer):
             self._record(Request(method, None, time.monotonic(), connection, reply_early))
             return False
 
-        body = await reader.readexactly(length) if length else b""
+        body = await read_body(reader, headers)
         received = time.monotonic()
         keep_alive = headers.get("connection", "").lower() != "close"
 
+        if verb == "POST" and path == "/user_says":
+            return await self._user_says_over_http(writer, headers, body, keep_alive)
         if not api_path:
-            return await self._answer(writer, 404, _api_error(404, "Not Found"), keep_alive)
+            return await self._refuse(writer, 404, path, received, connection, token, keep_alive)
         if self.token is not None and token != self.token:
-            return await self._answer(writer, 401, _api_error(401, "Unauthorized"), keep_alive)
+            return await self._refuse(writer, 401, path, received, connection, token, keep_alive)
         with self._lock:
             self._calls.append(method)
         if verb in ("GET", "POST") and method in _SIMPLE_METHODS:
@@ -728,7 +766,7 @@ class BotAPIServer(LocalServer):
             return await self._answer(writer, 200, json.dumps(result).encode(), keep_alive)
         kind = _MEDIA_METHODS.get(method)
         if verb != "POST" or (method != "sendMessage" and kind is None):
-            return await self._answer(writer, 404, _api_error(404, "Not Found"), keep_alive)
+            return await self._refuse(writer, 404, path, received, connection, token, keep_alive)
 
         try:
             params, files = parse_form(headers.get("content-type", ""), body)
@@ -739,6 +777,11 @@ class BotAPIServer(LocalServer):
             bad = _api_error(400, f"Bad Request: {what}")
             return await self._answer(writer, 400, bad, keep_alive)
         file = files.get(kind) if kind is not None else None
+        named = params.get(kind) if kind is not None else None
+        if kind is not None and isinstance(named, str) and named.startswith("attach://"):
+            # The file in a part of its own, named by the field (as aiogram uploads).
+            file = files.get(named[len("attach://") :])
+            del params[kind]
         if kind is not None and file is None and not self._known_file(kind, params.get(kind)):
             bad = _api_error(400, "Bad Request: wrong file identifier/HTTP URL specified")
             return await self._answer(writer, 400, bad, keep_alive)
@@ -782,6 +825,37 @@ class BotAPIServer(LocalServer):
             body_out = json.dumps({"ok": True, "result": result}).encode()
         return await self._answer(writer, reply.status, body_out, keep_alive, reply.content_type)
 
+    async def _refuse(
+        self,
+        writer: asyncio.StreamWriter,
+        status: int,
+        path: str,
+        received: float,
+        connection: int,
+        token: str | None,
+        keep_alive: bool,
+    ) -> bool:
+        """Answer 401 (a wrong token) or 404 (a wrong path or method), and record it."""
+        reply = Reply.error(status, "Unauthorized" if status == 401 else "Not Found")
+        method = path.rsplit("/", 1)[-1]
+        self._record(Request(method, None, received, connection, reply, _bot_id(token)))
+        assert reply.body is not None
+        return await self._answer(writer, status, reply.body, keep_alive)
+
+    async def _user_says_over_http(
+        self, writer: asyncio.StreamWriter, headers: dict[str, str], body: bytes, keep_alive: bool
+    ) -> bool:
+        """``POST /user_says`` with ``chat_id`` and ``text`` (a form or JSON): queue that
+        update, as `user_says` does, for a bot polling this server from another process."""
+        try:
+            params = parse_form(headers.get("content-type", ""), body)[0]
+            update_id = self.user_says(int(params["chat_id"]), str(params["text"]))
+        except (ValueError, KeyError, TypeError):
+            bad = _api_error(400, "Bad Request: /user_says takes chat_id (an int) and text")
+            return await self._answer(writer, 400, bad, keep_alive)
+        answer = {"ok": True, "result": {"update_id": update_id}}
+        return await self._answer(writer, 200, json.dumps(answer).encode(), keep_alive)
+
     def _known_file(self, kind: str, source: object) -> bool:
         """Whether ``source`` names a file this server gave out as ``kind``, or is a URL."""
         if isinstance(source, str) and source.startswith(("http://", "https://")):
@@ -821,6 +895,9 @@ class BotAPIServer(LocalServer):
                 )
                 self._uploads.append(upload)
         unique = digest[:16]
+        if kind == "video":  # a Video object carries its size and length (aiogram reads them)
+            shape = {"width": 1280, "height": 720, "duration": 10}
+            return {kind: {"file_id": file_id, "file_unique_id": unique, **shape}}
         if kind != "photo":
             return {kind: {"file_id": file_id, "file_unique_id": unique, "file_size": len(data)}}
         base = file_id[:-1] if file_id.endswith("s") else file_id

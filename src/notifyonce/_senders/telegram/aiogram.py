@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from aiogram import Bot
@@ -23,8 +23,9 @@ from aiogram.exceptions import (
     TelegramServerError,
     TelegramUnauthorizedError,
 )
-from aiogram.methods import SendMessage
-from aiogram.types import LinkPreviewOptions
+from aiogram.methods import SendDocument, SendMessage, SendPhoto, SendVideo
+from aiogram.methods.base import TelegramMethod
+from aiogram.types import BufferedInputFile, LinkPreviewOptions
 from pydantic import ValidationError as PydanticValidationError
 
 from notifyonce._errors import (
@@ -35,11 +36,14 @@ from notifyonce._errors import (
     ValidationError,
     ValidationTypeError,
 )
+from notifyonce._media import Media
 from notifyonce._message import Message
+from notifyonce._senders.rate.stores import bot_key
 from notifyonce._senders.redaction import short
 from notifyonce._senders.status import error_for_status, retry_after_in, status_in
 from notifyonce._senders.telegram.chat import Migrated, message_fields
-from notifyonce._senders.telegram.wrapped import WrappedBotSender
+from notifyonce._senders.telegram.files import FileIdStore
+from notifyonce._senders.telegram.wrapped import Upload, WrappedBotSender, sent_file_id
 
 __all__ = ["AiogramSender", "classify_aiogram_error"]
 
@@ -124,6 +128,15 @@ def _preview(is_disabled: bool) -> LinkPreviewOptions:
     return LinkPreviewOptions(is_disabled=is_disabled)
 
 
+_MEDIA_METHODS: dict[str, type[SendPhoto | SendDocument | SendVideo]] = {
+    "photo": SendPhoto,
+    "document": SendDocument,
+    "video": SendVideo,
+}
+# Stands in for the file when a media request is only built to be checked.
+_PLACEHOLDER_FILE_ID = "AAAAAAAAAAAA"
+
+
 class AiogramSender(WrappedBotSender):
     """Sends with an aiogram 3 ``Bot`` you already have (its session, its defaults).
 
@@ -132,11 +145,17 @@ class AiogramSender(WrappedBotSender):
     exception text. It does not rate-limit (aiogram has no limiter) and does not retry.
 
     ``Message.parse_mode=None`` leaves the bot's default (``DefaultBotProperties``)
-    in force; ``Message.options`` are extra ``sendMessage`` parameters.
+    in force; ``Message.options`` are extra ``sendMessage`` parameters. A message with a
+    [`Photo`][notifyonce.Photo], [`Document`][notifyonce.Document] or
+    [`Video`][notifyonce.Video] goes with ``sendPhoto``, ``sendDocument`` or
+    ``sendVideo``, uploaded once and then sent by its ``file_id``.
 
     Args:
         bot: An ``aiogram.Bot``. It is not closed here: close its session yourself.
         request_timeout: Seconds for each request instead of the session's timeout.
+        file_store: Where the ``file_id`` of each uploaded file is kept: by default in
+            this sender only; a [`SQLFileIdStore`][notifyonce.telegram.SQLFileIdStore]
+            keeps them across runs (and shares them with the bot's other senders).
 
     Examples:
         >>> from aiogram import Bot
@@ -144,7 +163,13 @@ class AiogramSender(WrappedBotSender):
         AiogramSender(bot=<aiogram.Bot>, token=<redacted>)
     """
 
-    def __init__(self, bot: Bot, *, request_timeout: int | None = None) -> None:
+    def __init__(
+        self,
+        bot: Bot,
+        *,
+        request_timeout: int | None = None,
+        file_store: FileIdStore | None = None,
+    ) -> None:
         if not isinstance(bot, Bot):
             raise ValidationTypeError("bot", f"must be an aiogram.Bot, got {type(bot).__name__}")
         if request_timeout is not None and (
@@ -156,6 +181,7 @@ class AiogramSender(WrappedBotSender):
         self.bot = bot
         self.request_timeout = request_timeout
         self._token = bot.token
+        self._use_files(bot_key(bot.token), file_store)
 
     def __repr__(self) -> str:
         return "AiogramSender(bot=<aiogram.Bot>, token=<redacted>)"
@@ -166,22 +192,54 @@ class AiogramSender(WrappedBotSender):
         if message.reply_markup is not None:
             fields["reply_markup"] = message.reply_markup
         fields.update(message.options)
-        try:
-            return SendMessage(**fields)
-        except PydanticValidationError as exc:
-            # Names the fields, never their values (the text may be among them).
-            where = sorted({str(e["loc"][0]) for e in exc.errors() if e.get("loc")})
-            raise ValidationTypeError(
-                "message", f"aiogram refuses sendMessage fields: {', '.join(where)}"
-            ) from None
+        return _validated(SendMessage, fields)
+
+    def _media_request(
+        self, chat: int | str, message: Message, media: Media, file: str | Upload
+    ) -> SendPhoto | SendDocument | SendVideo:
+        source = file if isinstance(file, str) else BufferedInputFile(file.data, file.filename)
+        fields: dict[str, Any] = {"chat_id": chat, media.kind: source}
+        if message.text.strip():
+            fields["caption"] = message.text
+        fields.update(message_fields(message, _preview))
+        if message.reply_markup is not None:
+            fields["reply_markup"] = message.reply_markup
+        fields.update(message.options)
+        return _validated(_MEDIA_METHODS[media.kind], fields)
 
     def _check_request(self, chat: int | str, message: Message) -> None:
-        self._request(chat, message)
+        if message.media is None:
+            self._request(chat, message)
+        else:
+            self._media_request(chat, message, message.media, _PLACEHOLDER_FILE_ID)
 
     async def _deliver(self, chat: int | str, message: Message) -> int | None:
         request = self._request(chat, message)
         sent = await self.bot(request, request_timeout=self.request_timeout)
         return sent.message_id
 
+    async def _deliver_media(
+        self, chat: int | str, message: Message, media: Media, file: str | Upload
+    ) -> tuple[int | None, str | None]:
+        request = self._media_request(chat, message, media, file)
+        sent = await self.bot(request, request_timeout=self.request_timeout)
+        return sent.message_id, sent_file_id(sent, media.kind)
+
     def _classify(self, exc: Exception) -> Migrated | SendError | None:
         return classify_aiogram_error(exc, self._scrub)
+
+
+R = TypeVar("R", bound=TelegramMethod[Any])
+
+
+def _validated(method: type[R], fields: dict[str, Any]) -> R:
+    """aiogram's request object; a field it refuses is a ValidationError naming it."""
+    try:
+        return method(**fields)
+    except PydanticValidationError as exc:
+        # Names the fields, never their values (the text may be among them).
+        where = sorted({str(e["loc"][0]) for e in exc.errors() if e.get("loc")})
+        name = getattr(method, "__api_method__", method.__name__)  # "sendMessage"
+        raise ValidationTypeError(
+            "message", f"aiogram refuses {name} fields: {', '.join(where)}"
+        ) from None

@@ -29,11 +29,18 @@ class Migrated:
 
 
 def validate_recipient(recipient: object) -> str:
-    """``recipient`` if it is a chat id string or an @channelname, else a ValidationError."""
+    """The recipient as the text of a chat id or an @channelname, else a ValidationError.
+
+    An int chat id (what aiogram's ``message.chat.id`` and python-telegram-bot's
+    ``update.effective_chat.id`` are) is taken as its decimal text.
+    """
+    if isinstance(recipient, int) and not isinstance(recipient, bool):
+        recipient = str(recipient)
     if not isinstance(recipient, str):
         raise ValidationTypeError(
             "recipient",
-            f"must be a str (a chat id or @channelname), got {type(recipient).__name__}",
+            "must be a chat id (an int, or a str such as '12345') or an @channelname, "
+            f"got {type(recipient).__name__}",
         )
     if not (_CHAT_ID.fullmatch(recipient) or _USERNAME.fullmatch(recipient)):
         raise ValidationError(

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar, runtime_checkable
 
 from notifyonce._errors import PermanentSendError, TransientSendError, ValidationError
-from notifyonce._media import Media, file_size
+from notifyonce._media import Media, file_sha256, file_size
 
 __all__ = ["FileIdStore", "MemoryFileIdStore", "UploadOnce", "file_key", "read_upload"]
 
@@ -77,14 +77,6 @@ class MemoryFileIdStore:
         self._ids.pop(key, None)
 
 
-def _sha256_of(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for chunk in iter(lambda: file.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 class _Digests:
     """sha256 of files, re-read only when a file's size, mtime or inode changed."""
 
@@ -99,7 +91,7 @@ class _Digests:
             known = self._known.get(path)
             if known is not None and known[0] == stamp:
                 return known[1]
-            digest = await asyncio.to_thread(_sha256_of, path)
+            digest = await asyncio.to_thread(file_sha256, path)
             self._known[path] = (stamp, digest)
             return digest
 

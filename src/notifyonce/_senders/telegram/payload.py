@@ -12,18 +12,21 @@ from __future__ import annotations
 import html
 import json
 import mimetypes
+import os
 import re
 import secrets
 from collections.abc import Mapping
 from typing import Any
 
 from notifyonce._errors import ValidationError, ValidationTypeError
+from notifyonce._media import file_size
 from notifyonce._message import Message
 
 __all__ = [
     "MAX_CAPTION_LENGTH",
     "MAX_TEXT_LENGTH",
     "check_caption",
+    "check_message",
     "check_text",
     "encode",
     "jsonable",
@@ -105,6 +108,22 @@ def check_caption(message: Message, limit: int = MAX_CAPTION_LENGTH) -> None:
     for name in message.options:
         if not isinstance(name, str) or not _PARAMETER.fullmatch(name):
             raise ValidationError("options", f"{name!r} is not a Bot API parameter name")
+
+
+def check_message(message: Message) -> None:
+    """Refuse what Telegram would refuse of a message alone: a text or caption too long,
+    text-only formatting on media, a media file gone missing or grown past the limit."""
+    media = message.media
+    if media is None:
+        check_text(message)
+        return
+    check_caption(message)
+    if isinstance(media.source, os.PathLike):
+        size = file_size(media.kind, media.source)
+        if size > media.upload_limit:
+            raise ValidationError(
+                media.kind, f"grew over the Bot API's {media.upload_limit // 2**20} MB limit"
+            )
 
 
 def multipart(

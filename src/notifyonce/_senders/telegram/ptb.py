@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 from telegram import Bot, LinkPreviewOptions
@@ -28,11 +29,14 @@ from notifyonce._errors import (
     ValidationError,
     ValidationTypeError,
 )
+from notifyonce._media import Media
 from notifyonce._message import Message
+from notifyonce._senders.rate.stores import bot_key
 from notifyonce._senders.redaction import short
 from notifyonce._senders.status import error_for_status, retry_after_in, status_in
 from notifyonce._senders.telegram.chat import Migrated, message_fields
-from notifyonce._senders.telegram.wrapped import WrappedBotSender
+from notifyonce._senders.telegram.files import FileIdStore
+from notifyonce._senders.telegram.wrapped import Upload, WrappedBotSender, sent_file_id
 from notifyonce._senders.transport import transport_error_class
 
 __all__ = ["PTBSender", "classify_ptb_error"]
@@ -117,6 +121,10 @@ def _preview(is_disabled: bool) -> LinkPreviewOptions:
     return LinkPreviewOptions(is_disabled=is_disabled)
 
 
+# The Bot method that sends each kind of media.
+_MEDIA_METHODS = {"photo": "send_photo", "document": "send_document", "video": "send_video"}
+
+
 class PTBSender(WrappedBotSender):
     """Sends with a python-telegram-bot (v21+) ``Bot`` you already have.
 
@@ -126,12 +134,18 @@ class PTBSender(WrappedBotSender):
     retry; for PTB's own rate limiter, pass it to your ``Bot`` as usual.
 
     ``Message.parse_mode=None`` leaves the bot's defaults (``ExtBot`` ``Defaults``) in
-    force; ``Message.options`` go to the Bot API as ``api_kwargs``.
+    force; ``Message.options`` go to the Bot API as ``api_kwargs``. A message with a
+    [`Photo`][notifyonce.Photo], [`Document`][notifyonce.Document] or
+    [`Video`][notifyonce.Video] goes with ``send_photo``, ``send_document`` or
+    ``send_video``, uploaded once and then sent by its ``file_id``.
 
     Args:
         bot: A ``telegram.Bot`` (or ``ExtBot``). Initialise and shut it down as your
             application does (``Application`` does both); the sender never shuts it down.
         read_timeout: Seconds to wait for Telegram's answer instead of the bot's default.
+        file_store: Where the ``file_id`` of each uploaded file is kept: by default in
+            this sender only; a [`SQLFileIdStore`][notifyonce.telegram.SQLFileIdStore]
+            keeps them across runs (and shares them with the bot's other senders).
 
     Examples:
         >>> from telegram import Bot
@@ -139,7 +153,13 @@ class PTBSender(WrappedBotSender):
         PTBSender(bot=<telegram.Bot>, token=<redacted>)
     """
 
-    def __init__(self, bot: Bot, *, read_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        bot: Bot,
+        *,
+        read_timeout: float | None = None,
+        file_store: FileIdStore | None = None,
+    ) -> None:
         if not isinstance(bot, Bot):
             raise ValidationTypeError("bot", f"must be a telegram.Bot, got {type(bot).__name__}")
         if read_timeout is not None and (
@@ -151,11 +171,12 @@ class PTBSender(WrappedBotSender):
         self.bot = bot
         self.read_timeout = read_timeout
         self._token = bot.token
+        self._use_files(bot_key(bot.token), file_store)
 
     def __repr__(self) -> str:
         return "PTBSender(bot=<telegram.Bot>, token=<redacted>)"
 
-    async def _deliver(self, chat: int | str, message: Message) -> int | None:
+    def _kwargs(self, message: Message) -> dict[str, Any]:
         kwargs = message_fields(message, _preview)
         if message.reply_markup is not None:
             # A plain mapping goes to the Bot API as is, like any other parameter.
@@ -164,8 +185,24 @@ class PTBSender(WrappedBotSender):
             kwargs.setdefault("api_kwargs", {}).update(message.options)
         if self.read_timeout is not None:
             kwargs["read_timeout"] = self.read_timeout
-        sent = await self.bot.send_message(chat_id=chat, text=message.text, **kwargs)
+        return kwargs
+
+    async def _deliver(self, chat: int | str, message: Message) -> int | None:
+        sent = await self.bot.send_message(chat_id=chat, text=message.text, **self._kwargs(message))
         return sent.message_id
+
+    async def _deliver_media(
+        self, chat: int | str, message: Message, media: Media, file: str | Upload
+    ) -> tuple[int | None, str | None]:
+        kwargs = self._kwargs(message)
+        if message.text.strip():
+            kwargs["caption"] = message.text
+        if isinstance(file, Upload):
+            kwargs["filename"] = file.filename
+        send = getattr(self.bot, _MEDIA_METHODS[media.kind])
+        source = file if isinstance(file, str) else file.data
+        sent = await send(chat_id=chat, **{media.kind: source}, **kwargs)
+        return sent.message_id, sent_file_id(sent, media.kind)
 
     def _classify(self, exc: Exception) -> Migrated | SendError | None:
         return classify_ptb_error(exc, self._scrub)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
@@ -21,7 +20,7 @@ from notifyonce._errors import (
     ValidationError,
     ValidationTypeError,
 )
-from notifyonce._media import Media, file_size
+from notifyonce._media import Media
 from notifyonce._message import Message, Receipt
 from notifyonce._observe import note_flood
 from notifyonce._senders.http import (
@@ -46,14 +45,14 @@ from notifyonce._senders.rate.stores import (
     bot_key,
 )
 from notifyonce._senders.redaction import Secrets, chain_cause, scrubbed
+from notifyonce._senders.telegram.api_url import default_api_url
 from notifyonce._senders.telegram.chat import chat_id as _chat_id
 from notifyonce._senders.telegram.chat import message_fields
 from notifyonce._senders.telegram.chat import validate_recipient as _validate_recipient
 from notifyonce._senders.telegram.classify import Delivered, Migrated, classify_response
 from notifyonce._senders.telegram.files import FileIdStore, UploadOnce, read_upload
 from notifyonce._senders.telegram.payload import (
-    check_caption,
-    check_text,
+    check_message,
     encode,
     jsonable,
     multipart,
@@ -88,6 +87,12 @@ def check_token(token: object) -> str:
         raise ValidationTypeError("token", f"must be a str, got {type(token).__name__}")
     if _TOKEN.fullmatch(token):
         return token
+    if token != token.strip() and _TOKEN.fullmatch(token.strip()):
+        raise ValidationError(
+            "token",
+            "has a space or a line break before or after it (read from a file with its "
+            "newline?): strip it, e.g. token.strip()",
+        )
     if _BOT_PREFIX.match(token) and _TOKEN.fullmatch(token[3:]):
         raise ValidationError(
             "token",
@@ -129,17 +134,7 @@ def prepare(recipient: object, message: object) -> tuple[str, dict[str, Any]]:
     recipient = _validate_recipient(recipient)
     if not isinstance(message, Message):
         raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
-    media = message.media
-    if media is None:
-        check_text(message)
-    else:
-        check_caption(message)
-        if isinstance(media.source, os.PathLike):
-            size = file_size(media.kind, media.source)
-            if size > media.upload_limit:
-                raise ValidationError(
-                    media.kind, f"grew over the Bot API's {media.upload_limit // 2**20} MB limit"
-                )
+    check_message(message)
     payload = _payload(message)
     # Encoded once by field, so an error can say which field cannot be encoded.
     options = jsonable(dict(message.options), "options")
@@ -193,7 +188,9 @@ class TelegramSender(HTTPSenderBase):
 
     Args:
         token: The bot token. It never appears in logs, reprs or exception messages.
-        base_url: The Bot API server.
+        base_url: The Bot API server. By default ``$NOTIFYONCE_BOT_API_URL`` when that is
+            set (a local server to try a bot against, such as
+            ``notifyonce serve-test-api``), else ``https://api.telegram.org``.
         client: Your own ``httpx.AsyncClient`` (not closed by the sender). Its limits and
             transport apply; the timeouts are still set on every request.
         rate_limit: Telegram's limits, on by default; None disables the limiter.
@@ -235,7 +232,7 @@ class TelegramSender(HTTPSenderBase):
         self,
         token: str,
         *,
-        base_url: str = "https://api.telegram.org",
+        base_url: str | None = None,
         client: httpx.AsyncClient | None = None,
         rate_limit: RateLimit | None = RateLimit(),  # noqa: B008 (frozen, shared safely)
         rate_store: RateStore | None = None,
@@ -248,6 +245,8 @@ class TelegramSender(HTTPSenderBase):
     ) -> None:
         refuse_unknown_options(self, http)
         token = check_token(token)
+        if base_url is None:
+            base_url = default_api_url()
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValidationError("base_url", "must be an http:// or https:// URL")
         self._configure(client=client, clock=clock, sleep=sleep, rng=rng, **http)
@@ -273,13 +272,13 @@ class TelegramSender(HTTPSenderBase):
         return self
 
     async def send(
-        self, recipient: str, message: Message, *, budget: float | None = None
+        self, recipient: str | int, message: Message, *, budget: float | None = None
     ) -> Receipt:
         """Send ``message`` to ``recipient`` and return Telegram's receipt.
 
         Args:
-            recipient: A chat id as a string (negative for groups and channels) or
-                ``@channelname``.
+            recipient: A chat id (negative for groups and channels), as a string or an
+                int (aiogram's ``message.chat.id``), or ``@channelname``.
             message: What to send; its options are passed through to ``sendMessage``.
             budget: Seconds for this send instead of the sender's ``budget``: give a
                 secondary send (a note to an operator) a narrow budget so it cannot stall
@@ -309,7 +308,7 @@ class TelegramSender(HTTPSenderBase):
         del message, payload
         raise scrubbed(error)
 
-    def check(self, recipient: str, message: Message) -> None:
+    def check(self, recipient: str | int, message: Message) -> None:
         """Raise [`ValidationError`][notifyonce.ValidationError] if Telegram would refuse this send
         for its recipient or message alone (nothing is sent).
 
@@ -321,7 +320,7 @@ class TelegramSender(HTTPSenderBase):
         prepare(recipient, message)
 
     @contextlib.asynccontextmanager
-    async def turn(self, recipient: str) -> AsyncIterator[None]:
+    async def turn(self, recipient: str | int) -> AsyncIterator[None]:
         """Wait for ``recipient``'s rate-limit turn; the first send to it inside uses it.
 
         The Notifier claims a slot only inside its recipient's turn, so claims never wait

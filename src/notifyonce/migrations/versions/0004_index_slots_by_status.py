@@ -8,12 +8,11 @@ Listings by status (a campaign's ``unknown`` and still-claimed chats at the end 
 broadcast, ``notifyonce list`` and ``requeue``) read only the rows with that status, of that
 action and cycle, instead of every row of the campaign. Building it on a large table takes a
 while: on PostgreSQL, create it yourself first with ``CREATE INDEX CONCURRENTLY`` under the
-same name and this revision finds it there.
+same name, and `notifyonce migrate` records this revision as done instead of running it.
 """
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from alembic import op
 
 from notifyonce._ledger.table import index_names
@@ -34,9 +33,6 @@ def _settings() -> tuple[str, str | None]:
 def upgrade() -> None:
     table_name, schema = _settings()
     name = index_names(table_name)["status"]
-    existing = sa.inspect(op.get_bind()).get_indexes(table_name, schema=schema)
-    if any(index["name"] == name for index in existing):
-        return  # made beforehand (CONCURRENTLY), or by create_schema()
     op.create_index(name, table_name, ["status", "action", "cycle"], schema=schema)
 
 
