@@ -330,10 +330,10 @@ async def test_unstorable_receipts_cost_nothing(ledger: AsyncLedger) -> None:
 class RefusingLedger(AsyncLedger):
     """A database that refuses any write carrying one poisoned detail."""
 
-    async def _mark_checked(self, results: Any) -> list[bool]:
+    async def _mark_checked(self, results: Any, *args: Any) -> list[bool]:
         if any(detail == "poison" for _, _, detail in results):
             raise LedgerError("database error (DataError: value refused)")
-        return await super()._mark_checked(results)
+        return await super()._mark_checked(results, *args)
 
 
 async def test_a_refused_row_is_isolated(ledger: AsyncLedger, clock: WallClock) -> None:
@@ -367,7 +367,7 @@ async def test_a_lost_ledger_reports_unknown_not_recorded(
     """When the outcome cannot be written, the run says UNKNOWN, never that it was recorded."""
 
     class Down(AsyncLedger):
-        async def _mark_checked(self, results: Any) -> list[bool]:
+        async def _mark_checked(self, results: Any, *args: Any) -> list[bool]:
             raise LedgerError("database unavailable (OSError: connection refused)")
 
     down = Down(ledger.engine, table_name=ledger.table_name, clock=clock)
@@ -523,10 +523,10 @@ async def test_telegram_sender_turns_gate_the_claims(
     asked: list[tuple[int, int]] = []  # (keys claimed so far, turns granted) per statement
     claim_keys = ledger._claim_keys  # the Notifier's way in to claim
 
-    async def counted_claims(keys: Any, options: Any) -> list[Claim]:
+    async def counted_claims(keys: Any, options: Any, *args: Any) -> list[Claim]:
         before = asked[-1][0] if asked else 0
         asked.append((before + len(keys), counted.granted))
-        return await claim_keys(keys, options)
+        return await claim_keys(keys, options, *args)
 
     ledger._claim_keys = counted_claims  # type: ignore[method-assign]
     with BotAPIServer() as server:

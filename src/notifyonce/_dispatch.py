@@ -48,7 +48,7 @@ from notifyonce._errors import (
     TransientSendError,
     ValidationError,
 )
-from notifyonce._keys import SlotKey
+from notifyonce._keys import KeyMaker, SlotKey
 from notifyonce._ledger.table import SlotStatus
 from notifyonce._message import Message, Receipt
 from notifyonce._observe import SENDING, Hooks, SendProbe
@@ -57,6 +57,7 @@ from notifyonce._results import ATTENTION, Notification, Report, Result
 
 if TYPE_CHECKING:
     from notifyonce._ledger.claim import Claim
+    from notifyonce._ledger.core import Keeper
     from notifyonce._notifier import Notifier
 
 __all__ = ["Decision", "Run", "decide_error", "decide_uncertain", "settle"]
@@ -222,6 +223,9 @@ class Run:
         self.error: BaseException | None = None
         self.idle: set[asyncio.Task[None]] = set()
         self.tasks: list[asyncio.Task[None]] = []
+        # Connections the run keeps for its loops, one per claim lane and one for the
+        # recorder, where the ledger allows (given back when the run is settled).
+        self.keepers = notifier.ledger._keepers(notifier.ledger._claim_lanes + 1) or []
         self.claimer = _Claimer(self)
         self.recorder = _Recorder(self)
         turn = getattr(notifier.sender, "turn", None)
@@ -290,6 +294,8 @@ class Run:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
+            if self.keepers:
+                await self.ledger._release(self.keepers)
 
     async def _drain(self) -> None:
         await asyncio.wait(self.tasks)
@@ -326,11 +332,11 @@ class Run:
 
     async def _intake(self, source: Iterable[Notification] | AsyncIterable[Notification]) -> None:
         index = 0
-        keys, checked = self.keys, self.n._checked
+        keys, checked, maker = self.keys, self.n._checked, KeyMaker(self.action)
         async for batch in _batches(source, self.n.batch_size):
             items = []
             for notification in batch:
-                key = checked(self.action, notification) if keys is None else keys[index]
+                key = checked(maker, notification) if keys is None else keys[index]
                 items.append(_Item(index, key, notification))
                 index += 1
             for item in await self._screen(items):
@@ -581,6 +587,8 @@ class _Claimer:
         self.lanes: set[asyncio.Task[None]] = set()
         self.most = run.ledger._claim_lanes
         self.gathering = False
+        # The connections the lanes keep (none where the ledger keeps none).
+        self.free: list[Keeper] = list(run.keepers[1:])
 
     async def claim(self, item: _Item) -> Claim | None:
         future: asyncio.Future[Claim | None] = asyncio.get_running_loop().create_future()
@@ -623,15 +631,19 @@ class _Claimer:
         run = self.run
         hooks = run.hooks
         started = 0.0 if hooks is None else _clock()
+        keeper = self.free.pop() if self.free else None
         try:
             claims = await run.ledger._claim_keys(
-                _distinct(item.key for item, _ in live), run.options
+                _distinct(item.key for item, _ in live), run.options, keeper
             )
         except Exception as exc:
             for _, future in live:
                 if not future.done():
                     future.set_exception(exc)
             return
+        finally:
+            if keeper is not None:
+                self.free.append(keeper)
         if hooks is not None:
             seconds = _clock() - started
             hooks.call("claimed", run.action, seconds, len(live), len(claims))
@@ -660,6 +672,7 @@ class _Recorder:
         self.run = run
         self.pending: list[_Entry] = []
         self.task: asyncio.Task[None] | None = None
+        self.keeper: Keeper | None = run.keepers[0] if run.keepers else None
         # Set while the backlog has room: the workers wait on it before taking more work.
         self.room = asyncio.Event()
         self.room.set()
@@ -699,7 +712,7 @@ class _Recorder:
         """
         marks = [(e.claim, e.decision.status, detail(e.decision)) for e in batch]
         try:
-            return list(await self.run.ledger._mark_checked(marks))
+            return list(await self.run.ledger._mark_checked(marks, self.keeper))
         except LedgerUnavailableError as exc:
             if not retried:
                 await asyncio.sleep(0.25)  # a blip (failover, a dropped connection)

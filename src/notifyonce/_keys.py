@@ -19,6 +19,7 @@ __all__ = [
     "MAX_CYCLE_LENGTH",
     "MAX_SUBJECT_LENGTH",
     "Cycle",
+    "KeyMaker",
     "SlotKey",
     "Subject",
     "make_key",
@@ -205,3 +206,39 @@ def make_key(action: object, subject: object, cycle: object) -> SlotKey:
     subject_text = normalize_subject(subject)
     cycle_text, cycle_at = normalize_cycle(cycle)
     return SlotKey(action_text, subject_text, cycle_text, cycle_at)
+
+
+# Cycles whose normal form depends only on their value (equal values, equal forms).
+_MEMO_CYCLE_TYPES = frozenset({dt.datetime, dt.date, int, str})
+
+
+class KeyMaker:
+    """Slot keys of one action, as `make_key` makes them, each distinct cycle normalised
+    once: a run names the same few cycles (deadlines, a campaign id) for many subjects.
+
+    Examples:
+        >>> keys = KeyMaker("trial_6h")
+        >>> keys(42, "2026-12") == make_key("trial_6h", 42, "2026-12")
+        True
+    """
+
+    __slots__ = ("_cycles", "action")
+
+    def __init__(self, action: object) -> None:
+        self.action = normalize_action(action)
+        self._cycles: dict[tuple[object, ...], tuple[str, dt.datetime | None]] = {}
+
+    def __call__(self, subject: object, cycle: object) -> SlotKey:
+        text = str(subject) if type(subject) is int else ""
+        if not text or len(text) > MAX_SUBJECT_LENGTH:
+            text = normalize_subject(subject)
+        kind = type(cycle)
+        if kind not in _MEMO_CYCLE_TYPES:
+            return SlotKey(self.action, text, *normalize_cycle(cycle))  # raises its error
+        # Python compares datetimes of one zone by their wall clock, fold ignored: the two
+        # 02:30 of a night whose clocks go back are equal but are different moments.
+        memo = (kind, cycle, cycle.fold) if kind is dt.datetime else (kind, cycle)  # type: ignore[attr-defined]
+        normal = self._cycles.get(memo)
+        if normal is None:
+            normal = self._cycles[memo] = normalize_cycle(cycle)
+        return SlotKey(self.action, text, normal[0], normal[1])

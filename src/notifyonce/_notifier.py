@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from notifyonce._dispatch import Keep, Run
 from notifyonce._errors import SenderConfigError, ValidationError, ValidationTypeError
-from notifyonce._keys import SlotKey, make_key, normalize_action
+from notifyonce._keys import KeyMaker, SlotKey, normalize_action
 from notifyonce._ledger.ledger import AsyncLedger
 from notifyonce._message import Message, Sender
 from notifyonce._observe import Observer
@@ -297,7 +297,8 @@ class Notifier:
         keys: list[SlotKey] | None = None
         if isinstance(notifications, Sequence):
             # Every item checked before anything is written; the run uses these keys.
-            keys = [self._checked(action, item) for item in notifications]
+            maker = KeyMaker(action)
+            keys = [self._checked(maker, item) for item in notifications]
         keep: Keep = (
             ("attention" if streamed else "all")
             if self.keep_results is None
@@ -453,7 +454,7 @@ class Notifier:
         have sent; at most once leaves that to the sweep, which makes it UNKNOWN)."""
         return self.mode is DeliveryMode.AT_LEAST_ONCE
 
-    def _checked(self, action: str, item: object) -> SlotKey:
+    def _checked(self, keys: KeyMaker, item: object) -> SlotKey:
         """Check one notification (and ask the sender's ``check``); its slot key."""
         if not isinstance(item, Notification):
             raise ValidationTypeError(
@@ -470,14 +471,14 @@ class Notifier:
         if item.timezone is not None and not isinstance(item.timezone, dt.tzinfo):
             raise ValidationTypeError("timezone", "must be a tzinfo (e.g. a ZoneInfo) or None")
         try:
-            key = make_key(action, item.subject, item.cycle)
+            key = keys(item.subject, item.cycle)
         except ValidationError as exc:
             if exc.field != "cycle":
                 raise
             # Say whose: a selector's one bad row must be findable among thousands.
             raise type(exc)(
                 exc.field,
-                f"in the notification for subject {item.subject!r} (action {action!r}): "
+                f"in the notification for subject {item.subject!r} (action {keys.action!r}): "
                 f"{exc.problem}",
             ) from None
         if self._sender_check is not None:

@@ -40,7 +40,7 @@ from notifyonce._ledger.checks import (
     storable_detail,
 )
 from notifyonce._ledger.claim import Claim
-from notifyonce._ledger.core import MARK_CHUNK, LedgerCore, Plan, Spare
+from notifyonce._ledger.core import MARK_CHUNK, Held, Keeper, LedgerCore, Plan, Spare
 from notifyonce._ledger.execute import Link
 from notifyonce._ledger.records import LedgerStats, SlotRecord, SweepResult
 from notifyonce._ledger.table import DEFAULT_TABLE_NAME, SlotStatus
@@ -397,14 +397,21 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
     _engine_kind = (AsyncEngine, "an AsyncEngine (use Ledger for an Engine)")
     _twin: object = _UNSET  # the sync engine of a SQLite file; see _sqlite_twin
 
-    async def _run(self, plan: Plan[T], *, connection: AsyncConnection | None = None) -> T:
+    async def _run(
+        self,
+        plan: Plan[T],
+        *,
+        connection: AsyncConnection | None = None,
+        keeper: Keeper | None = None,
+    ) -> T:
         if connection is not None:
             return await connection.run_sync(self._core.run, plan, owned=False)
         # The whole call (checkout, statements, commit, checkin) in one greenlet on the
         # engine's sync facade: what AsyncConnection does, minus two greenlet hops.
         core, sync = self._core, self._engine.sync_engine
         if not core.dialect.one_writer:
-            return cast(T, await greenlet_spawn(core.run_owned, sync, plan, self._spare))
+            spare = keeper or self._spare
+            return cast(T, await greenlet_spawn(core.run_owned, sync, plan, spare))
         twin = self._sqlite_twin()
         async with _sqlite_gate(sync):
             if twin is None:
@@ -417,9 +424,32 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         """Claim options for a run: checked once, used by every statement of it."""
         return self._core.claim_options(None, take_expired, max_attempts)
 
-    async def _claim_keys(self, keys: list[SlotKey], options: ClaimOptions) -> list[Claim]:
+    def _keepers(self, count: int) -> list[Held] | None:
+        """Connections a run may keep for its loops (claim lanes, the recorder), or None.
+
+        Only where a connection goes back to the pool without awaiting (asyncpg on a queue
+        pool) and the pool keeps more connections than the run would hold, so the run
+        never waits for its own.
+        """
+        pool = self._engine.sync_engine.pool
+        if self._spare is None or not isinstance(pool, sa.pool.QueuePool):
+            return None
+        if pool.size() <= count:
+            return None
+        return [Held() for _ in range(count)]
+
+    async def _release(self, keepers: Sequence[Held]) -> None:
+        """Give what ``keepers`` hold back to the pool."""
+        for keeper in keepers:
+            await greenlet_spawn(keeper.close)
+
+    async def _claim_keys(
+        self, keys: list[SlotKey], options: ClaimOptions, keeper: Keeper | None = None
+    ) -> list[Claim]:
         """``claim_many`` of checked, distinct keys of one action, in one statement."""
-        return await self._run(self._plan_claim_keys(keys, options)) if keys else []
+        if not keys:
+            return []
+        return await self._run(self._plan_claim_keys(keys, options), keeper=keeper)
 
     async def _not_claimable_keys(
         self, keys: list[SlotKey], options: ClaimOptions
@@ -428,10 +458,12 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         return await self._run(self._plan_lookup_keys(keys, options))
 
     async def _mark_checked(
-        self, results: Sequence[tuple[Claim, SlotStatus, str | None]]
+        self,
+        results: Sequence[tuple[Claim, SlotStatus, str | None]],
+        keeper: Keeper | None = None,
     ) -> list[bool]:
         """``mark_many`` of results the Notifier made (valid claims, statuses, details)."""
-        return await self._run(self._plan_mark_many(results, checked=True))
+        return await self._run(self._plan_mark_many(results, checked=True), keeper=keeper)
 
     def _sqlite_twin(self) -> sa.Engine | None:
         """A sync engine on the same SQLite file, or None for a private (memory) database.
