@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import httpx
@@ -61,3 +62,20 @@ class Script:
     @property
     def bodies(self) -> list[dict[str, Any]]:
         return [json.loads(r.content) for r in self.requests]
+
+
+class CountedTurns:
+    """A TelegramSender seen through its turns: ``granted`` counts the turns entered."""
+
+    def __init__(self, sender: Any) -> None:
+        self.sender = sender
+        self.granted = 0
+
+    async def send(self, recipient: str, message: Any) -> Any:
+        return await self.sender.send(recipient, message)
+
+    @contextlib.asynccontextmanager
+    async def turn(self, recipient: str) -> AsyncIterator[None]:
+        async with self.sender.turn(recipient):
+            self.granted += 1
+            yield

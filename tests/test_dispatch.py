@@ -34,6 +34,7 @@ from notifyonce import (
 from notifyonce.testing import FakeSender
 
 from ._clocks import WallClock
+from ._fakes import CountedTurns
 
 UTC = dt.timezone.utc
 CYCLE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
@@ -489,32 +490,17 @@ async def test_a_worker_with_a_fast_clock_does_not_take_over(
     assert [] == fast.handed
 
 
-class CountedTurns:
-    """A TelegramSender seen through its turns: ``granted`` counts the turns entered."""
-
-    def __init__(self, sender: Any) -> None:
-        self.sender = sender
-        self.granted = 0
-
-    async def send(self, recipient: str, message: Message) -> Receipt:
-        receipt: Receipt = await self.sender.send(recipient, message)
-        return receipt
-
-    @contextlib.asynccontextmanager
-    async def turn(self, recipient: str) -> AsyncIterator[None]:
-        async with self.sender.turn(recipient):
-            self.granted += 1
-            yield
-
-
+@pytest.mark.parametrize("wrapper", ["alone", "fan-out", "fallback"])
 async def test_telegram_sender_turns_gate_the_claims(
-    async_engine: AsyncEngine, async_table: str
+    async_engine: AsyncEngine, async_table: str, wrapper: str
 ) -> None:
-    """Through TelegramSender's rate limit, no slot is claimed before its turn came.
+    """Through TelegramSender's rate limit, alone or inside a FanoutSender or a
+    FallbackSender, no slot is claimed before its turn came.
 
     Counted, not timed: every claim statement asks only for keys whose turn was already
     granted, however slow the machine (a claim made ahead of its turn fails this at once).
     """
+    from notifyonce import FallbackSender, FanoutSender
     from notifyonce.telegram import RateLimit, TelegramSender
     from notifyonce.testing import BotAPIServer
 
@@ -533,7 +519,12 @@ async def test_telegram_sender_turns_gate_the_claims(
         limit = RateLimit(bot_per_second=5)
         async with TelegramSender("123:abc", base_url=server.url, rate_limit=limit) as sender:
             counted = CountedTurns(sender)
-            report = await Notifier(ledger, counted).send_many(ACTION, items(8, start=1))
+            outer: Any = {
+                "alone": counted,
+                "fan-out": FanoutSender({"telegram": counted}),
+                "fallback": FallbackSender({"telegram": counted, "backup": FakeSender()}),
+            }[wrapper]
+            report = await Notifier(ledger, outer).send_many(ACTION, items(8, start=1))
         assert 8 == len(server.deliveries)
     assert 8 == report.counts[Outcome.SENT]
     assert 8 == counted.granted

@@ -8,7 +8,8 @@ one slot per channel, run one Notifier per channel with per-channel actions inst
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from notifyonce._errors import (
@@ -192,6 +193,13 @@ def combine_fanout(results: Mapping[str, Receipt | SendError]) -> SendError | No
     return error
 
 
+async def _enter_turn(turns: contextlib.AsyncExitStack, channel: Channel, recipient: str) -> None:
+    """Enter ``channel``'s turn for ``recipient`` on ``turns``, if its sender has turns."""
+    turn = getattr(channel.sender, "turn", None)
+    if callable(turn):
+        await turns.enter_async_context(turn(channel.address(recipient)))
+
+
 class FanoutSender:
     """Sends one notification to every channel at once; it counts as sent when all deliver.
 
@@ -221,6 +229,16 @@ class FanoutSender:
         counts as sent only when every channel delivers, so one refusal refuses it."""
         for channel in self.channels:
             _check(channel, recipient, message)
+
+    @contextlib.asynccontextmanager
+    async def turn(self, recipient: str) -> AsyncIterator[None]:
+        """Wait for the rate-limit turn of every channel that has one (in channel order):
+        the Notifier claims the slot inside it, and every channel's send then uses its
+        own turn instead of waiting in its limiter with the slot claimed."""
+        async with contextlib.AsyncExitStack() as turns:
+            for channel in self.channels:
+                await _enter_turn(turns, channel, recipient)
+            yield
 
     async def send(self, recipient: str, message: Message) -> ChannelReceipt:
         """Send to every channel concurrently.
@@ -301,6 +319,15 @@ class FallbackSender:
             else:
                 return
         raise ValidationError("recipient", "every channel refuses it (" + "; ".join(refusals) + ")")
+
+    @contextlib.asynccontextmanager
+    async def turn(self, recipient: str) -> AsyncIterator[None]:
+        """Wait for the first channel's rate-limit turn, if it has one: the channel the
+        send tries first uses it. A channel fallen back to waits for its own turn in its
+        send, as it would alone."""
+        async with contextlib.AsyncExitStack() as turns:
+            await _enter_turn(turns, self.channels[0], recipient)
+            yield
 
     async def send(self, recipient: str, message: Message) -> ChannelReceipt:
         """Send through the first channel that delivers.
