@@ -373,6 +373,31 @@ async def test_a_foreign_transports_connect_timeout_after_delivery_is_not_resent
     assert 1 == len(bot_api_server.requests)
 
 
+class QuotingTransport(httpx.AsyncBaseTransport):
+    """A foreign transport whose failure quotes the request it could not send (its body:
+    the message's text)."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        body = (await request.aread()).decode()
+        raise httpx.ReadError(f"connection reset while sending {body}", request=request)
+
+
+async def test_a_foreign_transports_message_never_carries_the_text_anywhere(
+    sqlite_ledger: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A caller's transport that quotes the request in its exception: the outcome, the
+    ledger's stored error and the log name the exception's class, never the text."""
+    from notifyonce import Notifier, Outcome
+
+    caplog.set_level("DEBUG")
+    async with httpx.AsyncClient(transport=QuotingTransport()) as client:
+        sender = TelegramSender(TOKEN, client=client, rate_limit=None, max_retries=0)
+        result = await Notifier(sqlite_ledger, sender).send_once("a", 42, "c1", Message(TEXT))
+    record = await sqlite_ledger.get("a", 42, "c1")
+    assert (Outcome.UNKNOWN, "ReadError") == (result, record.last_error)
+    assert [] == [r.getMessage() for r in caplog.records if TEXT in r.getMessage()]
+
+
 @pytest.mark.parametrize(
     "exc",
     [httpx.ConnectError("refused"), httpx.ConnectTimeout("slow"), httpx.PoolTimeout("busy")],

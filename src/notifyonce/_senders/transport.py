@@ -87,8 +87,10 @@ def classify_transport_error(
             programming error uncertain; None (a transport that does not trace) falls
             back to the exception class when ``placed``.
         placed: Whether the transport's exception classes say where a failure happened
-            (httpx's own transport, over httpcore). A foreign transport that does not
-            trace cannot be trusted to: its connect errors are uncertain.
+            (httpx's own transport, over httpcore, or the senders' own). A foreign
+            transport that does not trace cannot be trusted to: its connect errors are
+            uncertain. Nor can its messages: one may quote the request (the message's
+            text), so only the exception's class is kept.
         scrub: Removes secrets from the description.
 
     Returns:
@@ -104,7 +106,7 @@ def classify_transport_error(
         # started, or it cannot say and is not httpx's own: httpx-aiohttp, for one, maps
         # every aiohttp connection error to ConnectTimeout, a drop after delivery included.
         error_class = UncertainSendError
-    detail = short(str(exc), scrub)
+    detail = short(str(exc), scrub) if placed else ""
     description = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
     return error_class(description)
 
