@@ -367,3 +367,28 @@ def test_the_broadcast_guide_shows_what_a_terminal_of_160_and_80_columns_shows()
     shown = [block.split("```", 1)[0].splitlines() for block in samples]
     progress = BroadcastProgress(sent=4560, failed=12, duplicate=8, total=10_000, rate=31.0)
     assert [render_lines(progress, 160), render_lines(progress, 80)] == shown
+
+
+def test_a_bad_line_stops_the_broadcast_before_any_send(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """Every line is checked by the sender's own rule before the first send: a chat id
+    Telegram would refuse is named with its line number, by the dry run and the real run
+    alike, and nothing is sent or claimed (the broadcast used to stop there midway)."""
+    import sqlalchemy as sa
+
+    lines = [str(i) for i in range(1, 1001)]
+    lines.insert(204, "bob")  # line 205
+    (workdir / "chats.txt").write_text("\n".join(lines) + "\n")
+    for extra in (("--dry-run",), ()):
+        done = run(command(workdir, server, *extra))
+        assert 2 == done.returncode, done.stderr
+        assert "line 205 ('bob')" in done.stderr, done.stderr
+        assert TOKEN not in done.stderr + done.stdout
+        assert TEXT not in done.stderr + done.stdout
+    assert [] == server.deliveries
+    engine = sa.create_engine(os.environ["NOTIFYONCE_DATABASE_URL"])
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT count(*) FROM notifyonce_slots WHERE action = 'news'"))
+        assert 0 == rows.scalar_one()
+    engine.dispose()

@@ -157,6 +157,19 @@ class RecipientSource:
         """How many recipients the stream will yield, or None when unknown."""
         return None
 
+    async def check(self, rule: Callable[[Subject], None]) -> int | None:
+        """Apply ``rule`` to every recipient before the first send; their number, or None.
+
+        ``rule`` raises [`ValidationError`][notifyonce.ValidationError] for a recipient the
+        sender would refuse. The default only counts: a source that cannot be read twice
+        cheaply has each recipient checked as it is sent.
+        """
+        return await self.count()
+
+
+# Bad recipient lines named in the error (the count says how many more there are).
+_BAD_LINES_SHOWN = 5
+
 
 class _FileRecipients(RecipientSource):
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -179,6 +192,24 @@ class _FileRecipients(RecipientSource):
 
     async def count(self) -> int:
         return sum(1 for _ in self._lines())
+
+    async def check(self, rule: Callable[[Subject], None]) -> int:
+        """Every line checked (and counted) before the first send: a bad line is reported
+        with its number, and nothing is sent, instead of stopping the broadcast there."""
+        count, bad, problems = 0, 0, list[str]()
+        for number, text in self._lines():
+            count += 1
+            try:
+                normalize_subject(text)
+                rule(int(text) if _is_int(text) else text)
+            except ValidationError as exc:
+                bad += 1
+                if len(problems) < _BAD_LINES_SHOWN:
+                    problems.append(f"line {number} ({text[:40]!r}): {exc.field} {exc.problem}")
+        if problems:
+            more = f"; {bad} bad lines in all" if bad > len(problems) else ""
+            raise ValidationError("recipients", "; ".join(problems) + more)
+        return count
 
 
 def _is_int(text: str) -> bool:
@@ -372,11 +403,12 @@ class Broadcast:
                 dry_run=self.notifier.dry_run,
             )
         total = self.total
-        if total is None:
-            if isinstance(self.recipients, RecipientSource):
-                total = await self.recipients.count()
-            elif isinstance(self.recipients, Sized):
-                total = len(self.recipients)
+        if isinstance(self.recipients, RecipientSource):
+            # Every recipient the source can read twice is checked before the first send.
+            checked = await self.recipients.check(self._recipient_rule())
+            total = checked if total is None else total
+        elif total is None and isinstance(self.recipients, Sized):
+            total = len(self.recipients)
         self.total = total
         runner = copy.copy(self.notifier)  # the caller's Notifier keeps its own hook
         chained = self.notifier.on_result
@@ -450,6 +482,19 @@ class Broadcast:
     ) -> Notification:
         message = build if isinstance(build, Message) else build(chat)
         return Notification(chat, self.campaign, message)
+
+    def _recipient_rule(self) -> Callable[[Subject], None]:
+        """The sender's check of one recipient of this campaign (nothing without one)."""
+        check = self.notifier._sender_check
+        build = self.message
+
+        def rule(chat: Subject) -> None:
+            normalize_subject(chat)
+            if check is not None:
+                message = build if isinstance(build, Message) else build(chat)
+                check(str(chat), message)
+
+        return rule
 
     def _count(self, result: Result) -> None:
         self._counts[result.outcome] += 1

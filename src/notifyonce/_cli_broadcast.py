@@ -265,10 +265,16 @@ def _async_url(raw: str) -> str:
 
 
 class _NoSender:
-    """Stands in for Telegram in a dry run, where nothing is sent (or uploaded)."""
+    """Stands in for Telegram in a dry run, where nothing is sent (or uploaded), and
+    refuses what Telegram would, as the real run does."""
 
     async def send(self, recipient: str, message: Message) -> Receipt:
         raise AssertionError("a dry run sends nothing")
+
+    def check(self, recipient: str, message: Message) -> None:
+        from notifyonce._senders.telegram.sender import prepare
+
+        prepare(recipient, message)
 
 
 def _no_sender(engine: AsyncEngine) -> Sender:
