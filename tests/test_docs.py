@@ -245,3 +245,88 @@ def test_the_command_line_guide_lists_every_command() -> None:
     page = (ROOT / "docs" / "guides" / "cli.md").read_text(encoding="utf-8")
     rows = set(re.findall(r"^\| `notifyonce ([\w-]+)", page, re.M))
     assert [] == sorted(set(commands.choices) - rows)
+
+
+# -- the pictures: each drawn from the code, and checked against it --------------------------
+
+MERMAID = re.compile(r"^```mermaid\n(.*?)^```$", re.M | re.S)
+STATE_EDGE = re.compile(r"^(\[\*\]|\w+) --> (\[\*\]|\w+)\s*:\s*(.+)$")
+COMPOSITE = re.compile(r'^state (?:"[^"]*" as )?(\w+) \{$')
+
+
+def mermaid_blocks(page: Path) -> list[str]:
+    """The text of each ```mermaid block of ``page``."""
+    return MERMAID.findall(page.read_text(encoding="utf-8"))
+
+
+def state_diagram_moves(diagram: str) -> set[tuple[object, object, str]]:
+    """Every ``(source, target, call)`` a Mermaid state diagram draws.
+
+    ``[*]`` is "no row" (None); an arrow from a composite state leaves each state drawn
+    inside it; a label names one call per line (``<br>``), the call first.
+    """
+    from notifyonce import SlotStatus
+
+    inside: dict[str, set[str]] = {}
+    open_states: list[str] = []
+    arrows: list[tuple[str, str, str]] = []
+    for line in (raw.strip() for raw in diagram.splitlines()):
+        if found := COMPOSITE.match(line):
+            open_states.append(found[1])
+            inside[found[1]] = set()
+        elif line == "}":
+            open_states.pop()
+        elif found := STATE_EDGE.match(line):
+            source, target, label = found.groups()
+            for state in open_states:
+                inside[state] |= {source, target} - {"[*]"}
+            arrows.append((source, target, label))
+
+    def statuses(name: str) -> list[SlotStatus | None]:
+        if name == "[*]":
+            return [None]
+        return [SlotStatus(n) for n in sorted(inside.get(name, {name}))]
+
+    drawn: set[tuple[object, object, str]] = set()
+    for source, target, label in arrows:
+        for part in re.split(r"<br\s*/?>", label):
+            call = re.match(r"\w+", part.strip())
+            assert call is not None, f"an arrow's label names no call: {label!r}"
+            for before in statuses(source):
+                for after in statuses(target):
+                    drawn.add((before, after, call[0]))
+    return drawn
+
+
+def test_state_diagram_reader_expands_composites_and_lines() -> None:
+    """The reader takes [*] as no row, a composite's arrow as one from each state inside it,
+    and one call per line of a label."""
+    from notifyonce import SlotStatus
+
+    diagram = (
+        'state "a row" as row {\n  [*] --> claimed: claim\n'
+        "  claimed --> sent: mark_sent<br>sweep (odd)\n}\nrow --> [*]: purge\n"
+    )
+    claimed, sent = SlotStatus.CLAIMED, SlotStatus.SENT
+    expected = {
+        (None, claimed, "claim"),
+        (claimed, sent, "mark_sent"),
+        (claimed, sent, "sweep"),
+        (claimed, None, "purge"),
+        (sent, None, "purge"),
+    }
+    assert expected == state_diagram_moves(diagram)
+
+
+def test_the_slot_diagram_draws_every_move_of_the_ledger() -> None:
+    """docs/concepts/slots.md draws exactly the moves of transitions.TRANSITIONS, which
+    tests/test_ledger_model.py holds to what the ledger does: a move added to the code and
+    not drawn fails here."""
+    from notifyonce._ledger.transitions import moves
+
+    [diagram] = [
+        d for d in mermaid_blocks(ROOT / "docs" / "concepts" / "slots.md") if "stateDiagram" in d
+    ]
+    drawn = state_diagram_moves(diagram)
+    assert [] == sorted(moves() - drawn, key=str), "moves of the ledger the diagram lacks"
+    assert [] == sorted(drawn - moves(), key=str), "arrows of the diagram the ledger never makes"
