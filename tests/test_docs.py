@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import re
 from pathlib import Path
 
@@ -330,3 +331,16 @@ def test_the_slot_diagram_draws_every_move_of_the_ledger() -> None:
     drawn = state_diagram_moves(diagram)
     assert [] == sorted(moves() - drawn, key=str), "moves of the ledger the diagram lacks"
     assert [] == sorted(drawn - moves(), key=str), "arrows of the diagram the ledger never makes"
+
+
+def test_the_trial_timeline_picture_is_what_notifyonce_check_draws() -> None:
+    """docs/assets/trial-timeline.svg is what `notifyonce check reminders:TRIAL --svg` draws
+    for the quick start's reminders.py (regenerate: python scripts/draw_timeline.py)."""
+    spec = importlib.util.spec_from_file_location(
+        "_draw_timeline", ROOT / "scripts/draw_timeline.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.draw() == script.PICTURE.read_text(encoding="utf-8")
