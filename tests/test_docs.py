@@ -344,3 +344,35 @@ def test_the_trial_timeline_picture_is_what_notifyonce_check_draws() -> None:
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     assert script.draw() == script.PICTURE.read_text(encoding="utf-8")
+
+
+def test_the_pipeline_diagram_follows_the_pipeline() -> None:
+    """The sequence diagram of docs/concepts/delivery.md has a worker's steps in the order
+    Run._deliver takes them, and the pipeline's own figures (its backlog, how long an
+    outcome waits for others, claim statements at once on each database, settling time)."""
+    import inspect
+
+    from notifyonce import _dispatch
+    from notifyonce._ledger.dialects import MySQL, PostgreSQL, SQLite
+
+    page = ROOT / "docs" / "concepts" / "delivery.md"
+    [diagram] = [d for d in mermaid_blocks(page) if "sequenceDiagram" in d]
+    steps = {
+        "turn": "self.turn(",
+        "claim": "self.claimer.claim(",
+        "send": "self._send(",
+        "outcome": "self.recorder.put(",
+    }
+    code = inspect.getsource(_dispatch.Run._deliver)
+    drawn = [m for m in re.findall(r"^\s*W->>\w+: (\w+)", diagram, re.M) if m in steps]
+    assert sorted(steps, key=lambda step: code.index(steps[step])) == drawn
+    flat = " ".join(re.sub(r"<br\s*/?>", " ", diagram).split())
+    lanes = {1: "one", 2: "two", 3: "three"}
+    assert [1, 1] == [MySQL.claim_lanes, SQLite.claim_lanes]  # the diagram names PostgreSQL's
+    expected = [
+        f"waits while {_dispatch._RECORD_BACKLOG} outcomes are unwritten",
+        f"within {round(_dispatch._RECORD_LINGER * 1000)} ms",
+        f"{lanes[PostgreSQL.claim_lanes]} at once on PostgreSQL",
+    ]
+    assert expected == [text for text in expected if text in flat]
+    assert f"for up to {_dispatch._SETTLE_TIMEOUT:.0f} s" in page.read_text(encoding="utf-8")
