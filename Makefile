@@ -9,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test pytest matrix lint docs bench bench-campaign mutants clean
+.PHONY: demo test pytest matrix lint docs bench bench-campaign bench-plots mutants clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,16 +48,23 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # The benchmarks, one after the other (PostgreSQL for the ledger and Notifier ones; a few
-# minutes in all). They print their figures; docs/benchmarks.md says how to read them.
+# minutes in all). They print their figures; docs/benchmarks.md says how to read them. The
+# claims and the sender's also write them to bench/results/ for `make bench-plots`.
 bench: $(STAMP)
-	eval "$$(scripts/services.sh)" && $(BIN)/python bench/bench_claims.py
-	$(BIN)/python bench/bench_telegram.py
+	eval "$$(scripts/services.sh)" && $(BIN)/python bench/bench_claims.py --json bench/results/claims.json
+	$(BIN)/python bench/bench_telegram.py --json bench/results/telegram.json
 	eval "$$(scripts/services.sh)" && $(BIN)/python bench/bench_notifier.py
 
 # One campaign of a million notifications on PostgreSQL, MariaDB and SQLite (about half an
 # hour): the rate of each 100,000 against the first, and the raw driver's in the same run.
 bench-campaign: $(STAMP)
-	eval "$$(scripts/services.sh)" && $(BIN)/python bench/bench_campaign.py
+	eval "$$(scripts/services.sh)" && $(BIN)/python bench/bench_campaign.py --json bench/results/campaign.json
+
+# The plots of docs/benchmarks.md, from what the benchmarks wrote to bench/results/
+# (matplotlib, from bench/requirements.txt, is installed for this only).
+bench-plots: $(STAMP)
+	$(BIN)/python -m pip install --quiet -r bench/requirements.txt
+	$(BIN)/python bench/plot_benchmarks.py
 
 # Break each guarantee on purpose and check the tests notice (a few minutes; not in CI).
 # docs/mutants.md explains the output; the table there is rewritten by this run.

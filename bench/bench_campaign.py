@@ -1,7 +1,8 @@
 """Benchmark one campaign of a million notifications: as fast at the end as at the start?
 
 Run:  eval "$(scripts/services.sh)" && .venv/bin/python bench/bench_campaign.py \\
-          [--notifications 1000000] [--every 100000] [--concurrency 64] [--databases ...]
+          [--notifications 1000000] [--every 100000] [--concurrency 64] [--databases ...] \\
+          [--json bench/results/campaign.json]
 
 (``make bench-campaign`` runs it with the defaults.) For each database (PostgreSQL with
 asyncpg, MariaDB with asyncmy, SQLite with aiosqlite; those whose URL is not set are
@@ -18,6 +19,8 @@ table, and prints:
   (``INSERT ... ON CONFLICT DO NOTHING RETURNING id``, or MariaDB's ``INSERT IGNORE`` and
   a read back) and one to mark them sent, on a table of its own: the physical limit the
   Notifier's rate is compared with.
+
+``--json PATH`` also writes the figures there (``bench/plot_benchmarks.py`` draws them).
 
 A run of a million takes minutes per database. ``--notifications 200000 --every 20000``
 gives the shape in a fraction of it.
@@ -276,7 +279,9 @@ async def main() -> None:
     parser.add_argument("--every", type=int, default=100_000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--databases", default="postgres,mariadb,sqlite")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures to PATH")
     args = parser.parse_args()
+    figures: list[dict[str, Any]] = []
     wanted = set(args.databases.split(","))
     targets: list[tuple[str, str, Callable[[str, int, int], Awaitable[float]]]] = []
     pg = os.environ.get("NOTIFYONCE_TEST_POSTGRES_URL")
@@ -314,6 +319,12 @@ async def main() -> None:
             f" {args.concurrency}): {limit:,.0f}/s; the Notifier at"
             f" {result['overall'] / limit:.2f}x"
         )
+        figures.append({"name": name, **result, "raw": limit})
+    if args.json:
+        from _results import write
+
+        settings = {k: getattr(args, k) for k in ("notifications", "every", "concurrency")}
+        write(args.json, "campaign", {"settings": settings, "databases": figures})
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Claim throughput of AsyncLedger on PostgreSQL (asyncpg) against the raw driver's limit.
 
 Run by hand:  .venv/bin/python bench/bench_claims.py [postgresql://root@127.0.0.1:5432/test]
+                  [--json bench/results/claims.json]
 
 The driver's limit is one prepared statement on a connection held for the whole run: no
 pool, no statement built per call. In one run, on tables of the same shape, it measures:
@@ -21,10 +22,13 @@ compiled per call). Run it with SQLAlchemy 2.0 and 2.1 (for example in a venv wi
 ``pip install 'sqlalchemy==2.0.47'``) to compare them.
 
 Goals: claim_slot >= 0.7x and claim_many >= 0.7x the held connection's rate, on both.
+
+``--json PATH`` also writes the figures there (``bench/plot_benchmarks.py`` draws them).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import datetime as dt
 import io
@@ -106,7 +110,7 @@ async def compiled_per_claim(url: sa.URL) -> float:
         await engine.dispose()
 
 
-async def main(url: str) -> int:
+async def main(url: str, json_path: str | None = None) -> int:
     sa_url = sa.make_url(url).set(drivername="postgresql+asyncpg")
     raw_dsn = sa_url.set(drivername="postgresql").render_as_string(hide_password=False)
     engine = create_async_engine(sa_url, pool_size=WORKERS, max_overflow=0)
@@ -224,6 +228,10 @@ async def main(url: str) -> int:
         print(f"  claim_many / the faster raw unnest          {led_many / best_raw:.2f}")
         per_claim = await compiled_per_claim(sa_url)
         print(f"statements compiled per claim (the engine log's [no key], [generated): {per_claim}")
+        if json_path:
+            from _results import write
+
+            write(json_path, "claims", results(rates, per_claim))
     finally:
         for conn in held:
             await conn.close()
@@ -234,8 +242,25 @@ async def main(url: str) -> int:
     return 0
 
 
+def results(rates: dict[str, list[float]], per_claim: float) -> dict[str, object]:
+    """What ``--json`` writes: each case's median and rounds (claims/s), as printed."""
+    return {
+        "settings": {"rounds": ROUNDS, "single": SINGLE, "workers": WORKERS, "bulk": BULK},
+        "versions": {"sqlalchemy": sa.__version__, "asyncpg": asyncpg.__version__},
+        "cases": [
+            {"label": label, "rate": statistics.median(values), "rounds": values}
+            for label, values in rates.items()
+        ],
+        "compiled_per_claim": per_claim,
+    }
+
+
 if __name__ == "__main__":
     default = os.environ.get(
         "NOTIFYONCE_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test"
     )
-    sys.exit(asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else default)))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("url", nargs="?", default=default)
+    parser.add_argument("--json", metavar="PATH", help="also write the figures to PATH")
+    args = parser.parse_args()
+    sys.exit(asyncio.run(main(args.url, args.json)))

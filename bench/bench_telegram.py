@@ -1,6 +1,7 @@
 """Benchmark TelegramSender against aiogram and plain httpx, on a local Bot-API-shaped server.
 
 Run:  .venv/bin/python bench/bench_telegram.py [--sends 2000] [--concurrency 32] [--rounds 3]
+          [--json bench/results/telegram.json]
 
 1. Rate limiting off, at 20 ms and at 0 ms of server latency: N sends to N chats at
    concurrency C, alternating in one process, best round of each side:
@@ -18,6 +19,8 @@ Run:  .venv/bin/python bench/bench_telegram.py [--sends 2000] [--concurrency 32]
    TelegramSender >= 0.9x aiogram's msg/s at 20 ms, CPU per message within 1.5x.
 2. The default limiter: 300 sends to 300 private chats queued at once; the server's
    busiest 1 s window and the mean rate against Telegram's 30 msg/s.
+
+``--json PATH`` also writes the figures there (``bench/plot_benchmarks.py`` draws them).
 
 The server runs in its own process, so its CPU does not compete with the client for the
 GIL. Everything is bounded: a few minutes in total.
@@ -212,7 +215,9 @@ def main() -> None:
     parser.add_argument("--latency", type=float, nargs="+", default=[0.020, 0.0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--limited-sends", type=int, default=300)
+    parser.add_argument("--json", metavar="PATH", help="also write the figures to PATH")
     args = parser.parse_args()
+    runs: list[dict[str, object]] = []
 
     parent, child = mp.Pipe()
     process = mp.get_context("spawn").Process(target=serve, args=(child,))
@@ -246,6 +251,15 @@ def main() -> None:
             f"{'x aiogram':>11}{'TCP conns':>11}"
         )
         rate_a, cpu_a, _ = best["aiogram"]
+        runs.append(
+            {
+                "latency_ms": latency * 1000,
+                "sides": [
+                    {"name": n, "msg_per_s": r, "cpu_ms_per_msg": c, "connections": k}
+                    for n, (r, c, k) in best.items()
+                ],
+            }
+        )
         for name, (rate, cpu_ms, conns) in best.items():
             print(
                 f"{name:<32}{rate:>8.0f}{rate / rate_a:>10.2f}x{cpu_ms:>12.2f}"
@@ -267,6 +281,21 @@ def main() -> None:
     parent.send("stop")
     parent.recv()
     process.join(10)
+    if args.json:
+        from _results import write
+
+        write(args.json, "telegram", results(args, runs, seen["busiest"], mean))
+
+
+def results(
+    args: argparse.Namespace, runs: list[dict[str, object]], busiest: object, mean: float
+) -> dict[str, object]:
+    """What ``--json`` writes: the best round of each side at each latency, the limiter's."""
+    return {
+        "settings": {"sends": args.sends, "concurrency": args.concurrency, "rounds": args.rounds},
+        "latencies": runs,
+        "limiter": {"sends": args.limited_sends, "busiest_1s": busiest, "mean": mean},
+    }
 
 
 if __name__ == "__main__":

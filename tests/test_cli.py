@@ -57,6 +57,28 @@ def test_check_valid_schedule_draws_it(schedules: str, capsys: pytest.CaptureFix
     assert out.rstrip().endswith(f"{schedules}:TRIAL: valid")
 
 
+def test_check_svg_draws_the_timeline_in_a_file(
+    schedules: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """check --svg writes the timeline as an SVG picture too, naming every window."""
+    picture = tmp_path / "trial.svg"
+    assert 0 == main(["check", f"{schedules}:TRIAL", "--svg", str(picture)])
+    svg = picture.read_text(encoding="utf-8")
+    assert svg.startswith("<svg ")
+    assert ["trial_6h", "trial_1h"] == [a for a in ("trial_6h", "trial_1h") if a in svg]
+    assert f"drew the timeline in {picture}" in capsys.readouterr().out
+
+
+def test_check_svg_to_a_folder_that_does_not_exist_is_a_usage_error(
+    schedules: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A picture that cannot be written exits 2 and says why."""
+    with pytest.raises(SystemExit) as info:
+        main(["check", f"{schedules}:TRIAL", "--svg", str(tmp_path / "no" / "t.svg")])
+    assert 2 == info.value.code
+    assert "cannot write" in capsys.readouterr().err
+
+
 def test_check_invalid_schedule_lists_problems(
     schedules: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import re
 from pathlib import Path
 
@@ -245,3 +246,133 @@ def test_the_command_line_guide_lists_every_command() -> None:
     page = (ROOT / "docs" / "guides" / "cli.md").read_text(encoding="utf-8")
     rows = set(re.findall(r"^\| `notifyonce ([\w-]+)", page, re.M))
     assert [] == sorted(set(commands.choices) - rows)
+
+
+# -- the pictures: each drawn from the code, and checked against it --------------------------
+
+MERMAID = re.compile(r"^```mermaid\n(.*?)^```$", re.M | re.S)
+STATE_EDGE = re.compile(r"^(\[\*\]|\w+) --> (\[\*\]|\w+)\s*:\s*(.+)$")
+COMPOSITE = re.compile(r'^state (?:"[^"]*" as )?(\w+) \{$')
+
+
+def mermaid_blocks(page: Path) -> list[str]:
+    """The text of each ```mermaid block of ``page``."""
+    return MERMAID.findall(page.read_text(encoding="utf-8"))
+
+
+def state_diagram_moves(diagram: str) -> set[tuple[object, object, str]]:
+    """Every ``(source, target, call)`` a Mermaid state diagram draws.
+
+    ``[*]`` is "no row" (None); an arrow from a composite state leaves each state drawn
+    inside it; a label names one call per line (``<br>``), the call first.
+    """
+    from notifyonce import SlotStatus
+
+    inside: dict[str, set[str]] = {}
+    open_states: list[str] = []
+    arrows: list[tuple[str, str, str]] = []
+    for line in (raw.strip() for raw in diagram.splitlines()):
+        if found := COMPOSITE.match(line):
+            open_states.append(found[1])
+            inside[found[1]] = set()
+        elif line == "}":
+            open_states.pop()
+        elif found := STATE_EDGE.match(line):
+            source, target, label = found.groups()
+            for state in open_states:
+                inside[state] |= {source, target} - {"[*]"}
+            arrows.append((source, target, label))
+
+    def statuses(name: str) -> list[SlotStatus | None]:
+        if name == "[*]":
+            return [None]
+        return [SlotStatus(n) for n in sorted(inside.get(name, {name}))]
+
+    drawn: set[tuple[object, object, str]] = set()
+    for source, target, label in arrows:
+        for part in re.split(r"<br\s*/?>", label):
+            call = re.match(r"\w+", part.strip())
+            assert call is not None, f"an arrow's label names no call: {label!r}"
+            for before in statuses(source):
+                for after in statuses(target):
+                    drawn.add((before, after, call[0]))
+    return drawn
+
+
+def test_state_diagram_reader_expands_composites_and_lines() -> None:
+    """The reader takes [*] as no row, a composite's arrow as one from each state inside it,
+    and one call per line of a label."""
+    from notifyonce import SlotStatus
+
+    diagram = (
+        'state "a row" as row {\n  [*] --> claimed: claim\n'
+        "  claimed --> sent: mark_sent<br>sweep (odd)\n}\nrow --> [*]: purge\n"
+    )
+    claimed, sent = SlotStatus.CLAIMED, SlotStatus.SENT
+    expected = {
+        (None, claimed, "claim"),
+        (claimed, sent, "mark_sent"),
+        (claimed, sent, "sweep"),
+        (claimed, None, "purge"),
+        (sent, None, "purge"),
+    }
+    assert expected == state_diagram_moves(diagram)
+
+
+def test_the_slot_diagram_draws_every_move_of_the_ledger() -> None:
+    """docs/concepts/slots.md draws exactly the moves of transitions.TRANSITIONS, which
+    tests/test_ledger_model.py holds to what the ledger does: a move added to the code and
+    not drawn fails here."""
+    from notifyonce._ledger.transitions import moves
+
+    [diagram] = [
+        d for d in mermaid_blocks(ROOT / "docs" / "concepts" / "slots.md") if "stateDiagram" in d
+    ]
+    drawn = state_diagram_moves(diagram)
+    assert [] == sorted(moves() - drawn, key=str), "moves of the ledger the diagram lacks"
+    assert [] == sorted(drawn - moves(), key=str), "arrows of the diagram the ledger never makes"
+
+
+def test_the_trial_timeline_picture_is_what_notifyonce_check_draws() -> None:
+    """docs/assets/trial-timeline.svg is what `notifyonce check reminders:TRIAL --svg` draws
+    for the quick start's reminders.py (regenerate: python scripts/draw_timeline.py)."""
+    spec = importlib.util.spec_from_file_location(
+        "_draw_timeline", ROOT / "scripts/draw_timeline.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.draw() == script.PICTURE.read_text(encoding="utf-8")
+
+
+def test_the_pipeline_diagram_follows_the_pipeline() -> None:
+    """The sequence diagram of docs/concepts/delivery.md has a worker's steps in the order
+    Run._deliver takes them, and the pipeline's own figures (its backlog, how long an
+    outcome waits for others, claim statements at once on each database, settling time)."""
+    import inspect
+
+    from notifyonce import _dispatch
+    from notifyonce._ledger.dialects import MySQL, PostgreSQL, SQLite
+
+    page = ROOT / "docs" / "concepts" / "delivery.md"
+    [diagram] = [d for d in mermaid_blocks(page) if "sequenceDiagram" in d]
+    steps = {
+        "turn": "self.turn(",
+        "claim": "self.claimer.claim(",
+        "send": "self._send(",
+        "outcome": "self.recorder.put(",
+    }
+    code = inspect.getsource(_dispatch.Run._deliver)
+    drawn = [m for m in re.findall(r"^\s*W->>\w+: (\w+)", diagram, re.M) if m in steps]
+    assert sorted(steps, key=lambda step: code.index(steps[step])) == drawn
+    flat = " ".join(re.sub(r"<br\s*/?>", " ", diagram).split())
+    lanes = {1: "one", 2: "two", 3: "three"}
+    assert [1, 1] == [MySQL.claim_lanes, SQLite.claim_lanes]  # the diagram names PostgreSQL's
+    expected = [
+        f"waits while {_dispatch._RECORD_BACKLOG} outcomes are unwritten",
+        f"within {round(_dispatch._RECORD_LINGER * 1000)} ms",
+        f"{lanes[PostgreSQL.claim_lanes]} at once on PostgreSQL",
+    ]
+    assert expected == [text for text in expected if text in flat]
+    assert f"for up to {_dispatch._SETTLE_TIMEOUT:.0f} s" in page.read_text(encoding="utf-8")

@@ -1,4 +1,10 @@
-"""The ledger against a simple in-memory model, in random orders of operations (hypothesis)."""
+"""The ledger against a simple in-memory model, in random orders of operations (hypothesis).
+
+Every move of a slot the ledger makes here (read back from the database after each call)
+must be one of ``notifyonce._ledger.transitions.TRANSITIONS``, the table the state diagram
+of docs/concepts/slots.md is checked against; and a scripted walk makes every move of that
+table, so the table holds what the ledger does and nothing else.
+"""
 
 from __future__ import annotations
 
@@ -20,15 +26,18 @@ from hypothesis.stateful import (
 )
 
 from notifyonce import Claim, DeliveryMode, Ledger, SlotStatus
+from notifyonce._ledger.transitions import MARK_CALLS, moves
 
 from ._clocks import WallClock
 from ._databases import make_backend
 from ._ledger_env import START, drop_table
 
-DEADLINE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=dt.timezone.utc)
+# A cycle that ended a day before the clock starts, so that purge may delete its rows.
+DEADLINE = START - dt.timedelta(days=1)
 LEASE = dt.timedelta(minutes=5)
 SUBJECTS = ["k0", "k1", "k2"]
 MARKS = [SlotStatus.SENT, SlotStatus.FAILED, SlotStatus.UNKNOWN, SlotStatus.RELEASED]
+Move = tuple["SlotStatus | None", "SlotStatus | None", str]
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,9 @@ class LedgerModel(RuleBasedStateMachine):
         self.ledger = Ledger(self.engine, table_name=self.table, lease=LEASE, clock=self.clock)
         self.ledger.create_schema()
         self.model: dict[str, ModelRow] = {}
+        # What the database held for each slot after the last call: (status, token).
+        self.stored: dict[str, tuple[SlotStatus, int] | None] = dict.fromkeys(SUBJECTS)
+        self.moves: set[Move] = set()
 
     def teardown(self) -> None:
         self.engine.dispose()
@@ -72,6 +84,21 @@ class LedgerModel(RuleBasedStateMachine):
             from ._databases import Backend
 
             drop_table(Backend("model", self.dialect, self.url, self.url), self.table)
+
+    def observe(self, by: str, per_subject: dict[str, str] | None = None) -> None:
+        """Read each slot back after the call ``by`` (``per_subject``: the call for each
+        slot, where one call did several things): whatever moved must be in the table."""
+        for subject in SUBJECTS:
+            record = self.ledger.get("m", subject, DEADLINE)
+            now = None if record is None else (record.status, record.token)
+            before = self.stored[subject]
+            if now != before:
+                call = (per_subject or {}).get(subject, by)
+                old = None if before is None else before[0]
+                move = (old, None if now is None else now[0], call)
+                assert move in moves(), f"{subject}: {move} is not in transitions.TRANSITIONS"
+                self.moves.add(move)
+            self.stored[subject] = now
 
     @rule(
         target=claims,
@@ -93,6 +120,7 @@ class LedgerModel(RuleBasedStateMachine):
         claim = self.ledger.claim_slot(
             "m", subject, DEADLINE, take_expired=take_expired, max_attempts=max_attempts
         )
+        self.observe("claim")
         assert wins == (claim is not None)
         if claim is None:
             return multiple()
@@ -101,19 +129,48 @@ class LedgerModel(RuleBasedStateMachine):
         self.model[subject] = ModelRow(SlotStatus.CLAIMED, attempt, claim.token, now + LEASE)
         return claim
 
+    def holds(self, claim: Claim) -> bool:
+        row = self.model.get(claim.key.subject)
+        return row is not None and row.status is SlotStatus.CLAIMED and row.token == claim.token
+
     @rule(claim=claims, status=st.sampled_from(MARKS))
     def mark(self, claim: Claim, status: SlotStatus) -> None:
-        row = self.model[claim.key.subject]
-        holds = row.status is SlotStatus.CLAIMED and row.token == claim.token
+        holds = self.holds(claim)
         marks = {
             SlotStatus.SENT: self.ledger.mark_sent,
             SlotStatus.FAILED: lambda c: self.ledger.mark_failed(c, "refused"),
             SlotStatus.UNKNOWN: self.ledger.mark_unknown,
             SlotStatus.RELEASED: self.ledger.release,
         }
-        assert holds == marks[status](claim)
+        landed = marks[status](claim)
+        self.observe(MARK_CALLS[status])
+        assert holds == landed
         if holds:
-            self.model[claim.key.subject] = replace(row, status=status)
+            self.model[claim.key.subject] = replace(self.model[claim.key.subject], status=status)
+
+    @rule(
+        marked=st.lists(
+            st.tuples(claims, st.sampled_from(MARKS)),
+            min_size=1,
+            max_size=3,
+            unique_by=lambda pair: pair[0].id,
+        )
+    )
+    def mark_many(self, marked: list[tuple[Claim, SlotStatus]]) -> None:
+        holds = [self.holds(claim) for claim, _ in marked]
+        landed = self.ledger.mark_many([(claim, status, None) for claim, status in marked])
+        # mark_many makes the moves of the single marks; the table names those.
+        calls = {
+            claim.key.subject: MARK_CALLS[status]
+            for (claim, status), held in zip(marked, holds, strict=True)
+            if held
+        }
+        self.observe("mark_many", calls)
+        assert holds == landed
+        for (claim, status), held in zip(marked, holds, strict=True):
+            if held:
+                row = self.model[claim.key.subject]
+                self.model[claim.key.subject] = replace(row, status=status)
 
     # 5 lands exactly on a lease's end (not expired yet), 6 just past it.
     @rule(minutes=st.sampled_from([0, 1, 5, 6]))
@@ -134,8 +191,35 @@ class LedgerModel(RuleBasedStateMachine):
                 expected[status].add(subject)
                 self.model[subject] = replace(row, status=status)
         result = self.ledger.sweep(mode, max_attempts=max_attempts)
+        self.observe("sweep")
         assert expected[SlotStatus.UNKNOWN] == {k.subject for k in result.unknown}
         assert expected[SlotStatus.RELEASED] == {k.subject for k in result.released}
+
+    @rule(
+        statuses=st.lists(
+            st.sampled_from([SlotStatus.UNKNOWN, SlotStatus.FAILED]), min_size=1, unique=True
+        )
+    )
+    def requeue(self, statuses: list[SlotStatus]) -> None:
+        expected = {s for s, row in self.model.items() if row.status in statuses}
+        keys = self.ledger.requeue("m", status=statuses)
+        self.observe("requeue")
+        assert expected == {k.subject for k in keys}
+        for subject in expected:
+            self.model[subject] = replace(self.model[subject], status=SlotStatus.RELEASED)
+
+    @rule()
+    def purge(self) -> None:
+        now = self.clock.now
+        held = {
+            s
+            for s, row in self.model.items()
+            if row.status is SlotStatus.CLAIMED and row.lease_until >= now
+        }
+        deleted = self.ledger.purge(older_than=dt.timedelta(hours=1))
+        self.observe("purge")
+        assert len(self.model) - len(held) == deleted
+        self.model = {s: row for s, row in self.model.items() if s in held}
 
     @invariant()
     def rows_match_the_model(self) -> None:
@@ -152,6 +236,90 @@ class LedgerModel(RuleBasedStateMachine):
                     record.token,
                     record.lease_until,
                 )
+
+
+# Where a slot can stand, and how to get it there from no row (steps of the model).
+SETUPS: dict[str, list[tuple[str, tuple[object, ...]]]] = {
+    "no row": [],
+    "claimed": [("claim", ("k0", False, None))],
+    "claimed, lease expired": [("claim", ("k0", False, None)), ("advance_clock", (6,))],
+    **{
+        status.value: [("claim", ("k0", False, None)), ("mark", (None, status))] for status in MARKS
+    },
+}
+# Every call the ledger has that may move a slot (with each of its modes).
+CALLS: list[tuple[str, tuple[object, ...]]] = [
+    ("claim", ("k0", False, None)),
+    ("claim", ("k0", True, None)),
+    *(("mark", (None, status)) for status in MARKS),
+    ("mark_many", (None,)),
+    ("sweep", (DeliveryMode.AT_MOST_ONCE, 3)),
+    ("sweep", (DeliveryMode.AT_LEAST_ONCE, 3)),
+    ("requeue", ([SlotStatus.UNKNOWN],)),
+    ("requeue", ([SlotStatus.FAILED],)),
+    ("purge", ()),
+]
+
+
+def walk_every_call_from_every_status(model: type[LedgerModel]) -> set[Move]:
+    """Put a slot in each status, make each call on it (each on a fresh table), and return
+    every move seen; `LedgerModel.observe` fails on a move that is not in the table."""
+    seen: set[Move] = set()
+    for setup in SETUPS.values():
+        for call in CALLS:
+            walk = model()
+            try:
+                claim: object = None
+                for rule, args in [*setup, call]:
+                    if rule == "mark_many":
+                        if claim is None:
+                            continue  # no claim to mark
+                        args = ([(claim, SlotStatus.SENT)],)
+                    elif rule == "mark":
+                        if claim is None:
+                            continue
+                        args = (claim, args[1])
+                    result = getattr(walk, rule)(*args)
+                    walk.rows_match_the_model()
+                    if isinstance(result, Claim):
+                        claim = result
+                seen |= walk.moves
+            finally:
+                walk.teardown()
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("backend", "dialect"),
+    [
+        pytest.param("sqlite", "sqlite", marks=pytest.mark.sqlite, id="sqlite"),
+        pytest.param(
+            "postgres-psycopg",
+            "postgresql",
+            marks=[pytest.mark.postgres, pytest.mark.slow],
+            id="postgres",
+        ),
+        pytest.param(
+            "mariadb", "mysql", marks=[pytest.mark.mariadb, pytest.mark.slow], id="mariadb"
+        ),
+    ],
+)
+def test_every_call_from_every_status_moves_as_the_table_says(
+    backend: str, dialect: str, tmp_path: object
+) -> None:
+    """Each call from each status makes only moves of transitions.TRANSITIONS, and together
+    they make all of them: the table, and the diagram checked against it, are the code's."""
+    model = LedgerModel
+    if dialect != "sqlite":
+        url = make_backend(backend, tmp_path).sync_url  # type: ignore[arg-type]
+
+        class OnServer(LedgerModel):
+            sync_url = url
+
+        OnServer.dialect = dialect
+        model = OnServer
+    seen = walk_every_call_from_every_status(model)
+    assert [] == sorted(moves() - seen, key=str), "moves of the table that never happened"
 
 
 MODEL_SETTINGS = settings(

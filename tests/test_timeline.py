@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+from xml.sax.saxutils import escape
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from notifyonce import Schedule, ValidationError, ValidationTypeError, Window
+from notifyonce._schedule.timeline import layout
+from notifyonce._schedule.timeline_svg import RunKind, job_runs, render_timeline_svg
 
 from .test_schedule import trial_schedule, valid_schedules
 
@@ -77,3 +80,40 @@ def test_single_window_to_the_deadline() -> None:
     [row] = bar_rows(schedule.render())
     assert row.endswith("#|")
     assert "gap" not in schedule.render()
+
+
+# -- the SVG timeline (`notifyonce check --svg`) ----------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(valid_schedules())
+def test_every_window_of_a_valid_schedule_gets_its_send_despite_the_outage(
+    schedule: Schedule,
+) -> None:
+    """The picture's runs (a job every period, the outage max_downtime allows placed as the
+    narrowest window opens) send each window's reminder exactly once, as validation promises."""
+    runs = job_runs(schedule)
+    sends = [run.action for run in runs if run.kind is RunKind.SENDS]
+    assert sorted(schedule.actions) == sorted(sends)
+    missed = [run for run in runs if run.kind is RunKind.MISSED]
+    assert schedule.max_downtime // schedule.period == len(missed)
+
+
+def test_the_trial_picture_misses_the_first_run_of_trial_1h() -> None:
+    """In the trial schedule the run after trial_1h opens is missed, and the next one sends."""
+    runs = job_runs(trial_schedule())
+    opened = [run for run in runs if run.before < dt.timedelta(hours=1.2)]
+    assert [RunKind.MISSED, RunKind.SENDS] == [run.kind for run in opened[:2]]
+    assert "trial_1h" == opened[1].action
+    # trial_1h opens 72 min before D; the last run before it comes a minute earlier
+    assert [dt.timedelta(minutes=68), dt.timedelta(minutes=63)] == [r.before for r in opened[:2]]
+
+
+def test_svg_timeline_is_an_svg_with_every_row_and_note() -> None:
+    """The SVG names every window and gap, and carries the text timeline's notes."""
+    schedule = trial_schedule()
+    svg = render_timeline_svg(schedule)
+    assert svg.startswith('<svg xmlns="http://www.w3.org/2000/svg"')
+    assert svg.endswith("</svg>\n")
+    for text in [*schedule.actions, "gap 1h30m", "gap 1h", *layout(schedule).notes]:
+        assert escape(text) in svg

@@ -145,6 +145,12 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--width", type=int, default=72, help="timeline width in characters (default: 72)"
     )
+    check.add_argument(
+        "--svg",
+        metavar="FILE",
+        default=None,
+        help="also draw the timeline, with the runs of the job, as an SVG picture in FILE",
+    )
 
     stats = commands.add_parser("stats", parents=[db], help="slots per action and status")
     stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -383,6 +389,15 @@ def _check(args: argparse.Namespace) -> int:
     if not isinstance(schedule, Schedule):
         raise _UsageError(f"{args.target} is a {type(schedule).__name__}, not a Schedule")
     print(schedule.render(width=args.width))
+    if args.svg is not None:
+        from notifyonce._schedule.timeline_svg import render_timeline_svg
+
+        try:
+            with open(args.svg, "w", encoding="utf-8") as picture:
+                picture.write(render_timeline_svg(schedule))
+        except OSError as exc:
+            raise _UsageError(f"cannot write {args.svg}: {exc.strerror}") from None
+        print(f"\ndrew the timeline in {args.svg}")
     print(f"\n{args.target}: valid")
     return EXIT_OK
 

@@ -18,6 +18,7 @@ from notifyonce._keys import (
 )
 from notifyonce._ledger.claim import Claim
 from notifyonce._ledger.table import MAX_ERROR_LENGTH, MAX_MESSAGE_ID_LENGTH, SlotStatus
+from notifyonce._ledger.transitions import MARK_CALLS
 
 __all__ = [
     "ClaimOptions",
@@ -38,9 +39,8 @@ __all__ = [
 
 # Cycles whose normal form depends only on their value (equal values, equal forms).
 _MEMO_CYCLES = frozenset({dt.datetime, dt.date, int, str})
-_MARK_STATUSES = frozenset(
-    {SlotStatus.SENT, SlotStatus.FAILED, SlotStatus.UNKNOWN, SlotStatus.RELEASED}
-)
+# What a mark may record: the statuses the marks move a claim into.
+_MARK_STATUSES = frozenset(MARK_CALLS)
 
 
 def check_lease(value: object, field: str = "lease") -> dt.timedelta:

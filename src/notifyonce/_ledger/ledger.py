@@ -44,6 +44,7 @@ from notifyonce._ledger.core import MARK_CHUNK, Held, Keeper, LedgerCore, Plan, 
 from notifyonce._ledger.execute import Link
 from notifyonce._ledger.records import LedgerStats, SlotRecord, SweepResult
 from notifyonce._ledger.table import DEFAULT_TABLE_NAME, SlotStatus
+from notifyonce._ledger.transitions import sources
 from notifyonce._outcome import DeliveryMode
 
 __all__ = ["AsyncLedger", "Ledger"]
@@ -55,7 +56,7 @@ Body = Callable[[Connection], T]
 
 EngineT = TypeVar("EngineT", AsyncEngine, sa.Engine)
 # What requeue may put back: settled outcomes, never a live claim or a delivery.
-_REQUEUEABLE = frozenset({SlotStatus.UNKNOWN, SlotStatus.FAILED})
+_REQUEUEABLE = sources("requeue")
 
 
 def raise_type(field: str, expected: str, value: object) -> NoReturn:

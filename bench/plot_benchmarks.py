@@ -1,0 +1,386 @@
+"""Draw the plots of docs/benchmarks.md from the benchmarks' own JSON output.
+
+Usage (from the project root; matplotlib is the benchmarks' own dependency)::
+
+    .venv/bin/python -m pip install -r bench/requirements.txt
+    .venv/bin/python bench/plot_benchmarks.py            # every plot whose results exist
+    .venv/bin/python bench/plot_benchmarks.py --results DIR --out DIR
+
+It reads, from ``bench/results/`` (``--results``):
+
+- ``telegram.json``: ``bench_telegram.py --json``, drawn as ``bench-telegram.svg``;
+- ``claims.json``: ``bench_claims.py --json``, drawn as ``bench-claims.svg``;
+- ``campaign*.json``: ``bench_campaign.py --json`` (one line per database and file, an
+  earlier run's dashed), drawn as ``bench-campaign.svg``;
+
+and writes the SVGs to ``docs/assets/`` (``--out``). Each plot names the date and the
+machine of its run, and records in its metadata (``dc:source``) the SHA-256 of every
+file it was drawn from: ``tests/test_bench_results.py`` fails while a results file and
+its plot disagree.
+
+Reading and checking the files needs nothing but the standard library (the tests use
+`load` and `sources`); only drawing imports matplotlib.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+OUT = ROOT / "docs" / "assets"
+
+# Colours: notifyonce's own side stands out; the others are shades of grey.
+OURS = "#3f51b5"
+OTHERS = ["#8d8d8d", "#b5b5b5", "#616161", "#d0d0d0"]
+DATABASES = {"PostgreSQL": "#3f51b5", "MariaDB": "#c0392b", "SQLite": "#2e7d32"}
+
+
+class ResultsError(ValueError):
+    """A results file that is not what a benchmark writes."""
+
+
+# -- reading --------------------------------------------------------------------------
+
+
+def _need(record: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    value = record.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ResultsError(f"{where}: {key!r} is missing or not {kind}")
+    return value
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A benchmark's results file, checked: what the plot of its benchmark reads is there."""
+    record = json.loads(path.read_text(encoding="utf-8"))
+    where = path.name
+    if not isinstance(record, dict):
+        raise ResultsError(f"{where}: not a JSON object")
+    kind = _need(record, "benchmark", str, where)
+    _need(record, "date", str, where)
+    _need(record, "machine", str, where)
+    number = (int, float)
+    if kind == "telegram":
+        for run in _need(record, "latencies", list, where):
+            _need(run, "latency_ms", number, where)
+            for side in _need(run, "sides", list, where):
+                _need(side, "name", str, where)
+                _need(side, "msg_per_s", number, where)
+                _need(side, "cpu_ms_per_msg", number, where)
+    elif kind == "claims":
+        for case in _need(record, "cases", list, where):
+            _need(case, "label", str, where)
+            _need(case, "rate", number, where)
+    elif kind == "campaign":
+        _need(_need(record, "settings", dict, where), "every", int, where)
+        for database in _need(record, "databases", list, where):
+            _need(database, "name", str, where)
+            for rate in _need(database, "rates", list, where):
+                if not isinstance(rate, number):
+                    raise ResultsError(f"{where}: a rate is not a number")
+    else:
+        raise ResultsError(f"{where}: unknown benchmark {kind!r}")
+    return record
+
+
+def digest(path: Path) -> str:
+    """``bench/results/NAME.json sha256:HEX``: how a plot names a file it was drawn from."""
+    name = path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path
+    return f"{Path(name).as_posix()} sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}"
+
+
+@dataclass(frozen=True)
+class Plot:
+    """One picture: the results files it is drawn from, and how."""
+
+    name: str  # the SVG's file name
+    pattern: str  # the results files, a glob in the results folder
+    draw: Callable[[list[dict[str, Any]]], Any]  # returns a matplotlib Figure
+
+
+def sources(plot: Plot, results: Path = RESULTS) -> list[Path]:
+    """The results files ``plot`` is drawn from, in name order."""
+    return sorted(results.glob(plot.pattern))
+
+
+def caption(record: dict[str, Any]) -> str:
+    """The run of a results file: its date and machine (and, if not the run's own JSON,
+    where the figures come from)."""
+    text = f"run {record['date']} on {record['machine']}"
+    if "source" in record:
+        text += f"\n({record['source']})"
+    return text
+
+
+# -- drawing (matplotlib from here on) ---------------------------------------------------
+
+
+def _style() -> None:
+    import matplotlib as mpl
+
+    mpl.use("svg")
+    mpl.rcParams.update(
+        {
+            "svg.hashsalt": "notifyonce",  # the same ids on every run
+            "svg.fonttype": "none",  # text stays text: smaller, and searchable
+            "font.family": "sans-serif",
+            "font.size": 11,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "axes.titlesize": 11,
+            "axes.titleweight": "bold",
+            "figure.facecolor": "white",
+            "axes.facecolor": "white",
+        }
+    )
+
+
+def _footer(figure: Any, records: Sequence[dict[str, Any]]) -> float:
+    """Caption ``figure`` with the runs of ``records``; the share of its height taken."""
+    lines = [line for r in records for line in caption(r).splitlines()]
+    text = "\n".join(_wrap(line, 125) for line in lines)
+    figure.text(0.01, 0.005, text, fontsize=9, color="#555555", va="bottom", ha="left")
+    inches = (text.count("\n") + 1) * 9 * 1.3 / 72 + 0.1
+    return inches / figure.get_figheight()
+
+
+def draw_telegram(records: list[dict[str, Any]]) -> Any:
+    """TelegramSender against aiogram and httpx: msg/s and CPU per message, per latency."""
+    import matplotlib.pyplot as plt
+
+    record = records[-1]
+    runs = record["latencies"]
+    names = [side["name"] for side in runs[0]["sides"]]
+    figure, (rates, cpu) = plt.subplots(
+        1, 2, figsize=(9, 0.5 * len(names) + 2.4), layout="constrained"
+    )
+    height = 0.8 / len(runs)
+    for index, run in enumerate(runs):
+        by_name = {side["name"]: side for side in run["sides"]}
+        ys = [n + index * height for n in range(len(names))]
+        shade = 1.0 - 0.45 * index
+        colours = [OURS if name == "TelegramSender" else OTHERS[0] for name in names]
+        label = f"server latency {run['latency_ms']:.0f} ms"
+        for axes, key, fmt in ((rates, "msg_per_s", "{:,.0f}"), (cpu, "cpu_ms_per_msg", "{:.2f}")):
+            values = [by_name[name][key] if name in by_name else 0 for name in names]
+            bars = axes.barh(ys, values, height=height, color=colours, alpha=shade, label=label)
+            axes.bar_label(bars, [fmt.format(v) for v in values], padding=3, fontsize=8)
+    for axes, title in (
+        (rates, "msg/s (more is better)"),
+        (cpu, "CPU ms/msg (less is better)"),
+    ):
+        axes.set_title(title, loc="left")
+        axes.set_yticks([n + height * (len(runs) - 1) / 2 for n in range(len(names))])
+        axes.set_yticklabels(names)
+        axes.invert_yaxis()
+        axes.margins(x=0.18)
+    cpu.set_yticklabels([])
+    from matplotlib.patches import Patch
+
+    shades = [
+        Patch(color=OTHERS[0], alpha=1.0 - 0.45 * index, label=f"server {run['latency_ms']:.0f} ms")
+        for index, run in enumerate(runs)
+    ]
+    cpu.legend(handles=shades, loc="upper right", fontsize=8, frameon=False)
+    settings = record.get("settings", {})
+    rates.set_xlabel(
+        f"{settings.get('sends', '?')} sends to as many chats,"
+        f" concurrency {settings.get('concurrency', '?')}, rate limiter off"
+    )
+    figure.suptitle("TelegramSender against aiogram and httpx", x=0.01, ha="left", weight="bold")
+    bottom = _footer(figure, [record])
+    figure.get_layout_engine().set(rect=(0, bottom, 1, 0.95 - bottom))
+    return figure
+
+
+def _claims_group(label: str) -> str:
+    """Which comparison a case of ``bench_claims.py`` belongs to, by its label."""
+    if "unnest" in label or "claim_many" in label:
+        return "claim_many, bulk"
+    if "sequential" in label:
+        return "claim_slot, sequential"
+    return "claim_slot, concurrent"
+
+
+def draw_claims(records: list[dict[str, Any]]) -> Any:
+    """AsyncLedger against the raw driver: claims per second, per comparison."""
+    import matplotlib.pyplot as plt
+
+    record = records[-1]
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for case in record["cases"]:
+        groups.setdefault(_claims_group(case["label"]), []).append(case)
+    figure, panels = plt.subplots(
+        1,
+        len(groups),
+        figsize=(9, 0.42 * max(len(g) for g in groups.values()) + 2.4),
+        layout="constrained",
+    )
+    for axes, (title, cases) in zip(panels, groups.items(), strict=True):
+        ours = [c for c in cases if c["label"].startswith("AsyncLedger")]
+        raw = [c for c in cases if not c["label"].startswith("AsyncLedger")]
+        ordered = raw + ours
+        colours = [OURS if c in ours else OTHERS[0] for c in ordered]
+        bars = axes.barh(range(len(ordered)), [c["rate"] for c in ordered], color=colours)
+        fastest = max((c["rate"] for c in raw), default=0)
+        texts = [
+            f"{c['rate']:,.0f}"
+            + (f"  ({c['rate'] / fastest:.2f}x)" if c in ours and fastest else "")
+            for c in ordered
+        ]
+        axes.bar_label(bars, texts, padding=3, fontsize=8)
+        axes.set_yticks(range(len(ordered)))
+        axes.set_yticklabels([_wrap(c["label"], 24) for c in ordered], fontsize=8)
+        axes.invert_yaxis()
+        axes.set_title(title, loc="left")
+        axes.set_xlabel("claims per second")
+        axes.xaxis.set_major_formatter(lambda x, _: f"{x:,.0f}")
+        axes.locator_params(axis="x", nbins=2)
+        axes.margins(x=0.45)
+    figure.suptitle(
+        "AsyncLedger against the raw driver on PostgreSQL (x: against the fastest raw side)",
+        x=0.01,
+        ha="left",
+        weight="bold",
+    )
+    bottom = _footer(figure, [record])
+    figure.get_layout_engine().set(rect=(0, bottom, 1, 0.95 - bottom))
+    return figure
+
+
+def _wrap(text: str, width: int) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width))
+
+
+def _database_colour(name: str) -> str:
+    return next((c for key, c in DATABASES.items() if name.startswith(key)), "#616161")
+
+
+def draw_campaign(records: list[dict[str, Any]]) -> Any:
+    """One campaign's rate per chunk against the rows it already had, per database."""
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(9, 4.6), layout="constrained")
+    # A run's own results are drawn solid, the latest one last; a series kept to compare
+    # with (an earlier version's figures, named by its "series") dashed and lighter.
+    ordered = sorted(records, key=lambda r: (r.get("series") is None, r["date"]))
+    for record in ordered:
+        baseline = "series" in record
+        every = record["settings"]["every"]
+        tag = record.get("series", f"run {record['date']}")
+        for database in record["databases"]:
+            colour = _database_colour(database["name"])
+            # Rows at each chunk's end, on a log scale: runs of 40,000 and of a million
+            # both read.
+            rows = [every * (k + 1) for k in range(len(database["rates"]))]
+            axes.plot(
+                rows,
+                database["rates"],
+                marker="o",
+                markersize=4,
+                color=colour,
+                linestyle="--" if baseline else "-",
+                alpha=0.55 if baseline else 1.0,
+                label=f"{database['name']}, {tag}",
+            )
+            if not baseline and "raw" in database:
+                axes.axhline(database["raw"], color=colour, linestyle=":", linewidth=1)
+                axes.annotate(
+                    f"{database['name']}: raw driver, {database['raw']:,.0f}/s",
+                    (rows[-1], database["raw"]),
+                    textcoords="offset points",
+                    xytext=(0, 4),
+                    ha="right",
+                    fontsize=8,
+                    color=colour,
+                )
+    axes.set_xscale("log")
+    from matplotlib.ticker import FixedLocator, LogLocator
+
+    ends = sorted(
+        {
+            r["settings"]["every"] * (k + 1)
+            for r in records
+            for d in r["databases"]
+            for k in range(len(d["rates"]))
+        }
+    )
+    # Few chunks: a tick at each; many: 1, 2 and 5 of each power of ten.
+    locator = FixedLocator(ends) if len(ends) <= 8 else LogLocator(base=10, subs=(1.0, 2.0, 5.0))
+    axes.xaxis.set_major_locator(locator)
+    axes.set_xlabel("rows of the campaign when the chunk ended (log scale)")
+    axes.set_ylabel("notifications per second")
+    highest = max(max([*d["rates"], d.get("raw", 0)]) for r in records for d in r["databases"])
+    axes.set_ylim(0, highest * 1.12)  # room for the raw drivers' labels
+    axes.xaxis.set_major_formatter(lambda x, _: f"{x:,.0f}")
+    axes.xaxis.set_minor_formatter(lambda x, _: "")
+    axes.yaxis.set_major_formatter(lambda y, _: f"{y:,.0f}")
+    axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    figure.suptitle(
+        "One campaign (FakeSender): the rate of each chunk as it grows",
+        x=0.01,
+        ha="left",
+        weight="bold",
+    )
+    bottom = _footer(figure, ordered)
+    figure.get_layout_engine().set(rect=(0, bottom, 1, 0.95 - bottom))
+    return figure
+
+
+PLOTS = [
+    Plot("bench-telegram.svg", "telegram.json", draw_telegram),
+    Plot("bench-claims.svg", "claims.json", draw_claims),
+    Plot("bench-campaign.svg", "campaign*.json", draw_campaign),
+]
+
+
+def render(plot: Plot, results: Path, out: Path) -> Path | None:
+    """Draw ``plot`` from its results files into ``out``; None when it has none."""
+    paths = sources(plot, results)
+    if not paths:
+        return None
+    records = [load(path) for path in paths]
+    _style()
+    import matplotlib.pyplot as plt
+
+    figure = plot.draw(records)
+    target = out / plot.name
+    figure.savefig(
+        target,
+        format="svg",
+        metadata={
+            "Date": None,  # no timestamp: the file changes only when its results do
+            "Creator": "bench/plot_benchmarks.py",
+            "Source": "; ".join(digest(path) for path in paths),
+        },
+    )
+    plt.close(figure)
+    return target
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, default=RESULTS, help="the JSON files' folder")
+    parser.add_argument("--out", type=Path, default=OUT, help="where the SVGs go")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for plot in PLOTS:
+        written = render(plot, args.results, args.out)
+        if written is None:
+            print(f"{plot.name}: no {plot.pattern} in {args.results}, not drawn")
+        else:
+            print(f"wrote {written}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""The benchmark plots of docs/benchmarks.md stay the pictures of the results beside them.
+
+``bench/plot_benchmarks.py`` draws each plot from the JSON the benchmarks write
+(``--json``) into ``bench/results/``. Without matplotlib (the plots' own dependency) these
+tests check that each plot was drawn from the results files as they are now, that the page
+shows each plot with the figures of the same run in its table, and that what each
+benchmark writes is what the plot script reads.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+PAGE = ROOT / "docs" / "benchmarks.md"
+
+
+def _module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # a dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+PLOTTER = _module("plot_benchmarks")
+RESULTS = sorted((BENCH / "results").glob("*.json"))
+
+
+def _section(heading: str) -> str:
+    """The text of docs/benchmarks.md under ``## heading``, up to the next ``## ``."""
+    text = PAGE.read_text(encoding="utf-8")
+    start = text.index(f"\n## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.name)
+def test_each_results_file_is_what_the_plot_script_reads(path: Path) -> None:
+    """Every file in bench/results/ has its benchmark's figures, a date and a machine."""
+    record = PLOTTER.load(path)
+    assert [] == [key for key in ("date", "machine") if not record[key].strip()]
+
+
+@pytest.mark.parametrize("plot", PLOTTER.PLOTS, ids=lambda p: p.name)
+def test_each_plot_is_drawn_from_the_results_as_they_are(plot: Any) -> None:
+    """docs/assets/<plot>.svg records the SHA-256 of exactly the results files it is drawn
+    from now (regenerate: python bench/plot_benchmarks.py)."""
+    sources = PLOTTER.sources(plot)
+    assert sources, f"no {plot.pattern} in bench/results"
+    svg = (ROOT / "docs" / "assets" / plot.name).read_text(encoding="utf-8")
+    recorded = re.search(r"<dc:source>(.*?)</dc:source>", svg, re.S)
+    assert recorded is not None, f"{plot.name} names no source"
+    assert "; ".join(PLOTTER.digest(path) for path in sources) == recorded[1]
+
+
+@pytest.mark.parametrize("plot", PLOTTER.PLOTS, ids=lambda p: p.name)
+def test_the_benchmarks_page_shows_each_plot(plot: Any) -> None:
+    """docs/benchmarks.md shows every plot the script draws."""
+    assert f"](assets/{plot.name})" in PAGE.read_text(encoding="utf-8")
+
+
+def test_the_sender_table_shows_the_plotted_run() -> None:
+    """The TelegramSender tables show the msg/s and CPU of every side the plot draws."""
+    record = PLOTTER.load(BENCH / "results" / "telegram.json")
+    section = _section("TelegramSender against aiogram and httpx")
+    figures = [
+        text
+        for run in record["latencies"]
+        for side in run["sides"]
+        for text in (f"| {side['msg_per_s']:,.0f} |", f"| {side['cpu_ms_per_msg']:.2f} |")
+    ]
+    assert [] == [text for text in figures if text not in section]
+
+
+def test_the_claims_table_shows_the_plotted_run() -> None:
+    """The claims table shows the rate of every case the plot draws."""
+    record = PLOTTER.load(BENCH / "results" / "claims.json")
+    section = _section("The ledger: claims against the raw driver")
+    figures = [f"{case['rate']:,.0f} /s" for case in record["cases"]]
+    assert [] == [text for text in figures if text not in section]
+
+
+def test_the_campaign_table_shows_every_plotted_run() -> None:
+    """The campaign section shows every chunk's rate of every run the plot draws."""
+    section = _section("One campaign as it grows")
+    figures = [
+        f"{rate:,.0f} /s"
+        for path in sorted((BENCH / "results").glob("campaign*.json"))
+        for database in PLOTTER.load(path)["databases"]
+        for rate in database["rates"]
+    ]
+    assert [] == [text for text in figures if text not in section]
+
+
+def test_a_results_file_without_a_machine_is_refused(tmp_path: Path) -> None:
+    """The plot script refuses results that do not say where they were measured."""
+    path = tmp_path / "claims.json"
+    path.write_text(json.dumps({"benchmark": "claims", "date": "today", "cases": []}))
+    with pytest.raises(PLOTTER.ResultsError, match="machine"):
+        PLOTTER.load(path)
+
+
+# -- what each benchmark writes with --json, read back by the plot script ----------------------
+
+
+@pytest.fixture
+def bench_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/ on sys.path, as when a benchmark runs (they import _results from there)."""
+    monkeypatch.syspath_prepend(str(BENCH))
+
+
+def _written(tmp_path: Path, benchmark: str, figures: dict[str, Any]) -> dict[str, Any]:
+    results = _module("_results")
+    path = tmp_path / f"{benchmark}.json"
+    results.write(str(path), benchmark, figures)
+    record: dict[str, Any] = PLOTTER.load(path)
+    return record
+
+
+@pytest.mark.usefixtures("bench_on_path")
+def test_bench_telegram_json_is_read_by_the_plot_script(tmp_path: Path) -> None:
+    """bench_telegram.py's --json figures load, with the run's date and this machine."""
+    import argparse
+
+    bench = _module("bench_telegram")
+    args = argparse.Namespace(sends=10, concurrency=2, rounds=1, limited_sends=5)
+    side = {"name": "aiogram", "msg_per_s": 9.0, "cpu_ms_per_msg": 0.2, "connections": 2}
+    runs = [{"latency_ms": 20.0, "sides": [side]}]
+    record = _written(tmp_path, "telegram", bench.results(args, runs, 5, 4.5))
+    assert [side] == record["latencies"][0]["sides"]
+    assert "CPUs" in record["machine"]
+
+
+@pytest.mark.usefixtures("bench_on_path")
+def test_bench_claims_json_is_read_by_the_plot_script(tmp_path: Path) -> None:
+    """bench_claims.py's --json figures load, each case with its median."""
+    bench = _module("bench_claims")
+    rates = {"raw, held connection, sequential": [3.0, 1.0, 2.0]}
+    record = _written(tmp_path, "claims", bench.results(rates, 0.0))
+    assert [("raw, held connection, sequential", 2.0)] == [
+        (case["label"], case["rate"]) for case in record["cases"]
+    ]
+
+
+@pytest.mark.usefixtures("bench_on_path")
+async def test_bench_campaign_json_is_read_by_the_plot_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench_campaign.py --json writes each database's rates and raw rate as the plot reads
+    them (its campaign and raw runs stubbed: only what it writes is under test)."""
+    bench = _module("bench_campaign")
+    figures = {"rates": [5.0, 4.0], "overall": 4.5, "statements": 0.1, "memory": 1.0}
+
+    async def campaign(*args: object) -> dict[str, Any]:
+        return figures
+
+    async def raw(*args: object) -> float:
+        return 9.0
+
+    monkeypatch.setattr(bench, "run_campaign", campaign)
+    monkeypatch.setattr(bench, "raw_sqlite", raw)
+    monkeypatch.setattr(bench.tempfile, "mkdtemp", lambda prefix: str(tmp_path))
+    path = tmp_path / "campaign.json"
+    argv = ["bench_campaign.py", "--databases", "sqlite", "--every", "10", "--json", str(path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    await bench.main()
+    record = PLOTTER.load(path)
+    assert 10 == record["settings"]["every"]
+    assert [("SQLite (aiosqlite)", [5.0, 4.0], 9.0)] == [
+        (d["name"], d["rates"], d["raw"]) for d in record["databases"]
+    ]
