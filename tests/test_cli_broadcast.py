@@ -392,3 +392,22 @@ def test_a_bad_line_stops_the_broadcast_before_any_send(
         rows = conn.execute(sa.text("SELECT count(*) FROM notifyonce_slots WHERE action = 'news'"))
         assert 0 == rows.scalar_one()
     engine.dispose()
+
+
+def test_a_bot_wide_flood_wait_stops_the_broadcast_and_says_how_to_resume(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """Chats 1 and 2 of 1,000 answered 429 for a minute make the flood bot-wide: the
+    broadcast stops at once instead of waiting it out, exits 1 and says why; nothing is
+    sent twice."""
+    (workdir / "chats.txt").write_text("".join(f"{i}\n" for i in range(1, 1001)))
+    server.script("1", [Reply.flood(60)])
+    server.script("2", [Reply.flood(60)])
+    args = command(workdir, server)
+    args[args.index("--rate") + 1] = "500"
+    done = run(args)
+    assert 1 == done.returncode, done.stderr
+    assert "broadcast news/c1 stopped" in done.stdout, done.stdout
+    assert "stopped early: rate limit: the bot's flood wait ends in" in done.stdout
+    delivered = [d.chat_id for d in server.deliveries]
+    assert len(delivered) == len(set(delivered)) < 1000

@@ -138,16 +138,16 @@ async def test_store_paces_a_chat_and_holds_its_flood_wait(shared_store: RateSto
     limit = RateLimit()
     first = await shared_store.take_turn(request("7", limit))
     again = await shared_store.take_turn(request("7", limit))
-    assert (True, False) == (first.booked, again.booked)
+    assert (True, False, None) == (first.booked, again.booked, again.flood)
     assert 0.9 < again.wait <= 1.03
     await shared_store.flood_wait("1", "8", 3.0)
     held = await shared_store.take_turn(request("8", limit))
     other = await shared_store.take_turn(request("9", limit))
-    assert (False, True) == (held.booked, other.booked)
+    assert (False, True, "chat") == (held.booked, other.booked, held.flood)
     assert 2.9 < held.wait <= 3.0
     await shared_store.flood_wait("1", "10", 1.0)
     bot_wide = await shared_store.take_turn(request("11", limit))
-    assert not bot_wide.booked
+    assert (False, "bot") == (bot_wide.booked, bot_wide.flood)
     assert 2.8 < bot_wide.wait <= 3.0
 
 

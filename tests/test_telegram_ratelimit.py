@@ -96,7 +96,8 @@ def test_flood_wait_on_one_chat_delays_only_that_chat() -> None:
     """A single 429 delays its chat until the deadline and leaves other chats alone."""
     state = RateLimitState(RateLimit())
     state.flood_wait("7", 5.0, now=0.0)
-    assert 5.0 == state.reserve("7", 0.0).at
+    held = state.reserve("7", 0.0)
+    assert (False, 5.0, "chat") == (held.booked, held.at, held.flood)
     assert 0.0 == state.reserve("8", 0.0).at
 
 
@@ -105,17 +106,20 @@ def test_second_chat_flooding_makes_it_bot_wide() -> None:
     state = RateLimitState(RateLimit())
     state.flood_wait("7", 5.0, now=0.0)
     state.flood_wait("8", 2.0, now=1.0)
-    assert 5.0 == state.reserve("9", 1.0).at
-    assert 5.0 < state.reserve("10", 1.0).at  # the next bot slot after 5.0
+    held = state.reserve("9", 1.0)
+    assert (False, 5.0, "bot") == (held.booked, held.at, held.flood)
+    assert 5.0 == state.reserve("9", 5.0).at
+    assert 5.0 < state.reserve("10", 5.0).at  # the next bot slot after 5.0
 
 
 def test_reservation_beyond_max_wait_is_not_booked() -> None:
     """A start further than max_wait is reported, not booked: the next caller gets it."""
     state = RateLimitState(RateLimit())
     state.flood_wait("7", 10.0, now=0.0)
-    refused = state.reserve("7", 0.0, max_wait=3.0)
-    assert (False, 10.0) == (refused.booked, refused.at)
-    assert 10.0 == state.reserve("7", 0.0).at
+    state.reserve("8", 0.0)
+    refused = state.reserve("9", 0.0, max_wait=0.01)
+    assert (False, None) == (refused.booked, refused.flood)
+    assert refused.at == state.reserve("9", 0.0).at > 0.01
 
 
 def test_cancel_gives_the_slot_back() -> None:

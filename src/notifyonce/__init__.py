@@ -15,6 +15,7 @@ from notifyonce._broadcast import (
     recipients_from_query,
 )
 from notifyonce._errors import (
+    FloodWaitError,
     LedgerError,
     LedgerUnavailableError,
     NotifyOnceError,
@@ -63,6 +64,7 @@ __all__ = [
     "Document",
     "FallbackSender",
     "FanoutSender",
+    "FloodWaitError",
     "Ledger",
     "LedgerError",
     "LedgerStats",

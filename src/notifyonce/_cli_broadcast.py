@@ -4,7 +4,8 @@ Exit codes (as the other commands, plus 1 and 130 for what a broadcast leaves be
 
 - 0: every recipient was handled (sent, refused for good, or done by an earlier run).
 - 1: the run ended but chats need attention: outcomes unknown (listed; never resent),
-  sends to retry, or slots still claimed by another run. Running it again resumes.
+  sends to retry, or slots still claimed by another run; or it stopped early for a
+  bot-wide flood wait (the chats not tried count as to retry). Running it again resumes.
 - 2: usage error: bad arguments, no token, an unreadable file, a rejected bot token.
 - 3: the database could not be reached or failed.
 - 130: interrupted (Ctrl-C or SIGTERM): no new sends started, the sends under way were
@@ -578,7 +579,13 @@ def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
             f"{p.duplicate:,} already done; nothing was sent or recorded"
         )
     rate = p.done / p.elapsed if p.elapsed > 0 else 0.0
-    state = "interrupted" if report.cancelled else "finished"
+    state = (
+        "interrupted"
+        if report.cancelled
+        else "stopped"
+        if report.report.stopped is not None
+        else "finished"
+    )
     lines = [
         f"broadcast {name} {state} in {p.elapsed:.1f} s ({rate:,.0f}/s): "
         f"{p.sent:,} sent, {p.failed:,} failed, {p.unknown:,} unknown, "
@@ -586,6 +593,10 @@ def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
     ]
     if report.cancelled:
         lines.append("run the same command again to resume")
+    elif report.report.stopped is not None:
+        lines.append(
+            f"stopped early: {report.report.stopped}; run the same command again after it to resume"
+        )
     if report.unknown:
         chats = plural(
             len(report.unknown), "chat of the campaign has", "chats of the campaign have"

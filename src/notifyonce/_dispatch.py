@@ -35,11 +35,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from notifyonce._errors import (
+    FloodWaitError,
     LedgerError,
     LedgerUnavailableError,
     PermanentSendError,
@@ -207,6 +208,10 @@ class Run:
         self.report = report
         self.keep = keep
         self.kept: list[tuple[int, Result]] = []
+        # Items read and not yet given their result, and how many the intake has read: what
+        # a run stopped by a bot-wide flood wait gives back untried.
+        self.waiting: dict[int, _Item] = {}
+        self.read = 0
         # Keys between intake and their final result, and keys this run released: a later
         # copy of either in the same run is a duplicate (it must not win the slot again).
         self.held: set[tuple[str, str]] = set()
@@ -279,6 +284,8 @@ class Run:
             raise asyncio.CancelledError
         if self.error is not None:
             raise self.error
+        if self.report.stopped is not None:
+            self._give_back_untried(source)
         self.report.results = [r for _, r in sorted(self.kept, key=lambda pair: pair[0])]
 
     async def _settle(self, renewer: asyncio.Task[None]) -> None:
@@ -333,12 +340,15 @@ class Run:
     async def _intake(self, source: Iterable[Notification] | AsyncIterable[Notification]) -> None:
         index = 0
         keys, checked, maker = self.keys, self.n._checked, KeyMaker(self.action)
+        waiting = self.waiting
         async for batch in _batches(source, self.n.batch_size):
             items = []
             for notification in batch:
                 key = checked(maker, notification) if keys is None else keys[index]
-                items.append(_Item(index, key, notification))
+                item = waiting[index] = _Item(index, key, notification)
+                items.append(item)
                 index += 1
+            self.read = index
             for item in await self._screen(items):
                 await self.ready.put(item)
         for _ in range(self.n.concurrency):
@@ -438,8 +448,11 @@ class Run:
                 if decision is None:
                     started = True
                     decision = await self._send(item, claim)
-        except BaseException:
+        except BaseException as exc:
             claim = claim or self.owned.pop(item.index, None)
+            if claim is None and isinstance(exc, FloodWaitError):
+                self._flooded(item, exc)  # the turn's: nothing was claimed
+                return
             if claim is not None:
                 interrupted = (
                     decide_uncertain(
@@ -454,6 +467,30 @@ class Run:
                 self.recorder.put(_Entry(item, claim, interrupted))
             raise
         self.recorder.put(_Entry(item, claim, decision))
+
+    def _flooded(self, item: _Item, exc: FloodWaitError) -> None:
+        """A flood wait too long to wait out: this item goes back; a bot-wide one ends the run."""
+        if exc.bot_wide and self.report.stopped is None:
+            logger.warning("stopping the run: %s", exc.description)
+            self.report.stopped = exc.description
+            self.stop(None, hard=False)
+        self.finish(item, Outcome.RETRY, error=describe(exc))
+
+    def _give_back_untried(
+        self, source: Iterable[Notification] | AsyncIterable[Notification]
+    ) -> None:
+        """After a stop that returns a report: what was never tried comes back ``RETRY``.
+
+        Nothing of it was claimed. The unread rest of a list is reported too; the unread
+        rest of a stream is left unread.
+        """
+        error = f"not tried: {self.report.stopped}"
+        for item in sorted(self.waiting.values(), key=lambda item: item.index):
+            self.finish(item, Outcome.RETRY, error=error)
+        if self.keys is not None and isinstance(source, Sequence):
+            for index in range(self.read, len(self.keys)):
+                item = _Item(index, self.keys[index], source[index])
+                self.finish(item, Outcome.RETRY, error=error)
 
     def _too_late(self, claim: Claim) -> Decision | None:
         """Release a claim with too little lease left: another worker may take it soon."""
@@ -550,6 +587,7 @@ class Run:
         """Report one notification's final result."""
         key = slot(item.key)
         self.held.discard(key)
+        self.waiting.pop(item.index, None)
         if outcome is Outcome.RETRY:
             self.released.add(key)
         attempt = None if claim is None else claim.attempt

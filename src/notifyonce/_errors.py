@@ -11,6 +11,7 @@ The tree::
     └── SendError                                a sender could not deliver
         ├── PermanentSendError                   refused for good: never retried
         ├── TransientSendError                   certainly not delivered: retry later
+        │   └── FloodWaitError                   a flood wait longer than the sender waits out
         ├── UncertainSendError                   may have been delivered: never blindly retried
         └── SenderConfigError                    the sender is set up wrong (bad token, bad URL):
                                                  nothing was delivered; stop the run, fix it
@@ -24,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 __all__ = [
+    "FloodWaitError",
     "LedgerError",
     "LedgerUnavailableError",
     "NotifyOnceError",
@@ -142,6 +144,25 @@ class TransientSendError(SendError):
     ) -> None:
         super().__init__(description, code=code)
         self.retry_after = retry_after
+
+
+class FloodWaitError(TransientSendError):
+    """A flood wait (Telegram's 429 ``retry_after``) longer than the sender waits out.
+
+    Raised by a sender's rate-limit turn before anything is claimed or sent. The Notifier
+    gives the notification back as ``RETRY`` and goes on with the others when the wait is
+    one chat's; when it is the whole bot's, it stops the run: the sends under way finish,
+    the rest come back as ``RETRY``, and [`Report.stopped`][notifyonce.Report]
+    says why.
+
+    Attributes:
+        retry_after: Seconds until the flood wait ends.
+        bot_wide: True when the whole bot waits, False when one chat does.
+    """
+
+    def __init__(self, description: str = "", *, retry_after: float, bot_wide: bool) -> None:
+        super().__init__(description, code=429, retry_after=retry_after)
+        self.bot_wide = bot_wide
 
 
 class UncertainSendError(SendError):

@@ -98,12 +98,17 @@ class Report:
             result, ``False`` none; ``counts`` is always complete.
         swept: What the automatic sweep of expired leases changed before this run, if it ran.
         dry_run: True when nothing was claimed, sent or recorded.
+        stopped: Why the run stopped before its end, or None when it ran to the end. A
+            bot-wide flood wait longer than the sender waits out stops a run so: the sends
+            under way finish, and the notifications not tried come back as ``RETRY``
+            (those of a list all; a stream is read no further).
     """
 
     counts: dict[Outcome, int] = field(default_factory=lambda: dict.fromkeys(Outcome, 0))
     results: list[Result] = field(default_factory=list)
     swept: SweepResult | None = None
     dry_run: bool = False
+    stopped: str | None = None
 
     def __getitem__(self, outcome: Outcome) -> list[Result]:
         """The kept results with this outcome."""
@@ -117,4 +122,5 @@ class Report:
     def __repr__(self) -> str:
         shown = ", ".join(f"{o.value}={n}" for o, n in self.counts.items() if n)
         label = "dry run, " if self.dry_run else ""
-        return f"Report({label}{shown or 'empty'})"
+        stop = f", stopped: {self.stopped}" if self.stopped else ""
+        return f"Report({label}{shown or 'empty'}{stop})"

@@ -44,9 +44,14 @@ _TAKE = (
 local lane_interval = tonumber(ARGV[1])
 local chat_interval = tonumber(ARGV[2])
 local max_wait = tonumber(ARGV[3])
-local hold = math.max(now, get(KEYS[3], 'tat'), get(KEYS[3], 'flood_until'),
-                      get(KEYS[1], 'flood_until'))
-if hold > now then return {0, tostring(hold - now)} end
+local chat_flood = get(KEYS[3], 'flood_until')
+local bot_flood = get(KEYS[1], 'flood_until')
+local hold = math.max(now, get(KEYS[3], 'tat'), chat_flood, bot_flood)
+if hold > now then
+  local flood = ''
+  if bot_flood >= hold then flood = 'bot' elseif chat_flood >= hold then flood = 'chat' end
+  return {0, tostring(hold - now), '', flood}
+end
 local at = math.max(now, get(KEYS[2], 'tat'))
 if at - now > max_wait then return {0, tostring(at - now)} end
 if lane_interval > 0 then
@@ -83,6 +88,11 @@ keep(KEYS[1])
 return 1
 """
 )
+
+
+def _text(value: Any) -> str:
+    """A Lua string as Redis answers it: bytes unless the client decodes responses."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class RedisRateStore:
@@ -137,7 +147,8 @@ class RedisRateStore:
         )
         booked = bool(int(answer[0]))
         at = float(answer[2]) if booked else None
-        return Turn(max(float(answer[1]), 0.0), booked, at)
+        flood = _text(answer[3]) if len(answer) > 3 else ""
+        return Turn(max(float(answer[1]), 0.0), booked, at, flood=flood or None)
 
     async def flood_wait(self, bot: str, chat: str, retry_after: float) -> None:
         """Record a 429: delay ``chat``, or the whole bot when another chat is waiting."""

@@ -32,7 +32,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from notifyonce._errors import TransientSendError, ValidationError, ValidationTypeError
+from notifyonce._errors import (
+    FloodWaitError,
+    TransientSendError,
+    ValidationError,
+    ValidationTypeError,
+)
 from notifyonce._senders.telegram.ratelimit import RateLimit, RateLimitState, Reservation
 
 __all__ = [
@@ -116,12 +121,15 @@ class Turn:
         at: The start on the store's own clock (seconds), when booked.
         handle: Store-specific, given back to
             [`RateStore.give_back`][notifyonce.ratelimit.RateStore.give_back].
+        flood: Whose flood wait holds an unbooked turn: ``"chat"`` (this chat's 429),
+            ``"bot"`` (a bot-wide one), or None (pacing, or nothing holds it).
     """
 
     wait: float
     booked: bool
     at: float | None = None
     handle: object = None
+    flood: str | None = None
 
 
 @runtime_checkable
@@ -216,8 +224,17 @@ def turn_from(
         return Turn(at - now, booked=True, at=at)
     hold = hold_until(now, bot, chat)
     if hold > now:
-        return Turn(hold - now, booked=False)
+        return Turn(hold - now, booked=False, flood=flood_of(hold, bot, chat))
     return Turn(max(now, lane.tat) - now, booked=False)
+
+
+def flood_of(hold: float, bot: ScopeState, chat: ScopeState) -> str | None:
+    """Whose flood wait sets ``hold`` (see `hold_until`): ``"bot"``, ``"chat"`` or None."""
+    if bot.flood_until >= hold:
+        return "bot"
+    if chat.flood_until >= hold:
+        return "chat"
+    return None
 
 
 class MemoryRateStore:
@@ -260,7 +277,9 @@ class MemoryRateStore:
         now = self._clock()
         reservation = state.reserve(request.chat, now, request.max_wait)
         at = reservation.at if reservation.booked else None
-        return Turn(reservation.at - now, reservation.booked, at, (state, reservation))
+        return Turn(
+            reservation.at - now, reservation.booked, at, (state, reservation), reservation.flood
+        )
 
     async def flood_wait(self, bot: str, chat: str, retry_after: float) -> None:
         """Delay ``chat`` on every calendar of ``bot``."""
@@ -312,11 +331,22 @@ class SharedRateLimiter:
         """How late (seconds) a send may leave after its booked start and keep the limits."""
         return self._pacing.jitter_allowance / 2
 
-    async def acquire(self, chat: str, max_wait: float, *, lane: str = BOT_LANE) -> float | None:
+    async def acquire(
+        self,
+        chat: str,
+        max_wait: float,
+        *,
+        lane: str = BOT_LANE,
+        flood_limit: float = math.inf,
+    ) -> float | None:
         """Wait for this send's turn; return None, or the seconds needed if beyond ``max_wait``.
+
+        A flood wait is waited out only up to ``flood_limit`` seconds.
 
         Raises:
             RateStoreUnavailableError: The store failed; the caller must not send.
+            FloodWaitError: A flood wait (the chat's or the bot's) holds the turn for longer
+                than ``flood_limit``.
         """
         start = self._clock()
         # Waking up late (a busy event loop) would bunch this send with the next booked
@@ -332,6 +362,13 @@ class SharedRateLimiter:
             # store's "now" cannot see.
             async with self._asking:
                 turn = await self._ask(self.store.take_turn(request))
+            if not turn.booked and turn.flood is not None and turn.wait > flood_limit:
+                whose = "the bot's" if turn.flood == "bot" else "the chat's"
+                raise FloodWaitError(
+                    f"rate limit: {whose} flood wait ends in {turn.wait:.0f} s",
+                    retry_after=turn.wait,
+                    bot_wide=turn.flood == "bot",
+                )
             if not turn.booked and turn.wait > remaining:
                 return turn.wait
             delay = turn.wait

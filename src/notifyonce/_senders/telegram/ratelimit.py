@@ -107,12 +107,17 @@ class RateLimit:
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    """A start time for one send; ``booked`` is False when it was further than allowed."""
+    """A start time for one send; ``booked`` is False when it was further than allowed.
+
+    ``flood`` says whose flood wait holds an unbooked start back until ``at``: ``"bot"`` or
+    ``"chat"``; None when the start was only further than allowed.
+    """
 
     chat: str
     at: float
     booked: bool
     previous_chat_ready: float | None = None
+    flood: str | None = None
 
 
 class RateLimitState:
@@ -132,12 +137,13 @@ class RateLimitState:
         self._calls += 1
         if self._calls % _PRUNE_EVERY == 0:
             self._prune(now)
-        ready = max(
-            now,
-            self._chat_ready.get(chat, -math.inf),
-            self._chat_flood.get(chat, -math.inf),
-            self._bot_flood,
-        )
+        chat_flood = self._chat_flood.get(chat, -math.inf)
+        flood_until = max(chat_flood, self._bot_flood)
+        if flood_until > now:
+            # A flood wait books nothing: the caller waits it out (or gives up) and asks again.
+            whose = "bot" if self._bot_flood >= chat_flood else "chat"
+            return Reservation(chat, flood_until, booked=False, flood=whose)
+        ready = max(now, self._chat_ready.get(chat, -math.inf))
         at = self._earliest_bot_slot(ready, now)
         if at - now > max_wait:
             return Reservation(chat, at, booked=False)
@@ -214,9 +220,13 @@ class AsyncRateLimiter:
         tolerance = self.state.limit.jitter_allowance / 2
         while True:
             now = self._clock()
-            reservation = self.state.reserve(chat, now, max_wait - (now - start))
+            left = max_wait - (now - start)
+            reservation = self.state.reserve(chat, now, left)
             if not reservation.booked:
-                return reservation.at - now
+                if reservation.flood is None or reservation.at - now > left:
+                    return reservation.at - now
+                await self._sleep(reservation.at - now)  # a flood wait: wait, ask again
+                continue
             delay = reservation.at - now
             if delay <= 0:
                 return None

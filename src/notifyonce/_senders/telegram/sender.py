@@ -34,6 +34,7 @@ from notifyonce._senders.http import (
     WRITE_TIMEOUT,
     HTTPOptions,
     HTTPSenderBase,
+    check_seconds,
     refuse_unknown_options,
 )
 from notifyonce._senders.rate.stores import (
@@ -208,6 +209,11 @@ class TelegramSender(HTTPSenderBase):
             [`MemoryFileIdStore`][notifyonce.telegram.MemoryFileIdStore]); a
             [`SQLFileIdStore`][notifyonce.telegram.SQLFileIdStore] keeps them across runs
             and workers, so a resumed broadcast does not upload again.
+        max_flood_wait: The longest flood wait (a 429's ``retry_after``) waited out, in
+            seconds; 5 by default. A longer wait for one chat gives its notification back
+            (``RETRY``, nothing claimed) while the others go on; a longer bot-wide one stops
+            the Notifier's run (see [`FloodWaitError`][notifyonce.FloodWaitError]), so a
+            flood never holds a job past its next run.
         **http: Timeouts, pool limits and retries: ``budget``, ``connect_timeout``,
             ``write_timeout``, ``pool_timeout``, ``limits``, ``max_retries``,
             ``backoff_base``, ``backoff_max`` (see
@@ -238,6 +244,7 @@ class TelegramSender(HTTPSenderBase):
         rate_store: RateStore | None = None,
         allow_paid_broadcast: bool = False,
         file_store: FileIdStore | None = None,
+        max_flood_wait: float = 5.0,
         clock: Callable[[], float] = DEFAULT_CLOCK,
         sleep: Callable[[float], Awaitable[object]] = DEFAULT_SLEEP,
         rng: Callable[[], float] = DEFAULT_RNG,
@@ -259,6 +266,7 @@ class TelegramSender(HTTPSenderBase):
             )
         self._files = UploadOnce(bot_key(token), file_store)
         self._lane = PAID_LANE if allow_paid_broadcast else BOT_LANE
+        self.max_flood_wait = check_seconds("max_flood_wait", max_flood_wait)
 
     def __repr__(self) -> str:
         return f"TelegramSender(base_url={self.base_url!r}, token=<redacted>)"
@@ -329,13 +337,17 @@ class TelegramSender(HTTPSenderBase):
 
         Raises:
             RateStoreUnavailableError: The rate store failed (nothing may be sent).
+            FloodWaitError: The chat's or the bot's flood wait is longer than
+                ``max_flood_wait``.
             TransientSendError: The next turn is more than an hour away.
         """
         if self._limiter is None:
             yield
             return
         target = _validate_recipient(recipient)
-        needed = await self._limiter.acquire(target, max_wait=_TURN_MAX_WAIT, lane=self._lane)
+        needed = await self._limiter.acquire(
+            target, max_wait=_TURN_MAX_WAIT, lane=self._lane, flood_limit=self.max_flood_wait
+        )
         if needed is not None:
             raise TransientSendError(
                 f"rate limit: the next turn is {needed:.0f} s away", retry_after=needed
@@ -408,7 +420,10 @@ class TelegramSender(HTTPSenderBase):
             remaining = deadline - self._clock()
             if self._limiter is not None and not self._granted(target):
                 needed = await self._limiter.acquire(
-                    target, max_wait=max(remaining, 0.0), lane=self._lane
+                    target,
+                    max_wait=max(remaining, 0.0),
+                    lane=self._lane,
+                    flood_limit=self.max_flood_wait,
                 )
                 if needed is not None:
                     raise TransientSendError(
@@ -438,6 +453,8 @@ class TelegramSender(HTTPSenderBase):
             note_flood(error)  # the Notifier's observer, when it has one
             wait = plan.next_wait(error, certain_transport=certain_transport)
             flood = error.retry_after if isinstance(error, TransientSendError) else None
+            if flood is not None and flood > self.max_flood_wait:
+                wait = None  # given back: this slot goes in a later run, not after a long wait
             if flood is not None and self._limiter is not None:
                 await self._limiter.flood_wait(target, flood)
                 if wait is not None:
