@@ -332,7 +332,7 @@ class RefusingLedger(AsyncLedger):
     """A database that refuses any write carrying one poisoned detail."""
 
     async def _mark_checked(self, results: Any, *args: Any) -> list[bool]:
-        if any(detail == "poison" for _, _, detail in results):
+        if any(mark[2] == "poison" for mark in results):
             raise LedgerError("database error (DataError: value refused)")
         return await super()._mark_checked(results, *args)
 

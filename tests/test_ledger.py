@@ -53,7 +53,7 @@ async def test_released_slot_is_won_again_with_every_column_renewed(env: Env) ->
     ON DUPLICATE KEY UPDATE trap would leave some columns stale)."""
     ledger = env.make()
     first = await ledger.claim_slot("trial_6h", 42, DEADLINE)
-    assert await ledger.release(first, "HTTP 429")
+    assert await ledger.release(first, "read timeout", may_have_delivered=True)
     env.clock.advance(MINUTE)
     second = await ledger.claim_slot("trial_6h", 42, DEADLINE, lease=dt.timedelta(hours=1))
     assert second is not None
@@ -62,7 +62,7 @@ async def test_released_slot_is_won_again_with_every_column_renewed(env: Env) ->
     assert expected == (record.status, record.attempt, record.token, record.lease_until)
     assert (first.id, START, START + MINUTE) == (second.id, record.created_at, record.updated_at)
     assert first.token != second.token
-    assert "HTTP 429" == record.last_error
+    assert "read timeout" == record.last_error
 
 
 async def test_expired_lease_is_taken_only_with_take_expired(env: Env) -> None:
@@ -104,10 +104,10 @@ async def test_max_attempts_limits_only_expired_take_overs(env: Env) -> None:
     """max_attempts bounds taking over expired claims; a released slot is always won again."""
     ledger = env.make()
     claim = await ledger.claim_slot("a", 1, DEADLINE, take_expired=True, max_attempts=2)
-    await ledger.release(claim)
+    await ledger.release(claim, may_have_delivered=True)
     claim = await ledger.claim_slot("a", 1, DEADLINE, take_expired=True, max_attempts=2)
     assert 2 == claim.attempt
-    await ledger.release(claim)
+    await ledger.release(claim, may_have_delivered=True)
     claim = await ledger.claim_slot("a", 1, DEADLINE, take_expired=True, max_attempts=2)
     assert 3 == claim.attempt  # released: certainly not delivered, so not limited
     env.clock.advance(dt.timedelta(minutes=10))
@@ -196,7 +196,8 @@ async def test_claims_carry_the_lease_and_token_their_rows_store(env: Env) -> No
     """Every won claim, first claims and take-overs, in a batch and alone, carries the
     lease_until and the token its row stores; a batch's tokens are distinct 63-bit ints."""
     ledger = env.make()
-    assert await ledger.release(await ledger.claim_slot("a", 0, DEADLINE))
+    first = await ledger.claim_slot("a", 0, DEADLINE)
+    assert await ledger.release(first, may_have_delivered=True)
     env.clock.advance(MINUTE)
     lease = dt.timedelta(seconds=90)
     claims = await ledger.claim_many("a", [(i, DEADLINE) for i in range(600)], lease=lease)
@@ -229,7 +230,7 @@ async def test_claim_many_takes_released_and_expired(env: Env) -> None:
     """claim_many applies the same take-over rules as claim_slot."""
     ledger = env.make()
     first = await ledger.claim_many("a", [(i, DEADLINE) for i in range(4)])
-    await ledger.release(first[0])
+    await ledger.release(first[0], may_have_delivered=True)
     await ledger.mark_sent(first[1])
     assert ["0"] == [c.key.subject for c in await ledger.claim_many("a", [(0, DEADLINE)])]
     env.clock.advance(dt.timedelta(minutes=6))
@@ -304,7 +305,7 @@ async def test_sweep_at_least_once_releases_until_max_attempts(env: Env) -> None
     ledger = env.make(lease=MINUTE)
     await ledger.claim_slot("a", 1, DEADLINE)
     second = await ledger.claim_slot("a", 2, DEADLINE)
-    await ledger.release(second)
+    await ledger.release(second, may_have_delivered=True)
     await ledger.claim_slot("a", 2, DEADLINE)  # attempt 2
     env.clock.advance(dt.timedelta(minutes=2))
     result = await ledger.sweep(DeliveryMode.AT_LEAST_ONCE, max_attempts=2)

@@ -146,7 +146,25 @@ class LedgerModel(RuleBasedStateMachine):
         self.observe(MARK_CALLS[status])
         assert holds == landed
         if holds:
-            self.model[claim.key.subject] = replace(self.model[claim.key.subject], status=status)
+            self.settle(claim, status)
+
+    @rule(claim=claims)
+    def release_maybe_delivered(self, claim: Claim) -> None:
+        """A release whose send may have arrived keeps its attempt."""
+        holds = self.holds(claim)
+        landed = self.ledger.release(claim, "read timeout", may_have_delivered=True)
+        self.observe(MARK_CALLS[SlotStatus.RELEASED])
+        assert holds == landed
+        if holds:
+            self.settle(claim, SlotStatus.RELEASED, counted=True)
+
+    def settle(self, claim: Claim, status: SlotStatus, *, counted: bool = False) -> None:
+        """A mark that landed; a certain release gives its attempt back."""
+        row = self.model[claim.key.subject]
+        refund = status is SlotStatus.RELEASED and not counted
+        self.model[claim.key.subject] = replace(
+            row, status=status, attempt=row.attempt - 1 if refund else row.attempt
+        )
 
     @rule(
         marked=st.lists(
@@ -169,8 +187,7 @@ class LedgerModel(RuleBasedStateMachine):
         assert holds == landed
         for (claim, status), held in zip(marked, holds, strict=True):
             if held:
-                row = self.model[claim.key.subject]
-                self.model[claim.key.subject] = replace(row, status=status)
+                self.settle(claim, status)
 
     # 5 lands exactly on a lease's end (not expired yet), 6 just past it.
     @rule(minutes=st.sampled_from([0, 1, 5, 6]))

@@ -168,3 +168,78 @@ async def test_ledger_failure_while_recording_is_never_reported_recorded(
     assert all("ledger" in (r.error or "") for r in report.results)
     assert ["1", "2"] == sorted(r.recipient for r in sender.sent)
     assert [SlotStatus.CLAIMED] * 2 == [await status_of(ledger, s) for s in (1, 2)]
+
+
+# -- what counts as an attempt -------------------------------------------------------------
+
+
+async def test_at_least_once_counts_only_attempts_that_may_have_delivered(
+    ledger: AsyncLedger,
+) -> None:
+    """max_attempts=3: two 429s and a timeout that did not deliver, then success. Only the
+    timeout may have delivered, so the fourth run still sends: once, as attempt 2. (Every
+    claim used to count: retry, retry, unknown, then a duplicate for ever, 0 delivered.)"""
+    from notifyonce import TransientSendError, UncertainSendError
+
+    sender = FakeSender()
+    sender.script(
+        "1",
+        [
+            TransientSendError("Too Many Requests", code=429, retry_after=1),
+            TransientSendError("Too Many Requests", code=429, retry_after=1),
+            UncertainSendError("read timeout"),
+        ],
+    )
+    notifier = Notifier(ledger, sender, mode=ALO, max_attempts=3)
+    seen = []
+    for _ in range(5):
+        report = await notifier.send_many(ACTION, [Notification(1, CYCLE, Message("hi"))])
+        seen += [(r.outcome, r.attempt) for r in report.results]
+    assert [
+        (Outcome.RETRY, 1),
+        (Outcome.RETRY, 1),
+        (Outcome.RETRY, 1),
+        (Outcome.SENT, 2),
+        (Outcome.DUPLICATE, None),
+    ] == seen
+    assert 1 == len(sender.sent)
+    record = await ledger.get(ACTION, 1, CYCLE)
+    assert record is not None
+    assert (SlotStatus.SENT, 2) == (record.status, record.attempt)
+
+
+async def test_uncertain_attempts_still_stop_at_max_attempts(ledger: AsyncLedger) -> None:
+    """The other side of the count: three timeouts that may each have delivered use up
+    max_attempts=3, whatever certain failures came between them."""
+    from notifyonce import TransientSendError, UncertainSendError
+
+    timeout = UncertainSendError("read timeout")
+    flood = TransientSendError("Too Many Requests", code=429, retry_after=1)
+    sender = FakeSender()
+    sender.script("1", [timeout, flood, timeout, flood, timeout])
+    notifier = Notifier(ledger, sender, mode=ALO, max_attempts=3)
+    outcomes = []
+    for _ in range(6):
+        report = await notifier.send_many(ACTION, [Notification(1, CYCLE, Message("hi"))])
+        outcomes += [r.outcome for r in report.results]
+    assert [*[Outcome.RETRY] * 4, Outcome.UNKNOWN, Outcome.DUPLICATE] == outcomes
+    assert 5 == len(sender.records)
+
+
+async def test_a_release_gives_its_attempt_back_unless_it_may_have_delivered(
+    ledger: AsyncLedger,
+) -> None:
+    """``release`` (and a RELEASED entry of ``mark_many``) gives the attempt back;
+    ``release(..., may_have_delivered=True)`` keeps it."""
+    first = await ledger.claim_slot(ACTION, 1, CYCLE)
+    assert first is not None
+    assert await ledger.release(first, "429")
+    second = await ledger.claim_slot(ACTION, 1, CYCLE)
+    assert second is not None
+    assert (1, 1) == (first.attempt, second.attempt)
+    assert [True] == await ledger.mark_many([(second, SlotStatus.RELEASED, "429")])
+    third = await ledger.claim_slot(ACTION, 1, CYCLE)
+    assert third is not None
+    assert await ledger.release(third, "read timeout", may_have_delivered=True)
+    fourth = await ledger.claim_slot(ACTION, 1, CYCLE)
+    assert (1, 2) == (third.attempt, fourth.attempt if fourth else None)

@@ -156,6 +156,12 @@ def settle(decision: Decision, landed: bool | None) -> tuple[Outcome, str | None
     return decision.outcome, decision.error
 
 
+def counts(decision: Decision) -> bool:
+    """Whether the claim's attempt counts against ``max_attempts``: unless it is released
+    with its send certainly not delivered (a 429, a refused connection, never started)."""
+    return decision.may_have_delivered or decision.status is not SlotStatus.RELEASED
+
+
 def detail(decision: Decision) -> str | None:
     """What a mark stores: the provider's message id for SENT, else the error."""
     if decision.status is SlotStatus.SENT:
@@ -748,7 +754,9 @@ class _Recorder:
         A batch the database refuses is written row by row, so one row it cannot store
         costs only that row's detail (then, as a last resort, only that row).
         """
-        marks = [(e.claim, e.decision.status, detail(e.decision)) for e in batch]
+        marks = [
+            (e.claim, e.decision.status, detail(e.decision), counts(e.decision)) for e in batch
+        ]
         try:
             return list(await self.run.ledger._mark_checked(marks, self.keeper))
         except LedgerUnavailableError as exc:

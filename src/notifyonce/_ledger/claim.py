@@ -22,7 +22,10 @@ class Claim:
         key: The slot's normalised key.
         id: The row id in the ledger table.
         token: The fencing token of this claim: unique per claim of a slot.
-        attempt: 1 for the first claim of the slot, +1 for every take-over.
+        attempt: The slot's attempts that may have delivered, this one included: 1 for
+            the first claim, +1 for every later one, except that a release whose send
+            certainly did not deliver gives its attempt back (``max_attempts`` counts
+            only attempts that may have delivered).
         lease_until: When the lease expires (UTC) unless the claim is marked first.
     """
 

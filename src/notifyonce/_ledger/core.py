@@ -44,7 +44,16 @@ from notifyonce._ledger.table import (
 )
 from notifyonce._outcome import DeliveryMode
 
-__all__ = ["DATABASE_ERRORS", "MARK_CHUNK", "Held", "Keeper", "LedgerCore", "Plan", "Spare"]
+__all__ = [
+    "DATABASE_ERRORS",
+    "MARK_CHUNK",
+    "Held",
+    "Keeper",
+    "LedgerCore",
+    "Mark",
+    "Plan",
+    "Spare",
+]
 
 T = TypeVar("T")
 Clock = Callable[[], dt.datetime]
@@ -53,6 +62,11 @@ _CLAIMED = SlotStatus.CLAIMED.value
 _SWEEP_NOTE = "lease expired before a result was recorded"
 # Rows per mark statement: about 12 bind parameters a row, so 500 rows stay near 6,000.
 MARK_CHUNK = 500
+
+#: One outcome to record: (claim, status, detail, counted). ``counted`` False gives the
+#: claim's attempt back: a release whose send certainly did not deliver (a 429, a refused
+#: connection, a run stopped before the send) does not use up one of ``max_attempts``.
+Mark = tuple[Claim, SlotStatus, "str | None", bool]
 # Keys per look-up statement (two parameters each).
 _LOOKUP_CHUNK = 500
 # How often the ledger reads the database server's clock again (monotonic seconds).
@@ -483,14 +497,21 @@ class LedgerCore:
 
     # ---- marks -----------------------------------------------------------------------
 
-    def mark(self, link: Link, claim: Claim, status: SlotStatus, detail: str | None) -> bool:
-        """Compare-and-set one claim's row: only while its token holds it as CLAIMED."""
-        columns, params = mark_params(claim.id, claim.token, status.value, detail, self.now())
+    def mark(
+        self, link: Link, claim: Claim, status: SlotStatus, detail: str | None, counted: bool
+    ) -> bool:
+        """Compare-and-set one claim's row: only while its token holds it as CLAIMED.
+
+        ``counted`` False: the claim gives its attempt back (a release that certainly did
+        not deliver).
+        """
+        attempt = None if counted else claim.attempt - 1
+        columns, params = mark_params(
+            claim.id, claim.token, status.value, detail, self.now(), attempt
+        )
         return self.dialect.mark_one(link, columns, params)
 
-    def mark_many(
-        self, link: Link, results: Sequence[tuple[Claim, SlotStatus, str | None]]
-    ) -> list[bool]:
+    def mark_many(self, link: Link, results: Sequence[Mark]) -> list[bool]:
         """Mark many claims (distinct rows) in one transaction; one bool per result.
 
         Chunks keep every statement far below each driver's limit on bind parameters
@@ -499,9 +520,12 @@ class LedgerCore:
         landed: set[int] = set()
         for start in range(0, len(results), MARK_CHUNK):
             chunk = results[start : start + MARK_CHUNK]
-            rows = sorted((c.id, c.token, status.value, detail) for c, status, detail in chunk)
+            rows = sorted(
+                (c.id, c.token, status.value, detail, c.attempt if counted else c.attempt - 1)
+                for c, status, detail, counted in chunk
+            )
             landed |= self.dialect.mark_many(link, rows, self.now())
-        return [claim.id in landed for claim, _, _ in results]
+        return [mark[0].id in landed for mark in results]
 
     def renew(self, link: Link, claims: Sequence[Claim], lease: dt.timedelta) -> list[bool]:
         """Extend the leases of ``claims`` that still hold their rows; one bool per claim."""

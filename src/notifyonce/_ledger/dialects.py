@@ -68,9 +68,11 @@ _PG_RETRY_STATES = frozenset({"40P01", "40001"})
 # Where a SQLite connection's info remembers the busy timeout the ledger set on it.
 _BUSY_TIMEOUT_INFO = "notifyonce_busy_timeout_ms"
 
-#: One mark of ``mark_many``: (row id, token, status, detail). ``detail`` is the message id
-#: for SENT and the error otherwise (None keeps the stored error).
-MarkRow = tuple[int, int, str, "str | None"]
+#: One mark of ``mark_many``: (row id, token, status, detail, attempt). ``detail`` is the
+#: message id for SENT and the error otherwise (None keeps the stored error); ``attempt`` is
+#: the row's attempt count to write: the claim's own, or one less for a release that was
+#: certainly not delivered (it gives its attempt back).
+MarkRow = tuple[int, int, str, "str | None", int]
 
 
 def takeover(table: sa.Table, take_expired: bool, limited: bool) -> sa.ColumnElement[bool]:
@@ -311,8 +313,8 @@ class Dialect:
     def mark_many(self, link: Link, rows: Sequence[MarkRow], now: dt.datetime) -> set[int]:
         """Mark distinct rows, each only while its token holds it; the ids that landed."""
         landed: set[int] = set()
-        for row_id, token, status, detail in rows:
-            columns, params = mark_params(row_id, token, status, detail, now)
+        for row_id, token, status, detail, attempt in rows:
+            columns, params = mark_params(row_id, token, status, detail, now, attempt)
             if self.mark_one(link, columns, params):
                 landed.add(row_id)
         return landed
@@ -345,14 +347,22 @@ class Dialect:
 
 
 def mark_params(
-    row_id: int, token: int, status: str, detail: str | None, now: dt.datetime
+    row_id: int,
+    token: int,
+    status: str,
+    detail: str | None,
+    now: dt.datetime,
+    attempt: int | None = None,
 ) -> tuple[tuple[str, ...], dict[str, Any]]:
     """The columns one compare-and-set mark writes, and its parameters (`Dialect.mark_one`).
 
     SENT writes ``sent_at`` and the message id; any other status the error, unless
-    ``detail`` is None (the stored error is kept).
+    ``detail`` is None (the stored error is kept); ``attempt``, when given, the attempt
+    count.
     """
     values: dict[str, Any] = {"status": status, "updated_at": now}
+    if attempt is not None:
+        values["attempt"] = attempt
     if status == _SENT:
         values["sent_at"] = now
         values["message_id"] = detail
@@ -499,12 +509,17 @@ class PostgreSQL(Dialect):
 
         def build() -> sa.ClauseElement:
             v = _arrays(
-                "v", ids=sa.BigInteger, tokens=sa.BigInteger, statuses=sa.Text, details=sa.Text
+                "v",
+                ids=sa.BigInteger,
+                tokens=sa.BigInteger,
+                statuses=sa.Text,
+                details=sa.Text,
+                attempts=sa.Integer,
             )
             return (
                 sa.update(t)
                 .where(t.c.id == v.c.ids, t.c.token == v.c.tokens, _still_claimed(t))
-                .values(_batch_mark_values(t, v.c.statuses, v.c.details))
+                .values(_batch_mark_values(t, v.c.statuses, v.c.details, v.c.attempts))
                 .returning(t.c.id)
             )
 
@@ -514,6 +529,7 @@ class PostgreSQL(Dialect):
             "tokens": [r[1] for r in rows],
             "statuses": [r[2] for r in rows],
             "details": [r[3] for r in rows],
+            "attempts": [r[4] for r in rows],
             "now": now,
         }
         return {row_id for (row_id,) in link.rows(compiled, params)}
@@ -550,15 +566,16 @@ def _still_claimed(table: sa.Table) -> sa.ColumnElement[bool]:
     return table.c.status.concat("") == _CLAIMED
 
 
-def _batch_mark_values(table: sa.Table, status: Any, detail: Any) -> dict[str, Any]:
-    """The SET of a batch mark, from each row's ``status`` and ``detail`` (columns of the
-    marks it is joined to): what a single mark writes for that status (SENT: sent_at and
-    the message id; otherwise the error, unless the detail is None)."""
+def _batch_mark_values(table: sa.Table, status: Any, detail: Any, attempt: Any) -> dict[str, Any]:
+    """The SET of a batch mark, from each row's ``status``, ``detail`` and ``attempt``
+    (columns of the marks it is joined to): what a single mark writes for that status
+    (SENT: sent_at and the message id; otherwise the error, unless the detail is None)."""
     t = table.c
     now = _bind(table, "updated_at", "now")
     sent = status == _SENT
     return {
         "status": status,
+        "attempt": attempt,
         "updated_at": now,
         "sent_at": sa.case((sent, _bind(table, "sent_at", "now")), else_=t.sent_at),
         "message_id": sa.case((sent, detail), else_=t.message_id),
@@ -817,6 +834,7 @@ class MySQL(Dialect):
                         _bind(t, "token", f"k_{n}").label("token"),
                         _bind(t, "status", f"s_{n}").label("status"),
                         sa.bindparam(f"d_{n}", type_=sa.String(500)).label("detail"),
+                        _bind(t, "attempt", f"a_{n}").label("attempt"),
                     )
                     for n in range(count)
                 ]
@@ -824,14 +842,15 @@ class MySQL(Dialect):
             return (
                 sa.update(t)
                 .where(t.c.id == v.c.id, t.c.token == v.c.token, t.c.status == _CLAIMED)
-                .values(_batch_mark_values(t, v.c.status, v.c.detail))
+                .values(_batch_mark_values(t, v.c.status, v.c.detail, v.c.attempt))
             )
 
         update = self.compiled(link.dialect, ("mark-update", count), build_update)
         params: dict[str, Any] = {"now": now}
-        for n, (row_id, token, status, detail) in enumerate(mine):
+        for n, (row_id, token, status, detail, attempt) in enumerate(mine):
             params[f"i_{n}"], params[f"k_{n}"] = row_id, token
             params[f"s_{n}"], params[f"d_{n}"] = status, detail
+            params[f"a_{n}"] = attempt
         link.count(update, params)
         return {r[0] for r in mine}
 

@@ -40,7 +40,7 @@ from notifyonce._ledger.checks import (
     storable_detail,
 )
 from notifyonce._ledger.claim import Claim
-from notifyonce._ledger.core import MARK_CHUNK, Held, Keeper, LedgerCore, Plan, Spare
+from notifyonce._ledger.core import MARK_CHUNK, Held, Keeper, LedgerCore, Mark, Plan, Spare
 from notifyonce._ledger.execute import Link
 from notifyonce._ledger.records import LedgerStats, SlotRecord, SweepResult
 from notifyonce._ledger.table import DEFAULT_TABLE_NAME, SlotStatus
@@ -144,24 +144,33 @@ class _LedgerBase(Generic[EngineT]):
         """Free what earlier chunks of a failed ``claim_many`` won, so the next run wins them
         again instead of waiting for their leases to expire (at most once: as UNKNOWN)."""
         note = "claim_many failed in a later chunk"
-        return self._plan_mark_many([(c, SlotStatus.RELEASED, note) for c in won])
+        return self._plan_marks([(c, SlotStatus.RELEASED, note, False) for c in won])
 
-    def _plan_mark(self, claim: object, status: SlotStatus, detail: str | None) -> Plan[bool]:
-        body = partial(self._core.mark, claim=check_claim(claim), status=status, detail=detail)
+    def _plan_mark(
+        self, claim: object, status: SlotStatus, detail: str | None, *, counted: bool = True
+    ) -> Plan[bool]:
+        body = partial(
+            self._core.mark, claim=check_claim(claim), status=status, detail=detail, counted=counted
+        )
         return Plan(body, autocommit=True)
 
     def _plan_mark_many(
-        self, results: Sequence[tuple[Claim, SlotStatus, str | None]], *, checked: bool = False
+        self, results: Sequence[tuple[Claim, SlotStatus, str | None]]
     ) -> Plan[list[bool]]:
+        """``mark_many`` of a caller's results: a release gives its attempt back."""
+        released = SlotStatus.RELEASED
+        return self._plan_marks(
+            [(c, status, d, status is not released) for c, status, d in check_mark_results(results)]
+        )
+
+    def _plan_marks(self, results: Sequence[Mark], *, checked: bool = False) -> Plan[list[bool]]:
         """``checked``: the results come from the Notifier, which made the claims and
         statuses itself; only the details (from a sender) are made storable."""
         if checked:
             results = [
-                (claim, status, None if detail is None else storable_detail(status, detail))
-                for claim, status, detail in results
+                (claim, status, None if detail is None else storable_detail(status, detail), n)
+                for claim, status, detail, n in results
             ]
-        else:
-            results = check_mark_results(results)
         core = self._core
         # One statement needs no transaction around it; several must land together.
         one = len(results) <= 1 or (
@@ -459,12 +468,11 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         return await self._run(self._plan_lookup_keys(keys, options))
 
     async def _mark_checked(
-        self,
-        results: Sequence[tuple[Claim, SlotStatus, str | None]],
-        keeper: Keeper | None = None,
+        self, results: Sequence[Mark], keeper: Keeper | None = None
     ) -> list[bool]:
-        """``mark_many`` of results the Notifier made (valid claims, statuses, details)."""
-        return await self._run(self._plan_mark_many(results, checked=True), keeper=keeper)
+        """``mark_many`` of results the Notifier made (valid claims, statuses, details, and
+        whether each attempt counts)."""
+        return await self._run(self._plan_marks(results, checked=True), keeper=keeper)
 
     def _sqlite_twin(self) -> sa.Engine | None:
         """A sync engine on the same SQLite file, or None for a private (memory) database.
@@ -632,10 +640,22 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         plan = self._plan_mark(claim, SlotStatus.UNKNOWN, check_text("error", error, optional=True))
         return await self._run(plan)
 
-    async def release(self, claim: Claim, error: str | None = None) -> bool:
-        """Free the slot for the next claim (not delivered); False if the lease was lost."""
+    async def release(
+        self, claim: Claim, error: str | None = None, *, may_have_delivered: bool = False
+    ) -> bool:
+        """Free the slot for the next claim; False if the lease was lost.
+
+        A release says the send certainly did not deliver (a 429, a refused connection),
+        so the claim gives its attempt back: ``max_attempts`` counts only the attempts
+        that may have delivered. Pass ``may_have_delivered=True`` to release a slot whose
+        send may have arrived (at least once, retrying an uncertain send): its attempt
+        then counts.
+        """
         plan = self._plan_mark(
-            claim, SlotStatus.RELEASED, check_text("error", error, optional=True)
+            claim,
+            SlotStatus.RELEASED,
+            check_text("error", error, optional=True),
+            counted=check_bool("may_have_delivered", may_have_delivered),
         )
         return await self._run(plan)
 
@@ -647,7 +667,8 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         Each entry is ``(claim, status, detail)`` with status SENT, FAILED, UNKNOWN or
         RELEASED; ``detail`` is the provider's message id for SENT and the error text
         otherwise. An entry is False when its lease was lost, or when the same claim
-        appears earlier in ``results``.
+        appears earlier in ``results``. A RELEASED entry gives its attempt back, as
+        `release` does.
         """
         return await self._run(self._plan_mark_many(results))
 
@@ -869,10 +890,13 @@ class Ledger(_LedgerBase[sa.Engine]):
         error_text = check_text("error", error, optional=True)
         return self._run(self._plan_mark(claim, SlotStatus.UNKNOWN, error_text))
 
-    def release(self, claim: Claim, error: str | None = None) -> bool:
+    def release(
+        self, claim: Claim, error: str | None = None, *, may_have_delivered: bool = False
+    ) -> bool:
         """See [`AsyncLedger.release`][notifyonce.AsyncLedger.release]."""
         error_text = check_text("error", error, optional=True)
-        return self._run(self._plan_mark(claim, SlotStatus.RELEASED, error_text))
+        counted = check_bool("may_have_delivered", may_have_delivered)
+        return self._run(self._plan_mark(claim, SlotStatus.RELEASED, error_text, counted=counted))
 
     def mark_many(self, results: Sequence[tuple[Claim, SlotStatus, str | None]]) -> list[bool]:
         """See [`AsyncLedger.mark_many`][notifyonce.AsyncLedger.mark_many]."""
