@@ -205,22 +205,20 @@ class SendTimes:
 # The server runs in a thread of the test process, so under load its timestamps carry
 # scheduling delays (tens of ms) that can bunch two arrivals; the client-side times are
 # the limiter's own decisions and are held to the caps exactly, the server's within one
-# send (the grossly over-cap bursts of other libraries would still fail).
+# send (the grossly over-cap bursts of other libraries would still fail). Only caps are
+# asserted here: how close to them the sends come depends on the machine's speed, and
+# the limiter's own schedule is pinned on a fake clock in test_telegram_ratelimit.py.
 
 
 async def test_bot_wide_rate_limit_observed_by_the_server(bot_api_server: BotAPIServer) -> None:
-    """Sixty sends to sixty chats: never more than 30 in any second, near the cap."""
+    """Sixty sends to sixty chats: never more than 30 in any second."""
     sent = SendTimes()
     client = httpx.AsyncClient(event_hooks={"request": [sent]})
     async with client, sender_for(bot_api_server, rate_limit=RateLimit(), client=client) as sender:
         await asyncio.gather(*(sender.send(str(1000 + n), Message("x")) for n in range(60)))
     assert 60 == len(bot_api_server.deliveries)
     assert sent.busiest(1.0) <= 30
-    busiest = bot_api_server.busiest_window(1.0)
-    assert busiest <= 31
-    # A loose floor against crawling; the exact throughput is pinned by the pure tests
-    # (a shared machine's scheduling delays must not fail this one).
-    assert busiest >= 15
+    assert bot_api_server.busiest_window(1.0) <= 31
 
 
 async def test_per_chat_rate_limits_observed_by_the_server(bot_api_server: BotAPIServer) -> None:
@@ -236,7 +234,6 @@ async def test_per_chat_rate_limits_observed_by_the_server(bot_api_server: BotAP
     assert 1 == sent.busiest(3.0, chat="-1007")
     assert 1 == bot_api_server.busiest_window(0.8, chat_id="7")
     assert 1 == bot_api_server.busiest_window(2.8, chat_id="-1007")
-    assert 3 == bot_api_server.busiest_window(3.0, chat_id="7")  # paced, not crawling
 
 
 async def test_token_never_in_logs_or_errors(
