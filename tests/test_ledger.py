@@ -535,6 +535,23 @@ async def test_renew_extends_only_live_claims(env: Env) -> None:
     assert await ledger.mark_sent(held)
 
 
+async def test_renew_after_a_take_over_changes_nothing(env: Env) -> None:
+    """A worker whose expired claim was taken over renews nothing: same row id, another
+    token. The new holder's lease stays as its claim set it, and only it can renew."""
+    ledger = env.make(lease=dt.timedelta(seconds=60))
+    stale = await ledger.claim_slot("a", 1, DEADLINE)
+    env.clock.advance(dt.timedelta(seconds=61))
+    current = await ledger.claim_slot("a", 1, DEADLINE, take_expired=True)
+    assert (stale.id, True) == (current.id, stale.token != current.token)
+    env.clock.advance(dt.timedelta(seconds=30))
+    assert [False] == await ledger.renew([stale])
+    record = await ledger.get("a", 1, DEADLINE)
+    assert (current.token, current.lease_until) == (record.token, record.lease_until)
+    assert [True] == await ledger.renew([current])
+    record = await ledger.get("a", 1, DEADLINE)
+    assert env.clock.now + dt.timedelta(seconds=60) == record.lease_until
+
+
 async def test_not_claimable_agrees_with_the_claim(env: Env) -> None:
     """not_claimable() lists exactly the keys a claim with the same options would lose."""
     ledger = env.make(lease=dt.timedelta(seconds=60))

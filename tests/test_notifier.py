@@ -35,6 +35,7 @@ UTC = dt.timezone.utc
 CYCLE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
 SECRET_TEXT = "secret-text-7f3a: your trial ends soon"
 AMO, ALO = DeliveryMode.AT_MOST_ONCE, DeliveryMode.AT_LEAST_ONCE
+MINUTE = dt.timedelta(minutes=1)
 
 
 @pytest.fixture
@@ -472,15 +473,19 @@ async def test_claims_are_made_just_before_their_send(
 
 
 class LateClaimLedger(AsyncLedger):
-    """Its claims come back after their lease has already run out (a stalled database)."""
+    """Its claims come back ``late`` after they were made (a stalled database); by default
+    after their lease (5 minutes) has already run out."""
 
-    def __init__(self, *args: Any, clock: WallClock, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, clock: WallClock, late: dt.timedelta = MINUTE * 6, **kwargs: Any
+    ) -> None:
         super().__init__(*args, clock=clock, **kwargs)
         self.test_clock = clock
+        self.late = late
 
     async def _claim_keys(self, *args: Any, **kwargs: Any) -> list[Claim]:
         claims = await super()._claim_keys(*args, **kwargs)
-        self.test_clock.advance(minutes=6)
+        self.test_clock.advance(self.late)
         return claims
 
 
@@ -493,6 +498,28 @@ async def test_no_send_after_the_lease_expired(ledger: AsyncLedger, clock: WallC
     assert "lease expired before send" == report.results[0].error
     assert [] == sender.records
     assert SlotStatus.RELEASED == await status_of(ledger, 1)
+
+
+@pytest.mark.parametrize(
+    ("used", "outcome"), [(0.89, Outcome.SENT), (0.91, Outcome.RETRY)], ids=["89%", "91%"]
+)
+async def test_a_send_starts_only_with_a_tenth_of_the_lease_left(
+    ledger: AsyncLedger, clock: WallClock, used: float, outcome: Outcome
+) -> None:
+    """A claim with 11 % of its lease left is sent; one with 9 % left is released unsent
+    (another worker may take the slot over before the send ends)."""
+    lease = dt.timedelta(seconds=100)
+    late = LateClaimLedger(
+        ledger.engine, table_name=ledger.table_name, clock=clock, lease=lease, late=lease * used
+    )
+    sender = FakeSender()
+    report = await Notifier(late, sender).send_many("trial_6h", [Notification(1, CYCLE, msg())])
+    assert [outcome] == [r.outcome for r in report.results]
+    if outcome is Outcome.SENT:
+        assert (1, SlotStatus.SENT) == (len(sender.records), await status_of(ledger, 1))
+    else:
+        assert "lease nearly over" == report.results[0].error
+        assert (0, SlotStatus.RELEASED) == (len(sender.records), await status_of(ledger, 1))
 
 
 class SlowToReturnLedger(AsyncLedger):

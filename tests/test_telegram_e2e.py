@@ -79,6 +79,23 @@ async def test_drop_after_delivery_is_uncertain_and_not_resent(
     assert 1 == len(bot_api_server.requests)
 
 
+async def test_drop_after_delivery_on_a_reused_connection_is_not_resent(
+    bot_api_server: BotAPIServer, http_client: httpx.AsyncClient | None
+) -> None:
+    """A keep-alive connection that carried an earlier send and is closed after delivering
+    the next one: uncertain, never tried again on a new connection (a reused connection is
+    written to at once, with no connect step to fail first)."""
+    bot_api_server.script("42", [Reply.drop_after_delivery()])
+    async with sender_for(bot_api_server, max_retries=5, client=http_client) as sender:
+        await sender.send("41", Message("first"))
+        with pytest.raises(UncertainSendError):
+            await sender.send("42", Message("once only"))
+    first, second = bot_api_server.requests
+    assert first.connection == second.connection  # the second send reused the connection
+    assert ["41", "42"] == [d.chat_id for d in bot_api_server.deliveries]
+    assert 1 == bot_api_server.connections_opened
+
+
 async def test_drop_before_body_is_uncertain(
     bot_api_server: BotAPIServer, http_client: httpx.AsyncClient | None
 ) -> None:
