@@ -30,6 +30,7 @@ from notifyonce import (
     UncertainSendError,
     ValidationError,
     ValidationTypeError,
+    _dispatch,
 )
 from notifyonce.testing import FakeSender
 
@@ -285,6 +286,46 @@ async def test_a_foreign_base_exception_stops_every_send(ledger: AsyncLedger) ->
     assert 8 == report.counts[Outcome.DUPLICATE]
 
 
+class HeldMarks(AsyncLedger):
+    """Its outcome writes say when they start, then wait for ``go`` (at most 2 s)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.marking = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def _mark_checked(self, *args: Any, **kwargs: Any) -> list[bool]:
+        self.marking.set()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.go.wait(), 2.0)
+        return await super()._mark_checked(*args, **kwargs)
+
+
+async def test_a_second_cancel_while_recording_leaves_every_row_settled(
+    ledger: AsyncLedger, clock: WallClock
+) -> None:
+    """Cancelled, then cancelled again while the outcomes are being written: when the call
+    ends, every claim is settled (none is left `claimed` for a later sweep to guess at)."""
+    held = HeldMarks(ledger.engine, table_name=ledger.table_name, clock=clock)
+    sender = Courier(before=3600)
+    notifier = Notifier(held, sender, concurrency=8, sweep_every=None)
+    task = asyncio.create_task(notifier.send_many(ACTION, items(20)))
+    for _ in range(1000):  # bounded: 10 s
+        if len(sender.handed) >= 8:
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    await asyncio.wait_for(held.marking.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    left = dict(await statuses(ledger))
+    held.go.set()
+    # The 8 sends under way may have gone out: unknown, and written before the call ended.
+    assert {"unknown": 8} == left
+    assert 0 == sender.in_flight
+
+
 async def test_sender_config_error_frees_the_run(ledger: AsyncLedger) -> None:
     """A misconfigured sender stops the run with its error; no slot is burnt, a fixed one sends."""
 
@@ -386,6 +427,36 @@ async def test_five_thousand_in_one_run_are_all_recorded(
     report = await notifier.send_many(ACTION, items(5000))
     assert 5000 == report.counts[Outcome.SENT]
     assert {"sent": 5000} == dict(await statuses(ledger))
+
+
+async def test_outcomes_piled_up_past_one_write_are_all_recorded(
+    ledger: AsyncLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """2,000 notifications, 64 at once, a first write that takes long: the workers stop at
+    a backlog of 500 outcomes, the 63 sends still under way add theirs, and every one of
+    the backlog (more than one write takes) is recorded."""
+    concurrency, backlog = 64, []
+    write = _dispatch._Recorder._write
+
+    async def first_write_waits(
+        recorder: Any, batch: list[Any], *, retried: bool = False
+    ) -> list[bool | None]:
+        if not backlog:
+            # Held until every worker waits for room: the backlog is then as big as it gets.
+            for _ in range(3000):  # bounded: 30 s
+                if len(recorder.run.idle) == concurrency:
+                    break
+                await asyncio.sleep(0.01)
+            backlog.append(len(recorder.pending))
+        return await write(recorder, batch, retried=retried)
+
+    monkeypatch.setattr(_dispatch._Recorder, "_write", first_write_waits)
+    # One read of all 2,000: the queue never runs dry, so no worker is idle but for room.
+    notifier = Notifier(ledger, FakeSender(), concurrency=concurrency, batch_size=2000)
+    report = await notifier.send_many(ACTION, items(2000))
+    assert [_dispatch._RECORD_BACKLOG + concurrency - 1] == backlog
+    assert 2000 == report.counts[Outcome.SENT]
+    assert {"sent": 2000} == dict(await statuses(ledger))
 
 
 # -- one run, one send per slot; memory ---------------------------------------------------------
