@@ -51,6 +51,8 @@ class Mutant:
 GUARANTEES = "tests/test_notifier_guarantees.py"
 NOTIFIER = "tests/test_notifier.py"
 DISPATCH = "tests/test_dispatch.py"
+LEDGER = "tests/test_ledger.py"
+E2E = "tests/test_telegram_e2e.py"
 
 MUTANTS = [
     # -- the Notifier (the dispatch pipeline) ------------------------------------------------
@@ -154,8 +156,8 @@ MUTANTS = [
         "claims-before-the-turn",
         "a slot is claimed only inside its recipient's rate-limit turn",
         "_dispatch.py",
-        r"async with self\.turn\(item\.notification\.target\):",
-        "async with _no_turn(item.notification.target):",
+        r"async with self\.turn\(item\.notification\.target\) if self\.turn else _NO_TURN:",
+        "async with _NO_TURN:",
         (DISPATCH + "::test_a_slot_is_claimed_only_after_its_rate_limit_turn",),
     ),
     Mutant(
@@ -181,6 +183,105 @@ MUTANTS = [
         r"self\.stop\(exc, hard=True\)",
         "self.stop(exc, hard=False)",
         (DISPATCH + "::test_a_foreign_base_exception_stops_every_send",),
+    ),
+    Mutant(
+        "second-cancel-cuts-settling",
+        "a second cancellation while outcomes are written still leaves every row settled",
+        "_dispatch.py",
+        r"await asyncio\.shield\(settling\)",
+        "await settling",
+        (DISPATCH + "::test_a_second_cancel_while_recording_leaves_every_row_settled",),
+    ),
+    Mutant(
+        "cancellation-swallowed",
+        "a cancelled run raises CancelledError once its claims are settled",
+        "_dispatch.py",
+        r"if cancelled:\n(\s+)raise asyncio\.CancelledError",
+        r"if False:\n\1raise asyncio.CancelledError",
+        (DISPATCH + "::test_a_second_cancel_while_recording_leaves_every_row_settled",),
+    ),
+    Mutant(
+        "lease-margin-a-hundredth",
+        "a send starts only with at least a tenth of its lease left",
+        "_dispatch.py",
+        r"_LEASE_MARGIN = 0\.1\n",
+        "_LEASE_MARGIN = 0.01\n",
+        (NOTIFIER + "::test_a_send_starts_only_with_a_tenth_of_the_lease_left",),
+    ),
+    Mutant(
+        "recorder-drops-the-backlog",
+        "every outcome waiting for its write is written, past the first 500 too",
+        "_dispatch.py",
+        r"del self\.pending\[:_RECORD_CHUNK\]",
+        "del self.pending[:]",
+        (DISPATCH + "::test_outcomes_piled_up_past_one_write_are_all_recorded",),
+    ),
+    Mutant(
+        "recorder-backlog-unbounded",
+        "workers take no new notification while 500 outcomes wait for their write",
+        "_dispatch.py",
+        r"self\.room\.clear\(\)",
+        "pass",
+        (DISPATCH + "::test_outcomes_piled_up_past_one_write_are_all_recorded",),
+    ),
+    Mutant(
+        "cancelled-claimer-keeps-the-claim",
+        "a claim won for a worker cancelled meanwhile is released, not left claimed",
+        "_dispatch.py",
+        r"run\.recorder\.put\(_Entry\(item, claim, INTERRUPTED\)\)",
+        "pass",
+        (NOTIFIER + "::test_cancelled_while_claiming_frees_the_batch", DISPATCH),
+    ),
+    Mutant(
+        "claims-after-the-stop",
+        "once a run stops, a worker whose turn comes claims nothing",
+        "_dispatch.py",
+        r"if self\.stopping:\n(\s+)return  # nothing claimed",
+        r"if False:\n\1return  # nothing claimed",
+        (DISPATCH + "::test_turns_that_come_after_a_stop_claim_nothing",),
+    ),
+    Mutant(
+        "spacing-within-a-batch",
+        "two notifications for one subject in one batch do not break min_spacing",
+        "_dispatch.py",
+        r"\n(\s+)taken\.add\(item\.key\.subject\)",
+        "\n\\1pass",
+        (NOTIFIER,),
+    ),
+    Mutant(
+        "every-attempt-counts",
+        "an attempt certainly not delivered does not count against max_attempts",
+        "_dispatch.py",
+        r"return decision\.may_have_delivered or decision\.status is not SlotStatus\.RELEASED",
+        "return True",
+        (GUARANTEES,),
+    ),
+    # -- the senders -----------------------------------------------------------------------
+    Mutant(
+        "reused-connection-not-written",
+        "a failure on a reused keep-alive connection may have delivered: never resent",
+        "_senders/aiohttp_transport.py",
+        r"\n *config\.on_connection_reuseconn\.append\(_on_connection\)",
+        "",
+        (E2E + "::test_drop_after_delivery_on_a_reused_connection_is_not_resent",),
+    ),
+    Mutant(
+        "uncertain-send-retried",
+        "a sender retries only failures that certainly did not deliver",
+        "_senders/retry.py",
+        r"if not isinstance\(error, TransientSendError\):",
+        "if False:",
+        (E2E,),
+    ),
+    Mutant(
+        "started-connect-error-certain",
+        "a connect-class error after the request started writing is uncertain",
+        "_senders/transport.py",
+        r"request_started is True or \(",
+        "(",
+        (
+            "tests/test_sender_edges.py::test_a_connect_failure_after_the_write_started_is_uncertain",
+        ),
     ),
     # -- the ledger ------------------------------------------------------------------------
     Mutant(
@@ -232,10 +333,50 @@ MUTANTS = [
         ("tests/test_ledger.py", "tests/test_ledger_model.py"),
     ),
     Mutant(
+        "renew-without-token-sqlite",
+        "a claim taken over (same row id, another token) cannot be renewed (SQLite)",
+        "_ledger/dialects.py",
+        r'\n\s+t\.c\.token == _bind\(t, "token"\),',
+        "",
+        (LEDGER + "::test_renew_after_a_take_over_changes_nothing",),
+    ),
+    Mutant(
+        "renew-without-token-postgres",
+        "a claim taken over (same row id, another token) cannot be renewed (PostgreSQL)",
+        "_ledger/dialects.py",
+        r"t\.c\.token == v\.c\.tokens, _still_claimed\(t\)\)\n(\s+)\.values\(lease_until",
+        r"_still_claimed(t))\n\1.values(lease_until",
+        (LEDGER + "::test_renew_after_a_take_over_changes_nothing",),
+    ),
+    Mutant(
+        "renew-without-token-mysql",
+        "a claim taken over (same row id, another token) cannot be renewed (MariaDB/MySQL)",
+        "_ledger/dialects.py",
+        r'sa\.tuple_\(_bind\(t, "id", f"i_\{n\}"\), _bind\(t, "token", f"k_\{n\}"\)\)',
+        'sa.tuple_(_bind(t, "id", f"i_{n}"), t.c.token)',
+        (LEDGER + "::test_renew_after_a_take_over_changes_nothing",),
+    ),
+    Mutant(
+        "batch-mark-without-fencing-postgres",
+        "a worker whose claim was taken over cannot mark it in a batch (PostgreSQL)",
+        "_ledger/dialects.py",
+        r"t\.c\.token == v\.c\.tokens, _still_claimed\(t\)\)\n(\s+)\.values\(_batch",
+        r"_still_claimed(t))\n\1.values(_batch",
+        (LEDGER, "tests/test_ledger_races.py", DISPATCH, NOTIFIER),
+    ),
+    Mutant(
+        "batch-mark-without-fencing-mysql",
+        "a worker whose claim was taken over cannot mark it in a batch (MariaDB/MySQL)",
+        "_ledger/dialects.py",
+        r"t\.c\.id == v\.c\.id, t\.c\.token == v\.c\.token, t\.c\.status == _CLAIMED",
+        "t.c.id == v.c.id, t.c.status == _CLAIMED",
+        (LEDGER, "tests/test_ledger_races.py", DISPATCH, NOTIFIER),
+    ),
+    Mutant(
         "mark-without-fencing",
         "a worker whose claim was taken over cannot mark the slot",
-        "_ledger/core.py",
-        r'\n *t\.c\.token == sa\.bindparam\("m_token", type_=t\.c\.token\.type\),',
+        "_ledger/dialects.py",
+        r'\n *t\.c\.token == _bind\(self\.table, "token", "m_token"\),',
         "",
         ("tests/test_ledger.py", "tests/test_ledger_races.py"),
     ),

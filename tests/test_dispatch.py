@@ -346,6 +346,29 @@ async def test_sender_config_error_frees_the_run(ledger: AsyncLedger) -> None:
     assert 100 == report.counts[Outcome.SENT]
 
 
+async def test_turns_that_come_after_a_stop_claim_nothing(ledger: AsyncLedger) -> None:
+    """A run stopped by a misconfigured sender: the workers still waiting for their
+    rate-limit turn claim and send nothing when it comes."""
+
+    class WrongTokenTurns(Turnstile):
+        async def send(self, recipient: str, message: Message) -> Receipt:
+            self.sent.append(recipient)
+            raise SenderConfigError("Unauthorized: the bot token was rejected", code=401)
+
+    sender = WrongTokenTurns()
+    task = asyncio.create_task(Notifier(ledger, sender, concurrency=4).send_many(ACTION, items(10)))
+    sender.release(1)
+    for _ in range(1000):  # bounded: 10 s
+        if sender.sent:
+            break
+        await asyncio.sleep(0.01)
+    sender.release(9)  # the turns of the 3 workers waiting, and more
+    with pytest.raises(SenderConfigError):
+        await asyncio.wait_for(task, 30)
+    assert 1 == len(sender.sent)
+    assert {"released": 1} == dict(await statuses(ledger))
+
+
 # -- one bad row, one big run -----------------------------------------------------------------
 
 

@@ -412,6 +412,30 @@ async def test_an_untraced_transport_failure_is_uncertain(exc: Exception) -> Non
     assert 1 == len(script.requests)
 
 
+@pytest.mark.parametrize(
+    "exc",
+    [httpx.ConnectError("reset"), httpx.ConnectTimeout("slow")],
+    ids=lambda e: type(e).__name__,
+)
+async def test_a_connect_failure_after_the_write_started_is_uncertain(exc: Exception) -> None:
+    """A transport that traced the start of the write, then raised a connect-class error
+    (as a foreign transport may name a drop after delivery): the trace wins over the
+    class. Uncertain, never retried."""
+    requests: list[httpx.Request] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        await request.extensions["trace"]("http11.send_request_headers.started", {})
+        raise exc
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    sender = TelegramSender(TOKEN, client=client, rate_limit=None, max_retries=3)
+    with pytest.raises(UncertainSendError):
+        await sender.send("42", Message(TEXT))
+    assert 1 == len(requests)
+    await client.aclose()
+
+
 async def test_the_senders_own_client_still_retries_a_refused_connection() -> None:
     """The sender's own client (httpx over httpcore) places a refused connect before the
     write: transient, retried (here up to the retry limit, against a closed port)."""
