@@ -514,21 +514,44 @@ async def test_a_stream_keeps_only_results_that_need_attention(ledger: AsyncLedg
 # -- leases -------------------------------------------------------------------------------------
 
 
+class RenewalsHeard(AsyncLedger):
+    """An AsyncLedger that hands each renewal's result to the test as it lands."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.renewed: asyncio.Queue[list[bool]] = asyncio.Queue()
+
+    async def renew(self, *args: Any, **kwargs: Any) -> list[bool]:
+        held = await super().renew(*args, **kwargs)
+        self.renewed.put_nowait(held)
+        return held
+
+
 async def test_a_long_send_keeps_its_lease(async_engine: AsyncEngine, async_table: str) -> None:
-    """A send that outlasts the lease is renewed: an at-least-once worker cannot take it over."""
-    lease = dt.timedelta(seconds=0.6)
-    ledger = AsyncLedger(async_engine, table_name=async_table, lease=lease)
+    """A send that outlasts the lease is renewed: an at-least-once worker cannot take it over.
+
+    Each take-over is tried as a renewal lands (a whole lease of margin, on any machine),
+    three times, well past the first lease; without renewals it is tried after 5 s."""
+    lease = dt.timedelta(seconds=1)
+    ledger = RenewalsHeard(async_engine, table_name=async_table, lease=lease)
     await ledger.create_schema()
-    sender = Courier(before=2.0)
+    answer = asyncio.Event()
+
+    class AnsweredWhenTold:
+        async def send(self, recipient: str, message: Message) -> Receipt:
+            await answer.wait()
+            return Receipt(recipient)
+
+    sender = AnsweredWhenTold()
     task = asyncio.create_task(Notifier(ledger, sender).send_many(ACTION, items(1)))
-    for _ in range(500):  # bounded: 5 s
-        if sender.handed:
-            break
-        await asyncio.sleep(0.01)
     other = AsyncLedger(async_engine, table_name=async_table, lease=lease)
-    for _ in range(4):  # 1.6 s of attempts, well past the first lease
-        await asyncio.sleep(0.4)
+    renewals = []
+    for _ in range(3):
+        with contextlib.suppress(asyncio.TimeoutError):
+            renewals.append(await asyncio.wait_for(ledger.renewed.get(), 5))
         assert None is await other.claim_slot(ACTION, 0, CYCLE, take_expired=True)
+    assert [[True]] * 3 == renewals
+    answer.set()
     report = await task
     assert [Outcome.SENT] == [r.outcome for r in report.results]
 
