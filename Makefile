@@ -1,15 +1,17 @@
-# Two commands set everything up on a fresh machine:
+# Three commands set everything up on a fresh machine:
 #   make demo   creates .venv, installs notifyonce and runs the demo
 #   make test   creates .venv, installs the dev tools, starts the local databases the
-#               machine has, and runs the whole test suite, the test matrix (the core
-#               suites on every claimed Python with the lowest declared dependencies)
-#               and the static checks
+#               machine has, and runs the whole test suite but the storms, on every
+#               database, in parallel (a few minutes)
+#   make ci     all of it: the whole suite with the storms, the test matrix (the core
+#               suites on every claimed Python with the lowest declared dependencies),
+#               the static checks and the docs build; .ci/run calls it
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test pytest matrix lint docs bench bench-campaign bench-plots mutants clean
+.PHONY: demo test ci pytest matrix lint docs bench bench-campaign bench-plots mutants clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,10 +27,18 @@ demo: $(STAMP)
 $(BIN)/uv: | $(BIN)/python
 	$(BIN)/python -m pip install --quiet 'uv>=0.5'
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist): most of a test's time is spent
+# waiting on a database or a local server, so more workers than cores pay off. Every test
+# has its own tables, Redis keys, ports and tmux server, so they run side by side.
+TEST_WORKERS ?= 3
 test: $(STAMP)
-	eval "$$(scripts/services.sh)" && $(BIN)/python -m pytest $(PYTEST_ARGS)
+	eval "$$(scripts/services.sh)" && $(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not storm" $(PYTEST_ARGS)
+
+ci: $(STAMP)
+	eval "$$(scripts/services.sh)" && $(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 	$(MAKE) matrix lint docs
 
+# The whole suite (the storms too) in one process, for a run to read from top to bottom.
 pytest: $(STAMP)
 	eval "$$(scripts/services.sh)" && $(BIN)/python -m pytest $(PYTEST_ARGS)
 

@@ -10,8 +10,10 @@ does (429 above it). Per store and round it prints the mean delivery rate (first
 delivery), the busiest second, and the share of requests answered 429.
 
 The goal (a bot's budget used, not exceeded): a mean of at least 27 msg/s, at most 30 in any
-second, at most 1 % answered 429. The test suite asserts only the bounds (at most 30 a
-second, at most 1 % 429), which hold whatever the machine's speed; the rate is measured here.
+second, at most 1 % answered 429. The test suite asserts only what holds whatever the
+machine's speed (each message delivered once, at most 30 in any second as the server
+counts, a chat answered 429 not tried again before its retry_after); the rate and the
+share of 429s, which a busy machine's delays move, are measured here.
 Stores whose URL is not set (``NOTIFYONCE_TEST_POSTGRES_URL``, ``NOTIFYONCE_TEST_REDIS_URL``)
 are skipped. Bounded: about 25 s per store and round.
 """

@@ -101,9 +101,11 @@ async def limited_server() -> AsyncIterator[BotAPIServer]:
 async def test_four_workers_share_one_bots_budget(
     store_config: dict[str, Any], limited_server: BotAPIServer
 ) -> None:
-    """4 processes x 150 messages: at most 30 a second, <= 1 % answered 429, each delivered
-    once. How close to 30 a second they come depends on the machine's speed, so it is
-    measured by ``bench/bench_shared_limit.py``, not asserted here."""
+    """4 processes x 150 messages: each delivered once, at most 30 a second, and a chat
+    answered 429 is not tried again before its retry_after. How close to 30 a second they
+    come, and how few answers are 429 (a 429 comes from the delays between a booked start
+    and the server, which a busy machine stretches), depend on the machine's speed: both
+    are measured by ``bench/bench_shared_limit.py``, not asserted here."""
     start_at = time.time() + 4.0  # past every worker's imports
     configs = [
         {
@@ -122,10 +124,16 @@ async def test_four_workers_share_one_bots_budget(
     deliveries = limited_server.deliveries
     texts = sorted(d.text for d in deliveries)
     assert sorted(f"w{w}-m{n}" for w in range(4) for n in range(150)) == texts
-    floods = [r for r in limited_server.requests if r.reply.status == 429]
-    requests = len(limited_server.requests)
-    assert len(floods) <= requests // 100, f"{len(floods)} of {requests} answered 429"
     assert limited_server.busiest_window(1.0) <= 30
+    requests = limited_server.requests
+    early = [
+        (flood.chat_id, round(later.at - flood.at, 3))
+        for n, flood in enumerate(requests)
+        if flood.reply.status == 429
+        for later in requests[n + 1 :]
+        if later.chat_id == flood.chat_id and later.at - flood.at < 1.0 - 0.05
+    ]
+    assert [] == early, "tried again within retry_after (1 s) of a 429"
 
 
 async def test_one_workers_flood_wait_holds_the_others_off_that_chat(
