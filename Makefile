@@ -64,6 +64,7 @@ bench: $(STAMP)
 	eval "$$(scripts/services.sh)" && $(BIN)/python bench/bench_claims.py --json bench/results/claims.json
 	$(BIN)/python bench/bench_telegram.py --json bench/results/telegram.json
 	eval "$$(scripts/services.sh)" && $(BIN)/python bench/bench_notifier.py
+	eval "$$(scripts/services.sh)" && $(BIN)/python bench/bench_shared_limit.py --rounds 1
 
 # One campaign of a million notifications on PostgreSQL, MariaDB and SQLite (about half an
 # hour): the rate of each 100,000 against the first, and the raw driver's in the same run.

@@ -25,6 +25,26 @@ ASYNC_BACKENDS = backend_params(MARKS)
 SYNC_BACKENDS = backend_params(SYNC_NAMES)
 
 
+def _utf8(text: str) -> str:
+    """``text`` as UTF-8 can carry it: a lone surrogate becomes its escape."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Reports that can cross to pytest-xdist's controller: a test of unstorable values logs
+    a lone surrogate, which its UTF-8 channel refuses (the whole run would stop)."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    report.sections = [(title, _utf8(text)) for title, text in report.sections]
+    if report.longrepr is not None and _utf8(text := str(report.longrepr)) != text:
+        report.longrepr = _utf8(text)
+
+
 @pytest.fixture(params=ASYNC_BACKENDS)
 def async_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     """Each database with its async driver: SQLite (aiosqlite), PostgreSQL (asyncpg and

@@ -31,7 +31,7 @@ from ._databases import Backend, drop_table, make_backend
 CHATS = 10_000
 TOKEN = "12345:crash-broadcast"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.storm]
 
 
 @pytest.fixture(

@@ -28,7 +28,7 @@ if not IN_CI:  # in CI a missing dev dependency is a failure, not a skip
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "celery_workers"
 BROKER = os.environ.get("NOTIFYONCE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 
-pytestmark = [pytest.mark.slow, pytest.mark.sqlite]
+pytestmark = [pytest.mark.slow, pytest.mark.storm, pytest.mark.sqlite]
 
 
 def _broker_answers() -> bool:

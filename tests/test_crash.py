@@ -216,6 +216,7 @@ class Figures:
         )
 
 
+@pytest.mark.storm
 async def test_parallel_worker_processes_send_each_slot_once(backend: Backend, table: str) -> None:
     """Four worker processes over the same notifications: every chat gets exactly one message."""
     server = BotAPIServer(latency=0.01).start()

@@ -270,8 +270,20 @@ async def test_a_foreign_base_exception_stops_every_send(ledger: AsyncLedger) ->
     class Shutdown(BaseException):
         pass
 
-    sender = Courier(before=0.2)
-    sender.raise_for["3"] = Shutdown()
+    class ShutsDown(Courier):
+        """Chat 3's send raises Shutdown once the 7 other sends are under way (2 s each)."""
+
+        async def send(self, recipient: str, message: Message) -> Receipt:
+            if recipient != "3":
+                return await super().send(recipient, message)
+            self.handed.append(recipient)
+            for _ in range(1000):  # bounded: 10 s
+                if self.in_flight >= 7:
+                    break
+                await asyncio.sleep(0.01)
+            raise Shutdown
+
+    sender = ShutsDown(before=2.0)
     with pytest.raises(Shutdown):
         await Notifier(ledger, sender, concurrency=8).send_many(ACTION, items(40))
     assert 0 == sender.in_flight

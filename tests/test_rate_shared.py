@@ -98,6 +98,7 @@ async def limited_server() -> AsyncIterator[BotAPIServer]:
         yield server
 
 
+@pytest.mark.storm
 async def test_four_workers_share_one_bots_budget(
     store_config: dict[str, Any], limited_server: BotAPIServer
 ) -> None:
