@@ -23,6 +23,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
+from notifyonce._errors import LedgerError
 from notifyonce._keys import Cycle, SlotKey, Subject, make_key, normalize_action
 from notifyonce._ledger.checks import (
     ClaimOptions,
@@ -108,13 +109,13 @@ class _LedgerBase(Generic[EngineT]):
         self, action: object, subject: object, cycle: object, options: ClaimOptions
     ) -> Plan[Claim | None]:
         key = make_key(action, subject, cycle)
-        core = self._core
+        claim = self._plan_claim_keys([key], options)
 
         def body(link: Link) -> Claim | None:
-            won = core.claim_keys(link, key.action, [key], options)
+            won = claim.body(link)
             return won[0] if won else None
 
-        return Plan(body, autocommit=core.dialect.claim_is_one_statement)
+        return Plan(body, autocommit=claim.autocommit, undo=claim.undo)
 
     def _claim_many_plans(
         self, action: object, items: object, options: ClaimOptions, chunk_size: object
@@ -133,11 +134,19 @@ class _LedgerBase(Generic[EngineT]):
         return keys, [self._plan_claim_keys(chunk, options) for chunk in chunks]
 
     def _plan_claim_keys(self, keys: list[SlotKey], options: ClaimOptions) -> Plan[list[Claim]]:
-        """Claim ``keys`` (checked, distinct, one action): one statement, one transaction."""
+        """Claim ``keys`` (checked, distinct, one action): one statement, one transaction.
+
+        If it fails, the rows it may have won are released by their tokens (``undo``).
+        """
         core = self._core
+        ordered, tokens = core.claim_batch(keys)
+        undo = Plan(partial(core.release_lost, keys=ordered, tokens=tokens), on_link=False)
         return Plan(
-            partial(core.claim_keys, action=keys[0].action, keys=keys, options=options),
+            partial(
+                core.claim_keys, action=keys[0].action, keys=ordered, options=options, tokens=tokens
+            ),
             autocommit=core.dialect.claim_is_one_statement,
+            undo=undo,
         )
 
     def _plan_release_won(self, won: Sequence[Claim]) -> Plan[list[bool]]:
@@ -416,6 +425,15 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
     ) -> T:
         if connection is not None:
             return await connection.run_sync(self._core.run, plan, owned=False)
+        try:
+            return await self._run_owned(plan, keeper)
+        except LedgerError:
+            if plan.undo is not None:
+                with contextlib.suppress(Exception):  # the failure is what the caller sees
+                    await self._run_owned(plan.undo, None)
+            raise
+
+    async def _run_owned(self, plan: Plan[T], keeper: Keeper | None) -> T:
         # The whole call (checkout, statements, commit, checkin) in one greenlet on the
         # engine's sync facade: what AsyncConnection does, minus two greenlet hops.
         core, sync = self._core, self._engine.sync_engine
@@ -824,6 +842,15 @@ class Ledger(_LedgerBase[sa.Engine]):
     def _run(self, plan: Plan[T], *, connection: Connection | None = None) -> T:
         if connection is not None:
             return self._core.run(connection, plan, owned=False)
+        try:
+            return self._run_owned(plan)
+        except LedgerError:
+            if plan.undo is not None:
+                with contextlib.suppress(Exception):  # the failure is what the caller sees
+                    self._run_owned(plan.undo)
+            raise
+
+    def _run_owned(self, plan: Plan[T]) -> T:
         if not self._core.dialect.one_writer:
             return self._core.run_owned(self._engine, plan)
         with _sqlite_thread_gate(self._engine):
