@@ -37,21 +37,33 @@ class Seeded:
     running_total: int = 10
 
 
-@asynccontextmanager
-async def seeded_ledger(backend: Backend) -> AsyncIterator[Seeded]:
-    """Fill a fresh table on ``backend``; drop it (and its rate table) afterwards."""
-    table = backend.unique_table()
+async def seed(backend: Backend) -> Seeded:
+    """Fill a fresh table on ``backend`` (`unseed` drops it)."""
+    seeded = Seeded(backend.unique_table())
     engine = create_async_engine(backend.async_url)
     try:
-        ledger = AsyncLedger(engine, table_name=table)
+        ledger = AsyncLedger(engine, table_name=seeded.table)
         await ledger.create_schema()
-        seeded = Seeded(table)
         await _fill(ledger, seeded)
-        yield seeded
     finally:
         await engine.dispose()
-        drop_table(backend, table)
-        drop_table(backend, f"{table}_rate_limits")
+    return seeded
+
+
+def unseed(backend: Backend, seeded: Seeded) -> None:
+    """Drop the seeded table and the rate table beside it."""
+    drop_table(backend, seeded.table)
+    drop_table(backend, f"{seeded.table}_rate_limits")
+
+
+@asynccontextmanager
+async def seeded_ledger(backend: Backend) -> AsyncIterator[Seeded]:
+    """A seeded table on ``backend`` while the block runs."""
+    seeded = await seed(backend)
+    try:
+        yield seeded
+    finally:
+        unseed(backend, seeded)
 
 
 async def _fill(ledger: AsyncLedger, s: Seeded) -> None:
