@@ -169,7 +169,7 @@ async def test_campaign_progress_and_its_live_json(console: Console) -> None:
     assert (4, 10, 6, 1) == (data["done"], data["total"], data["remaining"], data["unknown"])
     assert data["rate"] > 0
     assert data["eta_seconds"] > 0
-    assert sum(data["per_minute"]) == 3
+    assert sum(data["per_minute"]) == 8  # promo's sends: both campaigns
     assert len(data["per_minute"]) == 60
 
 
@@ -225,17 +225,22 @@ async def test_rate_page_shows_the_sql_stores_flood_waits(
 async def test_requeue_goes_through_a_confirmation_and_changes_only_the_chosen(
     console: Console,
 ) -> None:
-    """Chosen unknown slots are released after the confirmation; the same subject's
-    failed slot of another cycle stays as it was."""
+    """The chosen unknown slots are released after the confirmation, nothing before it;
+    the same subject's unknown slot of another cycle, not chosen, stays unknown."""
+    other = DEADLINE - dt.timedelta(days=30)
+    claim = console.ledger.claim_slot("trial_6h", 3, other)
+    assert claim is not None
+    console.ledger.mark_unknown(claim, "read timeout after the request was sent")
+    chosen = [console.ledger.get("trial_6h", s, DEADLINE) for s in (3, EVIL_SUBJECT)]
+    ids = [str(r.id) for r in chosen if r is not None]
     async with console.client() as client:
         page = (
             await client.get("/problems", params={"status": "unknown", "action": "trial_6h"})
         ).text
-        ids = re.findall(r'name="slot" value="(\d+)"', page)
-        csrf = _csrf(page)
-        confirm = await client.post("/requeue/confirm", data={"csrf": csrf, "slot": ids})
+        assert 3 == page.count('name="slot"')
+        confirm = await client.post("/requeue/confirm", data={"csrf": _csrf(page), "slot": ids})
         assert 200 == confirm.status_code
-        assert f"Requeue {len(ids)} slots?" in confirm.text
+        assert "Requeue 2 slots?" in confirm.text
         assert "may send a duplicate" in confirm.text
         assert SlotStatus.UNKNOWN == console.status(3)  # nothing changed yet
         done = await client.post(
@@ -246,6 +251,7 @@ async def test_requeue_goes_through_a_confirmation_and_changes_only_the_chosen(
     assert "Requeued 2 slots" in shown
     assert SlotStatus.RELEASED == console.status(3)
     assert SlotStatus.RELEASED == console.status(EVIL_SUBJECT)
+    assert SlotStatus.UNKNOWN == console.status(3, other)
     assert SlotStatus.FAILED == console.status(3, LATER)
     assert SlotStatus.SENT == console.status(1)
 

@@ -2,9 +2,8 @@
 
 Pages answer an operator's questions about the ledger (what each action and campaign did,
 one subject's history, a running campaign's progress, the unknown and failed slots by
-error, the leases held, the flood waits) and two actions, each behind a confirmation:
-requeue chosen unknown or failed slots, and stop a running campaign. Needs the ``web``
-extra: ``pip install 'notifyonce[web]'``.
+error, the leases held, the flood waits), and one action behind a confirmation: requeue
+chosen unknown or failed slots. Needs the ``web`` extra: ``pip install 'notifyonce[web]'``.
 """
 
 from __future__ import annotations

@@ -304,7 +304,10 @@ def campaign_progress(
         # The broadcast records its number of recipients in the row's token (0: unknown).
         total = int(row.token) or None
     counts = _status_counts(conn, t, action, campaign, None)
-    per_minute = _per_minute(conn, t, action, now, cycle=campaign)
+    # The action's sends, not only this campaign's: read from the (action, sent_at) index
+    # alone, without a visit to each row for its cycle (two campaigns of one action seldom
+    # run at once).
+    per_minute = _per_minute(conn, t, action, now)
     window = dt.timedelta(minutes=5)
     recent = _capped(
         conn,
