@@ -742,6 +742,7 @@ class LedgerCore:
         statuses: Sequence[SlotStatus],
         since: dt.datetime | None,
         subjects: Sequence[str] | None,
+        cycle: str | None = None,
     ) -> sa.ColumnElement[bool]:
         """The rows ``slots`` lists and ``requeue`` puts back: one filter for both."""
         t = self.table
@@ -752,6 +753,8 @@ class LedgerCore:
             cond = sa.and_(cond, t.c.updated_at >= since)
         if subjects is not None:
             cond = sa.and_(cond, t.c.subject.in_(subjects))
+        if cycle is not None:
+            cond = sa.and_(cond, t.c.cycle == cycle)
         return cond
 
     def slots(
@@ -762,12 +765,13 @@ class LedgerCore:
         since: dt.datetime | None,
         subjects: Sequence[str] | None,
         limit: int,
+        cycle: str | None = None,
     ) -> list[SlotRecord]:
         """Up to ``limit`` rows with these statuses, most recently changed first."""
         t = self.table
         stmt = (
             sa.select(t)
-            .where(self._settled(action, statuses, since, subjects))
+            .where(self._settled(action, statuses, since, subjects, cycle))
             .order_by(t.c.updated_at.desc(), t.c.id.desc())
             .limit(limit)
         )
@@ -781,6 +785,7 @@ class LedgerCore:
         since: dt.datetime | None,
         subjects: Sequence[str] | None,
         dry_run: bool,
+        cycle: str | None = None,
     ) -> list[SlotKey]:
         """Release the rows of ``action`` with these statuses so the next claim wins them.
 
@@ -789,7 +794,7 @@ class LedgerCore:
         between is left alone. ``attempt`` and ``last_error`` are kept for the record.
         """
         t = self.table
-        cond = self._settled(action, statuses, since, subjects)
+        cond = self._settled(action, statuses, since, subjects, cycle)
         # Read through the status index, then put in row order here: an ORDER BY id let
         # MariaDB walk the primary key over the whole table instead.
         found = sa.select(t.c.id, t.c.action, t.c.subject, t.c.cycle, t.c.cycle_at).where(cond)

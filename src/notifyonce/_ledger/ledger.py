@@ -24,7 +24,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from notifyonce._errors import LedgerError
-from notifyonce._keys import Cycle, SlotKey, Subject, make_key, normalize_action
+from notifyonce._keys import (
+    Cycle,
+    SlotKey,
+    Subject,
+    make_key,
+    normalize_action,
+    normalize_cycle,
+)
 from notifyonce._ledger.checks import (
     ClaimOptions,
     check_aware,
@@ -245,7 +252,13 @@ class _LedgerBase(Generic[EngineT]):
         return Plan(body, on_link=False)
 
     def _plan_requeue(
-        self, action: object, status: object, since: object, subjects: object, dry_run: object
+        self,
+        action: object,
+        status: object,
+        since: object,
+        subjects: object,
+        dry_run: object,
+        cycle: object = None,
     ) -> Plan[list[SlotKey]]:
         dry = check_bool("dry_run", dry_run)
         body = partial(
@@ -255,11 +268,18 @@ class _LedgerBase(Generic[EngineT]):
             since=None if since is None else check_aware("since", since),
             subjects=None if subjects is None else normalize_subjects(subjects),
             dry_run=dry,
+            cycle=None if cycle is None else normalize_cycle(cycle)[0],
         )
         return Plan(body, write=not dry, on_link=False)
 
     def _plan_slots(
-        self, status: object, action: object, since: object, subjects: object, limit: object
+        self,
+        status: object,
+        action: object,
+        since: object,
+        subjects: object,
+        limit: object,
+        cycle: object = None,
     ) -> Plan[list[SlotRecord]]:
         body = partial(
             self._core.slots,
@@ -268,6 +288,7 @@ class _LedgerBase(Generic[EngineT]):
             since=None if since is None else check_aware("since", since),
             subjects=None if subjects is None else normalize_subjects(subjects),
             limit=check_positive_int("limit", limit),
+            cycle=None if cycle is None else normalize_cycle(cycle)[0],
         )
         return Plan(body, write=False, on_link=False)
 
@@ -776,6 +797,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         since: dt.datetime | None = None,
         subjects: Iterable[Subject] | None = None,
         dry_run: bool = False,
+        cycle: Cycle | None = None,
     ) -> list[SlotKey]:
         """Put settled slots back, so the next run sends them: a deliberate resend.
 
@@ -791,6 +813,8 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
             since: Only slots whose outcome was recorded at or after this aware datetime.
             subjects: Only these subjects.
             dry_run: Change nothing; return what would be requeued.
+            cycle: Only the slots of this cycle (the operator console requeues the slots
+                chosen on a page this way, one cycle at a time).
 
         Returns:
             The keys of the slots released (or that would be, with ``dry_run``).
@@ -800,7 +824,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
             keys = await ledger.requeue("trial_6h", status="unknown", since=outage_start)
             ```
         """
-        return await self._run(self._plan_requeue(action, status, since, subjects, dry_run))
+        return await self._run(self._plan_requeue(action, status, since, subjects, dry_run, cycle))
 
     async def slots(
         self,
@@ -810,6 +834,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         since: dt.datetime | None = None,
         subjects: Iterable[Subject] | None = None,
         limit: int = 100,
+        cycle: Cycle | None = None,
     ) -> list[SlotRecord]:
         """The slots with a status (e.g. every ``unknown`` one), most recently changed first.
 
@@ -819,8 +844,9 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
             since: Only slots that changed at or after this aware datetime.
             subjects: Only these subjects.
             limit: At most this many records.
+            cycle: Only the slots of this cycle.
         """
-        return await self._run(self._plan_slots(status, action, since, subjects, limit))
+        return await self._run(self._plan_slots(status, action, since, subjects, limit, cycle))
 
 
 class Ledger(_LedgerBase[sa.Engine]):
@@ -983,9 +1009,10 @@ class Ledger(_LedgerBase[sa.Engine]):
         since: dt.datetime | None = None,
         subjects: Iterable[Subject] | None = None,
         dry_run: bool = False,
+        cycle: Cycle | None = None,
     ) -> list[SlotKey]:
         """See [`AsyncLedger.requeue`][notifyonce.AsyncLedger.requeue]."""
-        return self._run(self._plan_requeue(action, status, since, subjects, dry_run))
+        return self._run(self._plan_requeue(action, status, since, subjects, dry_run, cycle))
 
     def slots(
         self,
@@ -995,6 +1022,7 @@ class Ledger(_LedgerBase[sa.Engine]):
         since: dt.datetime | None = None,
         subjects: Iterable[Subject] | None = None,
         limit: int = 100,
+        cycle: Cycle | None = None,
     ) -> list[SlotRecord]:
         """See [`AsyncLedger.slots`][notifyonce.AsyncLedger.slots]."""
-        return self._run(self._plan_slots(status, action, since, subjects, limit))
+        return self._run(self._plan_slots(status, action, since, subjects, limit, cycle))
