@@ -272,6 +272,8 @@ class Run:
             asyncio.ensure_future(self._guard(self._worker())) for _ in range(self.n.concurrency)
         ]
         renewer = asyncio.ensure_future(self._renew_leases())
+        if self.stopping:  # halted before it started
+            self.stop(None, hard=False)
         cancelled = False
         try:
             await asyncio.wait(self.tasks)
@@ -325,6 +327,18 @@ class Run:
         for task in self.tasks[1:]:
             if hard or task in self.idle:
                 task.cancel()
+
+    def halt(self, reason: str) -> None:
+        """Stop gently on a request from outside the run (a broadcast cancelled from the
+        console): as a bot-wide flood wait does, no new sends, the ones under way finish
+        and are recorded, what was not tried comes back ``RETRY``; ``Report.stopped``
+        says ``reason``."""
+        if self.report.stopped is None:
+            self.report.stopped = reason
+        if self.tasks:
+            self.stop(None, hard=False)
+        else:  # not started: ``_execute`` stops at once
+            self.stopping = True
 
     async def _guard(self, body: Any) -> None:
         """Run one pipeline task; a failure stops the run instead of escaping the task."""

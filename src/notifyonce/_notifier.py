@@ -220,6 +220,8 @@ class Notifier:
         self._last_sweep: dict[str, float] = {}  # per action: sweeps are scoped to actions
         self._last_ticks: dict[Schedule, dt.datetime] = {}
         self._sweep_lock = asyncio.Lock()
+        # Told of each send_many run as it starts: a Broadcast keeps it to stop it gently.
+        self._on_run: Callable[[Run], None] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -308,7 +310,10 @@ class Notifier:
         )
         report.swept = await self._maybe_sweep(action)
         try:
-            await Run(self, action, report, keep, keys).execute(notifications)
+            run = Run(self, action, report, keep, keys)
+            if self._on_run is not None:
+                self._on_run(run)
+            await run.execute(notifications)
         except SenderConfigError as exc:
             # Once, and plainly: the per-slot lines only say the slots were released.
             logger.error(
