@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 import shutil
@@ -14,12 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from notifyonce import BroadcastProgress
+from notifyonce import BroadcastProgress, BroadcastReport, Ledger, Report
+from notifyonce._campaign import cancel_statement
 from notifyonce._cli import main
-from notifyonce._cli_broadcast import render_bar, render_line, render_lines
+from notifyonce._cli_broadcast import render_bar, render_line, render_lines, summary
 from notifyonce.testing import BotAPIServer, Reply
 
 from ._databases import IN_CI
@@ -345,6 +348,46 @@ def test_a_changed_text_is_refused_unless_allowed(workdir: Path, server: BotAPIS
     assert [("3", "secret-news-5c1e: a cheaper tariff")] == [
         (d.chat_id, d.text) for d in server.deliveries[2:]
     ]
+
+
+def test_a_campaign_cancelled_from_the_console_resumes_only_when_told(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """After a cancel request a run (and a dry run) exits 2 naming the campaign and the
+    flag, sending nothing; --resume-cancelled withdraws it and sends the rest."""
+    chats = workdir / "chats.txt"
+    chats.write_text("1\n2\n")
+    assert 0 == run(command(workdir, server)).returncode
+    engine = sa.create_engine(os.environ["NOTIFYONCE_DATABASE_URL"])
+    try:
+        table = Ledger(engine).table
+        with engine.begin() as conn:
+            now = dt.datetime.now(dt.timezone.utc)
+            conn.execute(cancel_statement(table, "news", "c1", now, cancel=True))
+    finally:
+        engine.dispose()
+    chats.write_text("1\n2\n3\n")
+    for extra in ((), ("--dry-run",)):
+        refused = run(command(workdir, server, *extra))
+        assert 2 == refused.returncode
+        assert "campaign news/c1 was cancelled from the console at" in refused.stderr
+        assert "--resume-cancelled" in refused.stderr
+    assert 2 == len(server.deliveries)
+    resumed = run(command(workdir, server, "--resume-cancelled"))
+    assert 0 == resumed.returncode, resumed.stderr
+    assert ["3"] == [d.chat_id for d in server.deliveries[2:]]
+    assert 0 == run(command(workdir, server)).returncode  # the request is gone
+
+
+def test_the_summary_of_a_run_cancelled_from_the_console() -> None:
+    """The summary says the run was cancelled from the console and names the flag."""
+    note = "cancelled from the console at 2026-12-01 12:00:00 UTC"
+    progress = BroadcastProgress(sent=5, retry=3, elapsed=1.0, finished=True)
+    report = BroadcastReport("news", "c1", progress, Report(stopped=note), cancelled=True)
+    text = summary(report)
+    assert text.startswith("broadcast news/c1 cancelled in")
+    assert f"{note}: the sends under way finished" in text
+    assert "--resume-cancelled" in text
 
 
 def test_the_bot_api_url_comes_from_the_environment(

@@ -30,6 +30,7 @@ require("starlette", "web")
 httpx = require("httpx", "web")
 
 from notifyonce import Ledger, SlotStatus  # noqa: E402
+from notifyonce._campaign import CANCEL_NOTE, cancel_note, cancel_query  # noqa: E402
 from notifyonce.web import WebAuth, create_app  # noqa: E402
 from notifyonce.web import _queries as queries  # noqa: E402
 
@@ -171,6 +172,57 @@ async def test_campaign_progress_and_its_live_json(console: Console) -> None:
     assert data["eta_seconds"] > 0
     assert sum(data["per_minute"]) == 8  # promo's sends: both campaigns
     assert len(data["per_minute"]) == 60
+
+
+def _cancel_request(console: Console, campaign: str) -> str | None:
+    with console.engine.connect() as conn:
+        value = conn.execute(cancel_query(console.ledger.table, "promo", campaign)).scalar()
+    return cancel_note(value)
+
+
+async def test_cancel_goes_through_a_confirmation_and_needs_the_csrf_token(
+    console: Console,
+) -> None:
+    """The running campaign's page offers a cancel; its confirmation says what happens; a
+    POST without the CSRF token, a wrong one, from another site, or unconfirmed changes
+    nothing; the confirmed one stores the request, which the pages then show."""
+    running = {"action": "promo", "campaign": console.seeded.running}
+    async with console.client() as client:
+        page = (await client.get("/campaign", params=running)).text
+        assert 'id="cancel"' in page
+        assert "not requested" in page
+        confirm = (await client.get("/campaign/cancel", params=running)).text
+        for promise in ("stops within a few seconds", "sends under way finish"):
+            assert promise in confirm
+        assert "Nothing is sent twice" in confirm
+        assert "--resume-cancelled" in confirm
+        form = {**running, "csrf": _csrf(confirm), "confirm": "yes"}
+        refused = [
+            await client.post("/campaign/cancel", data={**form, "csrf": ""}),
+            await client.post("/campaign/cancel", data={**form, "csrf": "0" * 64}),
+            await client.post(
+                "/campaign/cancel", data=form, headers={"sec-fetch-site": "cross-site"}
+            ),
+            await client.post("/campaign/cancel", data={**form, "confirm": ""}),
+            await client.post("/campaign/cancel", data={**form, "campaign": "no-such"}),
+        ]
+        assert [403] * 5 == [r.status_code for r in refused]
+        assert None is _cancel_request(console, console.seeded.running)
+
+        done = await client.post("/campaign/cancel", data=form)
+        assert 303 == done.status_code
+        note = _cancel_request(console, console.seeded.running)
+        assert note is not None
+        assert note.startswith(CANCEL_NOTE)
+        after = (await client.get("/campaign", params=running)).text
+        data = (await client.get("/campaign.json", params=running)).json()
+        overview = (await client.get("/")).text
+    assert 'id="cancel"' not in after
+    assert "cancel requested" in after  # one chat is still claimed: the run is stopping
+    assert (note, "cancel requested") == (data["cancel"], data["cancel_state"])
+    assert "cancel requested" in _row(overview, f'data-campaign="{console.seeded.running}"')
+    assert "cancel" not in _row(overview, f'data-campaign="{console.seeded.finished}"')
+    assert None is _cancel_request(console, console.seeded.finished)
 
 
 async def test_problems_grouped_by_error_and_listed(console: Console) -> None:

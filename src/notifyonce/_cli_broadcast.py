@@ -6,6 +6,8 @@ Exit codes (as the other commands, plus 1 and 130 for what a broadcast leaves be
 - 1: the run ended but chats need attention: outcomes unknown (listed; never resent),
   sends to retry, or slots still claimed by another run; or it stopped early for a
   bot-wide flood wait (the chats not tried count as to retry). Running it again resumes.
+  Also when it was cancelled from the operator console: the sends under way finished, the
+  chats not tried count as to retry; it resumes only with ``--resume-cancelled``.
 - 2: usage error: bad arguments, no token, an unreadable file, a rejected bot token.
 - 3: the database could not be reached or failed.
 - 130: interrupted (Ctrl-C or SIGTERM): no new sends started, the sends under way were
@@ -142,6 +144,12 @@ def add_parser(
         action="store_true",
         help="resume a campaign although its text or media differ from what it started "
         "with: the chats not handled yet get the new message",
+    )
+    parser.add_argument(
+        "--resume-cancelled",
+        action="store_true",
+        help="run a campaign that was cancelled from the operator console (notifyonce web) "
+        "again: withdraw the cancel and send to the chats not handled yet",
     )
     parser.add_argument("--concurrency", type=int, default=16, help="sends in flight at most")
     parser.add_argument(
@@ -329,6 +337,7 @@ async def _broadcast(
                 on_progress=display.show,
                 every=every,
                 allow_changed_message=args.allow_changed_message,
+                resume_cancelled=args.resume_cancelled,
             )
             report = await _run_interruptibly(broadcast)
         finally:
@@ -339,7 +348,7 @@ async def _broadcast(
             await aclose()
         await engine.dispose()
     print(summary(report, dry_run=args.dry_run))
-    if report.cancelled:
+    if report.cancelled and report.report.stopped is None:  # Ctrl-C or SIGTERM
         return EXIT_INTERRUPTED
     p = report.progress
     if report.unknown or report.held or p.retry or p.lease_lost:
@@ -579,8 +588,11 @@ def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
             f"{p.duplicate:,} already done; nothing was sent or recorded"
         )
     rate = p.done / p.elapsed if p.elapsed > 0 else 0.0
+    from_console = report.cancelled and report.report.stopped is not None
     state = (
-        "interrupted"
+        "cancelled"
+        if from_console
+        else "interrupted"
         if report.cancelled
         else "stopped"
         if report.report.stopped is not None
@@ -591,7 +603,12 @@ def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
         f"{p.sent:,} sent, {p.failed:,} failed, {p.unknown:,} unknown, "
         f"{p.duplicate:,} already done, {p.retry:,} to retry"
     ]
-    if report.cancelled:
+    if from_console:
+        lines.append(
+            f"{report.report.stopped}: the sends under way finished; the chats not reached "
+            "stay unsent until the same command runs again with --resume-cancelled"
+        )
+    elif report.cancelled:
         lines.append("run the same command again to resume")
     elif report.report.stopped is not None:
         lines.append(

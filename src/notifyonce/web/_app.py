@@ -1,8 +1,9 @@
 """The console's ASGI app: its routes, the guard in front of them, and the two actions.
 
 Pages read through ``_queries`` on a sync ``Engine`` (in Starlette's thread pool) or an
-``AsyncEngine`` (through ``run_sync``); the actions go through the ledger itself, so a
-requeue here follows exactly the rules of ``notifyonce requeue``.
+``AsyncEngine`` (through ``run_sync``); the actions go through the ledger's own code, so a
+requeue here follows exactly the rules of ``notifyonce requeue``, and a cancel writes the
+request a running broadcast reads (``_campaign.cancel_statement``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from notifyonce._campaign import CANCEL_POLL, cancel_statement
 from notifyonce._errors import ValidationError
 from notifyonce._ledger.ledger import AsyncLedger, Ledger
 from notifyonce._ledger.table import SlotStatus
@@ -126,16 +128,18 @@ class Console:
         env.globals["duration"] = _duration
         env.globals["href"] = href
 
-    # -- running reads ---------------------------------------------------------------
+    # -- running reads (and the one write) ----------------------------------------------
 
-    async def read(self, body: Callable[[Connection], T]) -> T:
+    async def read(self, body: Callable[[Connection], T], *, commit: bool = False) -> T:
+        """``body`` on a connection; with ``commit``, in one transaction committed when it
+        returns."""
         engine = self.engine
         if isinstance(engine, AsyncEngine):
-            async with engine.connect() as conn:
+            async with engine.begin() if commit else engine.connect() as conn:
                 return await conn.run_sync(body)
 
         def run() -> T:
-            with engine.connect() as conn:
+            with engine.begin() if commit else engine.connect() as conn:
                 return body(conn)
 
         return await run_in_threadpool(run)
@@ -208,8 +212,11 @@ class Console:
             request, session, "login.html", context, status_code=401, headers=headers
         )
 
-    async def checked_form(self, request: Request) -> tuple[Session, Any] | Response:
-        """A POST's session and form, or the refusal: no session, no CSRF token, another site."""
+    async def checked_form(
+        self, request: Request, *, confirmed: str | None = None
+    ) -> tuple[Session, Any] | Response:
+        """A POST's session and form, or the refusal: no session, no CSRF token, another
+        site, or (when it names ``confirmed``, the change) no ``confirm=yes``."""
         session = self.sessions.read(request.cookies.get(COOKIE))
         form = await request.form()
         token = form.get("csrf")
@@ -225,6 +232,8 @@ class Console:
             )
         if self.auth is not None and not session.authenticated:
             return PlainRefusal("refused: log in first")
+        if confirmed is not None and form.get("confirm") != "yes":
+            return PlainRefusal(f"refused: {confirmed} was not confirmed")
         return session, form
 
 
@@ -410,12 +419,10 @@ async def requeue_confirm(request: Request, console: Console) -> Response:
 
 
 async def requeue_do(request: Request, console: Console) -> Response:
-    checked = await console.checked_form(request)
+    checked = await console.checked_form(request, confirmed="the requeue")
     if isinstance(checked, Response):
         return checked
     session, form = checked
-    if form.get("confirm") != "yes":
-        return PlainRefusal("refused: the requeue was not confirmed")
     try:
         ids = _chosen_ids(form)
     except ValidationError as exc:
@@ -434,6 +441,37 @@ async def requeue_do(request: Request, console: Console) -> Response:
             keys = await _requeue(console.ledger, action, status, subjects, cycle)
             requeued += len(keys)
     url = request.url_for("problems").path + f"?requeued={requeued}"
+    return console.finish(request, session, RedirectResponse(url, status_code=303))
+
+
+async def cancel_confirm(console: Console, request: Request, session: Session) -> Response:
+    """The confirmation before a cancel: what it will do, and the one button that does it."""
+    args = _campaign_args(request)
+    if args is None:
+        return console.finish(request, session, PlainRefusal("name an action and a campaign"))
+    progress = await _progress(console, *args)
+    context = {"p": progress, "every": CANCEL_POLL}
+    return console.respond(request, session, "confirm_cancel.html", context)
+
+
+async def cancel_do(request: Request, console: Console) -> Response:
+    """Store the campaign's cancel request (one UPDATE through the unique key)."""
+    checked = await console.checked_form(request, confirmed="the cancel")
+    if isinstance(checked, Response):
+        return checked
+    session, form = checked
+    action, campaign = form.get("action"), form.get("campaign")
+    if not isinstance(action, str) or not isinstance(campaign, str) or not action or not campaign:
+        return PlainRefusal("refused: name an action and a campaign")
+    statement = cancel_statement(console.table, action, campaign, console.now(), cancel=True)
+    found = await console.read(lambda conn: conn.execute(statement).rowcount, commit=True)
+    if not found:
+        return PlainRefusal(
+            f"refused: there is no campaign {campaign!r} of {action!r} (no run recorded it)"
+        )
+    url = (
+        request.url_for("campaign").path + "?" + urlencode({"action": action, "campaign": campaign})
+    )
     return console.finish(request, session, RedirectResponse(url, status_code=303))
 
 
@@ -516,6 +554,8 @@ def create_app(
         Route("/subject", _page(console, subject_page), name="subject"),
         Route("/campaign", _page(console, campaign_page), name="campaign"),
         Route("/campaign.json", _page(console, campaign_json), name="campaign_json"),
+        Route("/campaign/cancel", _page(console, cancel_confirm), name="cancel_confirm"),
+        Route("/campaign/cancel", post(cancel_do), methods=["POST"], name="cancel"),
         Route("/problems", _page(console, problems_page), name="problems"),
         Route("/leases", _page(console, leases_page), name="leases"),
         Route("/rate-limits", _page(console, rate_page), name="rate_limits"),

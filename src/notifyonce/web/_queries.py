@@ -23,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from notifyonce._campaign import CAMPAIGN_ACTION
+from notifyonce._campaign import CAMPAIGN_ACTION, cancel_note
 from notifyonce._ledger.table import SlotStatus
 
 __all__ = [
@@ -86,11 +86,23 @@ class CampaignSummary:
     campaign: str
     started_at: dt.datetime
     counts: dict[str, Count]
+    cancel: str | None = None  # its cancel request from the console, if any
 
     @property
     def running(self) -> bool:
         """Some of its chats are claimed right now."""
         return self.counts[SlotStatus.CLAIMED.value].value > 0
+
+    @property
+    def cancel_state(self) -> str | None:
+        return _cancel_state(self.cancel, self.running)
+
+
+def _cancel_state(cancel: str | None, running: bool) -> str | None:
+    """What a page says of a campaign's cancel request: still stopping, or stopped."""
+    if cancel is None:
+        return None
+    return "cancel requested" if running else "cancelled"
 
 
 @dataclass(frozen=True)
@@ -105,6 +117,16 @@ class CampaignProgress:
     rate: float  # sends per second over the last few minutes
     total: int | None  # the recipients the broadcast said it has, when it said so
     last_sent_at: dt.datetime | None
+    cancel: str | None = None  # its cancel request from the console, if any
+
+    @property
+    def known(self) -> bool:
+        """The campaign has its row (a run recorded its message): it can be cancelled."""
+        return self.started_at is not None
+
+    @property
+    def cancel_state(self) -> str | None:
+        return _cancel_state(self.cancel, self.counts[SlotStatus.CLAIMED.value].value > 0)
 
     @property
     def done(self) -> int:
@@ -135,6 +157,8 @@ class CampaignProgress:
             "unknown": self.counts[SlotStatus.UNKNOWN.value].value,
             "per_minute": self.per_minute,
             "last_sent_at": None if self.last_sent_at is None else self.last_sent_at.isoformat(),
+            "cancel": self.cancel,
+            "cancel_state": self.cancel_state,
         }
 
 
@@ -273,7 +297,7 @@ def campaign_summaries(
 ) -> list[CampaignSummary]:
     """The latest campaigns (from the rows broadcasts keep of their message), newest first."""
     stmt = (
-        sa.select(t.c.subject, t.c.cycle, t.c.created_at)
+        sa.select(t.c.subject, t.c.cycle, t.c.created_at, t.c.last_error)
         .where(t.c.action == CAMPAIGN_ACTION)
         .order_by(t.c.created_at.desc(), t.c.id.desc())
         .limit(MAX_CAMPAIGNS)
@@ -284,6 +308,7 @@ def campaign_summaries(
             row.cycle,
             row.created_at,
             _status_counts(conn, t, row.subject, row.cycle, cap),
+            cancel_note(row.last_error),
         )
         for row in conn.execute(stmt)
     ]
@@ -293,9 +318,9 @@ def campaign_progress(
     conn: Connection, t: sa.Table, action: str, campaign: str, now: dt.datetime
 ) -> CampaignProgress:
     """One campaign's exact counts (its own rows only), rate over 5 minutes, ETA."""
-    started_at, total = None, None
+    started_at, total, cancel = None, None, None
     row = conn.execute(
-        sa.select(t.c.created_at, t.c.attempt, t.c.token).where(
+        sa.select(t.c.created_at, t.c.token, t.c.last_error).where(
             t.c.action == CAMPAIGN_ACTION, t.c.cycle == campaign, t.c.subject == action
         )
     ).first()
@@ -303,6 +328,7 @@ def campaign_progress(
         started_at = row.created_at
         # The broadcast records its number of recipients in the row's token (0: unknown).
         total = int(row.token) or None
+        cancel = cancel_note(row.last_error)
     counts = _status_counts(conn, t, action, campaign, None)
     # The action's sends, not only this campaign's: read from the (action, sent_at) index
     # alone, without a visit to each row for its cycle (two campaigns of one action seldom
@@ -323,7 +349,15 @@ def campaign_progress(
         .limit(1)
     ).scalar_one_or_none()
     return CampaignProgress(
-        action, campaign, started_at, counts, per_minute, recent / seconds, total, last_sent_at
+        action,
+        campaign,
+        started_at,
+        counts,
+        per_minute,
+        recent / seconds,
+        total,
+        last_sent_at,
+        cancel,
     )
 
 

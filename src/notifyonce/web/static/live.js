@@ -44,6 +44,7 @@
           set(root, "remaining", fmt(d.remaining));
           set(root, "eta", d.eta || "unknown");
           set(root, "unknown", fmt(d.unknown));
+          set(root, "cancel_state", d.cancel_state || "not requested");
           set(root, "last_sent_at", d.last_sent_at ? d.last_sent_at.replace("T", " ").slice(0, 19) : "none yet");
           Object.keys(d.counts).forEach(function (s) {
             var cell = root.querySelector('[data-count="' + s + '"]');
