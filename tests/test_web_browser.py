@@ -23,6 +23,7 @@ import pytest
 import sqlalchemy as sa
 
 from notifyonce import Ledger, SlotStatus
+from notifyonce._campaign import CANCEL_NOTE, cancel_note, cancel_query
 
 from ._databases import IN_CI, Backend, make_backend
 from ._optional import require
@@ -105,7 +106,8 @@ def _shot(page: Any, name: str) -> None:
 def test_console_in_a_browser(served: Served, browser: Any) -> None:
     """Refused without the token; after the login each page answers its question, the
     campaign page updates itself, a cross-site POST changes nothing, and a requeue through
-    the confirmation changes the rows."""
+    the confirmation changes the rows, and a cancel through its confirmation stores the
+    request."""
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
     base = served.url
@@ -173,4 +175,25 @@ def test_console_in_a_browser(served: Served, browser: Any) -> None:
     assert SlotStatus.RELEASED == served.ledger.get("trial_6h", 3, DEADLINE).status
     assert SlotStatus.RELEASED == served.ledger.get("trial_6h", EVIL_SUBJECT, DEADLINE).status
     assert MESSAGE_TEXT not in page.content()
+
+    # Cancel the running campaign through its confirmation.
+    page.goto(f"{base}/campaign?action=promo&campaign=2026-12-sale")
+    assert "not requested" == page.inner_text("#cancel-state")
+    page.click("#cancel")
+    assert "stops within a few seconds" in page.inner_text("#what")
+    _shot(page, "confirm-cancel")
+    assert None is _cancel_request(served)
+    page.click("#confirm")
+    page.wait_for_url(re.compile(r"/campaign\?"))
+    assert "cancel requested" == page.inner_text("#cancel-state")
+    assert page.locator("#cancel").count() == 0
+    note = _cancel_request(served)
+    assert note is not None
+    assert note.startswith(CANCEL_NOTE)
     context.close()
+
+
+def _cancel_request(served: Served) -> str | None:
+    with served.ledger.engine.connect() as conn:
+        query = cancel_query(served.ledger.table, "promo", "2026-12-sale")
+        return cancel_note(conn.execute(query).scalar())
