@@ -4,8 +4,9 @@ Exit codes (as the other commands, plus 1 and 130 for what a broadcast leaves be
 
 - 0: every recipient was handled (sent, refused for good, or done by an earlier run).
 - 1: the run ended but chats need attention: outcomes unknown (listed; never resent),
-  sends to retry, or slots still claimed by another run; or it stopped early for a
-  bot-wide flood wait (the chats not tried count as to retry). Running it again resumes.
+  sends to retry, or slots still claimed by another run; or it stopped early, for a
+  bot-wide flood wait or a message Telegram refused for every chat (the chats not tried
+  count as to retry). Running it again resumes.
 - 2: usage error: bad arguments, no token, an unreadable file, a rejected bot token.
 - 3: the database could not be reached or failed.
 - 130: interrupted (Ctrl-C or SIGTERM): no new sends started, the sends under way were
@@ -202,7 +203,6 @@ def run(args: argparse.Namespace) -> int:
 def _message(args: argparse.Namespace) -> Message:
     from notifyonce._cli import _UsageError
     from notifyonce._message import Message
-
     media = _media(args)
     if media is None and args.caption_file:
         raise _UsageError("--caption-file: needs --photo, --document or --video")
@@ -595,7 +595,8 @@ def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
         lines.append("run the same command again to resume")
     elif report.report.stopped is not None:
         lines.append(
-            f"stopped early: {report.report.stopped}; run the same command again after it to resume"
+            f"stopped early: {report.report.stopped}; run the same command again to resume "
+            "once that is dealt with"
         )
     if report.unknown:
         chats = plural(

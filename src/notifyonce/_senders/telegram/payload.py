@@ -110,15 +110,16 @@ def check_caption(message: Message, limit: int = MAX_CAPTION_LENGTH) -> None:
             raise ValidationError("options", f"{name!r} is not a Bot API parameter name")
 
 
-def check_message(message: Message) -> None:
+def check_message(message: Message, *, file: bool = True) -> None:
     """Refuse what Telegram would refuse of a message alone: a text or caption too long,
-    text-only formatting on media, a media file gone missing or grown past the limit."""
+    text-only formatting on media, and (unless ``file`` is False: the sender already has
+    the file's id) a media file gone missing or grown past the limit."""
     media = message.media
     if media is None:
         check_text(message)
         return
     check_caption(message)
-    if isinstance(media.source, os.PathLike):
+    if file and isinstance(media.source, os.PathLike):
         size = file_size(media.kind, media.source)
         if size > media.upload_limit:
             raise ValidationError(
