@@ -203,6 +203,8 @@ def run(args: argparse.Namespace) -> int:
 def _message(args: argparse.Namespace) -> Message:
     from notifyonce._cli import _UsageError
     from notifyonce._message import Message
+    from notifyonce._senders.telegram.payload import check_message
+
     media = _media(args)
     if media is None and args.caption_file:
         raise _UsageError("--caption-file: needs --photo, --document or --video")
@@ -217,9 +219,13 @@ def _message(args: argparse.Namespace) -> Message:
         raise _UsageError(f"{option}: the file is empty")
     options = {"allow_paid_broadcast": True} if args.paid else {}
     try:
-        return Message(text, parse_mode=args.parse_mode, options=options, media=media)
+        message = Message(text, parse_mode=args.parse_mode, options=options, media=media)
+        # What Telegram would refuse for every chat (markup it cannot parse, a text too
+        # long) stops here, before the database is opened: a dry run reports it too.
+        check_message(message)
     except ValidationError as exc:
-        raise _UsageError(f"{exc.field}: {exc.problem}") from None
+        raise _UsageError(f"{option}: {exc.field} {exc.problem}") from None
+    return message
 
 
 def _read_text(option: str, path: str) -> str:
