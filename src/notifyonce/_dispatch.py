@@ -126,7 +126,9 @@ def decide_uncertain(error: str, mode: DeliveryMode, attempt: int, max_attempts:
 
 
 def decide_error(exc: Exception, mode: DeliveryMode, attempt: int, max_attempts: int) -> Decision:
-    """The decision for an exception raised by ``Sender.send``.
+    """The decision for an exception raised by ``Sender.send`` (a run decides a refusal
+    about the message before any of its sends was delivered itself: see
+    ``Run._message_refused``).
 
     ====================================  ==============================================
     raised                                decision
