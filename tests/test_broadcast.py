@@ -319,3 +319,21 @@ async def test_a_dry_run_compares_the_message_but_records_nothing(ledger: AsyncL
     await Broadcast(Notifier(ledger, FakeSender()), "news", "c1", NEWS, [1]).run()
     with pytest.raises(ValidationError, match="differs from the message"):
         await Broadcast(dry, "news", "c1", Message("other"), [1, 2]).run()
+
+
+async def test_a_broadcast_keeps_its_number_of_recipients_for_the_console(
+    ledger: AsyncLedger,
+) -> None:
+    """The campaign's row holds the total the run knew (a list's length), for the ETA of
+    the operator console; a dry run records none."""
+    from notifyonce._campaign import CAMPAIGN_ACTION
+
+    notifier = Notifier(ledger, FakeSender())
+    await Broadcast(notifier, "news", "c1", NEWS, list(range(1, 8))).run()
+    await Broadcast(Notifier(ledger, FakeSender(), dry_run=True), "news", "c2", NEWS, [1]).run()
+    t = ledger.table
+    async with ledger.engine.connect() as conn:
+        rows = (
+            await conn.execute(sa.select(t.c.cycle, t.c.token).where(t.c.action == CAMPAIGN_ACTION))
+        ).all()
+    assert [("c1", 7)] == [(r.cycle, r.token) for r in rows]

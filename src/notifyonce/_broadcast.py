@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import sqlalchemy as sa
 
-from notifyonce._campaign import CAMPAIGN_ACTION, check_message
+from notifyonce._campaign import CAMPAIGN_ACTION, check_message, record_total
 from notifyonce._errors import ValidationError, ValidationTypeError
 from notifyonce._keys import Subject, normalize_action, normalize_cycle, normalize_subject
 from notifyonce._ledger.table import SlotStatus
@@ -410,6 +410,8 @@ class Broadcast:
         elif total is None and isinstance(self.recipients, Sized):
             total = len(self.recipients)
         self.total = total
+        if total is not None and isinstance(self.message, Message) and not self.notifier.dry_run:
+            await record_total(self.notifier.ledger, self.action, self.campaign, total)
         runner = copy.copy(self.notifier)  # the caller's Notifier keeps its own hook
         chained = self.notifier.on_result
         runner.on_result = self._count if chained is None else _both(self._count, chained)

@@ -9,7 +9,9 @@ The fingerprint lives in the ledger table itself, in one row per campaign under 
 ``notifyonce.campaign`` (subject: the broadcast's action; cycle: the campaign id; status
 ``sent``; the fingerprint where a message id goes). It is written in one statement, so it
 is there or not, never half; a purge with ``opaque_finished_before`` removes it with the
-campaign's slots.
+campaign's slots. When the broadcast knows how many recipients it has, the row's ``token``
+(a fencing token no claim of this row ever uses) keeps that number, for the operator
+console's remaining count and ETA; 0 means not known.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
     from notifyonce._ledger.ledger import AsyncLedger
     from notifyonce._message import Message
 
-__all__ = ["CAMPAIGN_ACTION", "check_message", "fingerprint"]
+__all__ = ["CAMPAIGN_ACTION", "check_message", "fingerprint", "record_total"]
 
 logger = logging.getLogger("notifyonce.broadcast")
 
@@ -147,3 +149,26 @@ async def _stored(ledger: AsyncLedger, where: sa.ColumnElement[bool]) -> str | N
     async with ledger.engine.connect() as conn:
         value = (await conn.execute(query)).scalar_one_or_none()
     return value if isinstance(value, str) and value.startswith(_PREFIX) else None
+
+
+async def record_total(ledger: AsyncLedger, action: str, campaign: str, total: int) -> None:
+    """Keep the campaign's number of recipients in its row (see the module's docs).
+
+    Best effort: the number only feeds the operator console's ETA, so a failure is
+    logged and the broadcast goes on.
+    """
+    key = make_key(CAMPAIGN_ACTION, action, campaign)
+    table = ledger.table
+    where = sa.and_(
+        table.c.action == key.action, table.c.subject == key.subject, table.c.cycle == key.cycle
+    )
+    try:
+        async with ledger.engine.begin() as conn:
+            await conn.execute(sa.update(table).where(where).values(token=max(total, 0)))
+    except SQLAlchemyError as exc:
+        logger.warning(
+            "campaign %s/%s: its number of recipients could not be recorded (%s)",
+            action,
+            campaign,
+            type(exc).__name__,
+        )
