@@ -454,3 +454,25 @@ def test_a_bot_wide_flood_wait_stops_the_broadcast_and_says_how_to_resume(
     assert "stopped early: rate limit: the bot's flood wait ends in" in done.stdout
     delivered = [d.chat_id for d in server.deliveries]
     assert len(delivered) == len(set(delivered)) < 1000
+
+
+def test_a_text_telegram_refuses_for_every_chat_stops_the_broadcast_burning_nothing(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """Every chat answered 400 can't parse entities: the broadcast stops after three with
+    none failed, exits 1 and says why; the fixed text, allowed as a change, reaches all 50
+    once."""
+    server.script(None, [Reply.error(400, "Bad Request: can't parse entities: x")] * 50)
+    first = run(command(workdir, server, "--concurrency", "2"))
+    assert 1 == first.returncode, first.stderr
+    assert "broadcast news/c1 stopped" in first.stdout, first.stdout
+    assert "0 sent, 0 failed" in first.stdout
+    assert "stopped early: 3 sends were refused for their message" in first.stdout
+    assert TEXT not in first.stdout + first.stderr
+    server.reset()
+    (workdir / "text.txt").write_text(TEXT + "!\n")
+    again = run(command(workdir, server, "--allow-changed-message"))
+    assert 0 == again.returncode, again.stderr
+    assert Counter({str(i): 1 for i in range(1, 51)}) == Counter(
+        d.chat_id for d in server.deliveries
+    )

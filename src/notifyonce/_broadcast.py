@@ -185,6 +185,8 @@ class RecipientSource:
 
 # Bad recipient lines named in the error (the count says how many more there are).
 _BAD_LINES_SHOWN = 5
+# The fields of a recipient's own problems; a sender's check may also refuse the message.
+_RECIPIENT_FIELDS = frozenset({"subject", "recipient"})
 
 
 class _FileRecipients(RecipientSource):
@@ -211,7 +213,9 @@ class _FileRecipients(RecipientSource):
 
     async def check(self, rule: Callable[[Subject], None]) -> int:
         """Every line checked (and counted) before the first send: a bad line is reported
-        with its number, and nothing is sent, instead of stopping the broadcast there."""
+        with its number, and nothing is sent, instead of stopping the broadcast there. A
+        problem of the message itself (its text, its media) is raised as it is, once: it
+        is no line's."""
         count, bad, problems = 0, 0, list[str]()
         for number, text in self._lines():
             count += 1
@@ -219,6 +223,8 @@ class _FileRecipients(RecipientSource):
                 normalize_subject(text)
                 rule(int(text) if _is_int(text) else text)
             except ValidationError as exc:
+                if exc.field not in _RECIPIENT_FIELDS:
+                    raise
                 bad += 1
                 if len(problems) < _BAD_LINES_SHOWN:
                     problems.append(f"line {number} ({text[:40]!r}): {exc.field} {exc.problem}")

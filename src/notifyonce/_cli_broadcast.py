@@ -4,10 +4,11 @@ Exit codes (as the other commands, plus 1 and 130 for what a broadcast leaves be
 
 - 0: every recipient was handled (sent, refused for good, or done by an earlier run).
 - 1: the run ended but chats need attention: outcomes unknown (listed; never resent),
-  sends to retry, or slots still claimed by another run; or it stopped early for a
-  bot-wide flood wait (the chats not tried count as to retry). Running it again resumes.
-  Also when it was cancelled from the operator console: the sends under way finished, the
-  chats not tried count as to retry; it resumes only with ``--resume-cancelled``.
+  sends to retry, or slots still claimed by another run; or it stopped early, for a
+  bot-wide flood wait or a message Telegram refused for every chat (the chats not tried
+  count as to retry). Running it again resumes. Also when it was cancelled from the
+  operator console: the sends under way finished, the chats not tried count as to retry;
+  it resumes only with ``--resume-cancelled``.
 - 2: usage error: bad arguments, no token, an unreadable file, a rejected bot token.
 - 3: the database could not be reached or failed.
 - 130: interrupted (Ctrl-C or SIGTERM): no new sends started, the sends under way were
@@ -210,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
 def _message(args: argparse.Namespace) -> Message:
     from notifyonce._cli import _UsageError
     from notifyonce._message import Message
+    from notifyonce._senders.telegram.payload import check_message
 
     media = _media(args)
     if media is None and args.caption_file:
@@ -225,9 +227,13 @@ def _message(args: argparse.Namespace) -> Message:
         raise _UsageError(f"{option}: the file is empty")
     options = {"allow_paid_broadcast": True} if args.paid else {}
     try:
-        return Message(text, parse_mode=args.parse_mode, options=options, media=media)
+        message = Message(text, parse_mode=args.parse_mode, options=options, media=media)
+        # What Telegram would refuse for every chat (markup it cannot parse, a text too
+        # long) stops here, before the database is opened: a dry run reports it too.
+        check_message(message)
     except ValidationError as exc:
-        raise _UsageError(f"{exc.field}: {exc.problem}") from None
+        raise _UsageError(f"{option}: {exc.field} {exc.problem}") from None
+    return message
 
 
 def _read_text(option: str, path: str) -> str:
@@ -612,7 +618,8 @@ def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
         lines.append("run the same command again to resume")
     elif report.report.stopped is not None:
         lines.append(
-            f"stopped early: {report.report.stopped}; run the same command again after it to resume"
+            f"stopped early: {report.report.stopped}; run the same command again to resume "
+            "once that is dealt with"
         )
     if report.unknown:
         chats = plural(

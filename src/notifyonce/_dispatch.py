@@ -81,6 +81,10 @@ _RECORD_EARLY = 64
 _SETTLE_TIMEOUT = 15.0
 # A claim needs at least this share of its lease left for its send to start.
 _LEASE_MARGIN = 0.1
+# A run stops once this many of its sends were refused for their message (bad entities, a
+# media file gone) while none of its sends was delivered yet: every recipient would be
+# refused alike.
+MESSAGE_REFUSALS_TO_STOP = 3
 # What claim and send durations are measured with, only when there is an observer.
 _clock = time.perf_counter
 
@@ -122,7 +126,9 @@ def decide_uncertain(error: str, mode: DeliveryMode, attempt: int, max_attempts:
 
 
 def decide_error(exc: Exception, mode: DeliveryMode, attempt: int, max_attempts: int) -> Decision:
-    """The decision for an exception raised by ``Sender.send``.
+    """The decision for an exception raised by ``Sender.send`` (a run decides a refusal
+    about the message before any of its sends was delivered itself: see
+    ``Run._message_refused``).
 
     ====================================  ==============================================
     raised                                decision
@@ -231,6 +237,10 @@ class Run:
             maxsize=max(notifier.batch_size, notifier.concurrency)
         )
         self.stopping = False
+        # Whether a send of this run was delivered, and how many were refused for their
+        # message before one was: until one is, such a refusal is not its recipient's.
+        self.delivered = False
+        self.message_refusals = 0
         self.error: BaseException | None = None
         self.idle: set[asyncio.Task[None]] = set()
         self.tasks: list[asyncio.Task[None]] = []
@@ -468,6 +478,8 @@ class Run:
                 if decision is None:
                     started = True
                     decision = await self._send(item, claim)
+                    if decision.status is SlotStatus.SENT:
+                        self.delivered = True
         except BaseException as exc:
             claim = claim or self.owned.pop(item.index, None)
             if claim is None and isinstance(exc, FloodWaitError):
@@ -567,7 +579,30 @@ class Run:
         if isinstance(exc, SenderConfigError):
             # The sender is wrong, not this message: free it, stop the run, raise.
             self.stop(exc, hard=False)
+        elif isinstance(exc, SendError) and exc.about_message and not self.delivered:
+            return self._message_refused(exc)
         return decide_error(exc, self.n.mode, claim.attempt, self.n.max_attempts)
+
+    def _message_refused(self, exc: SendError) -> Decision:
+        """A refusal of the message while no send of the run was delivered: the message is
+        wrong, not its recipient. The slot is given back with its attempt, and the run
+        stops at the `MESSAGE_REFUSALS_TO_STOP`-th, before the rest meet the same refusal.
+
+        Once a send of the run was delivered, the message is known to be good, and such a
+        refusal is about what this recipient's copy holds: it is decided as any other.
+        """
+        self.message_refusals += 1
+        error = describe(exc)
+        if self.message_refusals >= MESSAGE_REFUSALS_TO_STOP and self.report.stopped is None:
+            reason = (
+                f"{self.message_refusals} sends were refused for their message and none was "
+                f"delivered ({error}); their slots were given back: fix the message, then "
+                "send again"
+            )
+            logger.warning("stopping the run: %s", reason)
+            self.report.stopped = reason
+            self.stop(None, hard=False)
+        return Decision(SlotStatus.RELEASED, Outcome.RETRY, error=error)
 
     # -- leases ---------------------------------------------------------------------
 

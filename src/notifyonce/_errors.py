@@ -104,6 +104,12 @@ class SendError(NotifyOnceError):
         code: The provider's error code (an HTTP status or Telegram's ``error_code``), if any.
         description: The provider's description of the error, if any. Never contains the
             message text or a secret.
+        about_message: True when the refusal is about the message, not its recipient (bad
+            entities, a text too long, a media file gone): every recipient of that message
+            would be refused alike. Nothing was delivered. Until a send of its run
+            succeeds, the Notifier gives such a slot back instead of burning it, and stops
+            the run after three of them (see
+            [`Report.stopped`][notifyonce.Report]).
     """
 
     def __init__(
@@ -111,9 +117,11 @@ class SendError(NotifyOnceError):
         description: str = "",
         *,
         code: int | None = None,
+        about_message: bool = False,
     ) -> None:
         self.code = code
         self.description = description
+        self.about_message = about_message
         text = description or type(self).__name__
         super().__init__(f"[{code}] {text}" if code is not None else text)
 
@@ -141,8 +149,9 @@ class TransientSendError(SendError):
         *,
         code: int | None = None,
         retry_after: float | None = None,
+        about_message: bool = False,
     ) -> None:
-        super().__init__(description, code=code)
+        super().__init__(description, code=code, about_message=about_message)
         self.retry_after = retry_after
 
 

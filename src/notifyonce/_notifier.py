@@ -9,6 +9,8 @@ delivered                      mark_sent -> SENT    mark_sent -> SENT
 PermanentSendError             mark_failed -> FAILED (never retried)
 TransientSendError             release -> RETRY (certainly not delivered)
 SenderConfigError              release -> RETRY, and the run stops with the error
+about_message, none delivered  release -> RETRY (attempt given back); the 3rd stops
+                               the run (Report.stopped)
 UncertainSendError / other     mark_unknown ->      release -> RETRY while
                                UNKNOWN              attempt < max_attempts,
                                                     then mark_unknown -> UNKNOWN

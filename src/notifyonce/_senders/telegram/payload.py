@@ -21,6 +21,7 @@ from typing import Any
 from notifyonce._errors import ValidationError, ValidationTypeError
 from notifyonce._media import file_size
 from notifyonce._message import Message
+from notifyonce._senders.telegram.markup import check_markup
 
 __all__ = [
     "MAX_CAPTION_LENGTH",
@@ -110,15 +111,18 @@ def check_caption(message: Message, limit: int = MAX_CAPTION_LENGTH) -> None:
             raise ValidationError("options", f"{name!r} is not a Bot API parameter name")
 
 
-def check_message(message: Message) -> None:
-    """Refuse what Telegram would refuse of a message alone: a text or caption too long,
-    text-only formatting on media, a media file gone missing or grown past the limit."""
+def check_message(message: Message, *, file: bool = True) -> None:
+    """Refuse what Telegram would refuse of a message alone: markup Telegram cannot parse,
+    a text or caption too long, text-only formatting on media, and (unless ``file`` is
+    False: the sender already has the file's id) a media file gone missing or grown past
+    the limit."""
+    check_markup(message)
     media = message.media
     if media is None:
         check_text(message)
         return
     check_caption(message)
-    if isinstance(media.source, os.PathLike):
+    if file and isinstance(media.source, os.PathLike):
         size = file_size(media.kind, media.source)
         if size > media.upload_limit:
             raise ValidationError(

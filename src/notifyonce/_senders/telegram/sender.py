@@ -125,17 +125,19 @@ def _payload(message: Message) -> dict[str, Any]:
     return payload
 
 
-def prepare(recipient: object, message: object) -> tuple[str, dict[str, Any]]:
+def prepare(recipient: object, message: object, *, file: bool = True) -> tuple[str, dict[str, Any]]:
     """The checked recipient and ``sendMessage`` payload; a ValidationError otherwise.
 
     Everything that can fail before the request is written fails here: a malformed chat
-    id, a text or caption too long for Telegram, a media file gone missing or grown past
-    the upload limit, a value the JSON encoder cannot handle.
+    id, markup Telegram cannot parse, a text or caption too long for Telegram, a value the
+    JSON encoder cannot handle, and (``file``) a media file gone missing or grown past the
+    upload limit. A send passes ``file=False``: there a file problem is the message's, not
+    a reason to refuse its recipient (see ``files.unreadable``).
     """
     recipient = _validate_recipient(recipient)
     if not isinstance(message, Message):
         raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
-    check_message(message)
+    check_message(message, file=file)
     payload = _payload(message)
     # Encoded once by field, so an error can say which field cannot be encoded.
     options = jsonable(dict(message.options), "options")
@@ -303,7 +305,7 @@ class TelegramSender(HTTPSenderBase):
             TransientSendError: Not delivered; ``retry_after`` says when to try again.
             UncertainSendError: May have been delivered.
         """
-        target, payload = prepare(recipient, message)
+        target, payload = prepare(recipient, message, file=False)
         try:
             if message.media is None:
                 return await self._send(target, payload, self._budget(budget))
@@ -320,12 +322,14 @@ class TelegramSender(HTTPSenderBase):
         """Raise [`ValidationError`][notifyonce.ValidationError] if Telegram would refuse this send
         for its recipient or message alone (nothing is sent).
 
-        A malformed chat id, a text longer than Telegram's 4096 characters or a caption
-        longer than 1024 (counted as Telegram counts them), a media file missing or over
-        the upload limit, or options the JSON encoder cannot handle. The Notifier calls it
-        before claiming, so such a notification burns no slot.
+        A malformed chat id, HTML or Markdown that Telegram cannot parse (in the
+        message's ``parse_mode``), a text longer than Telegram's 4096 characters or a
+        caption longer than 1024 (counted as Telegram counts them), a media file missing or
+        over the upload limit (unless this sender already has its file_id), or options the
+        JSON encoder cannot handle. The Notifier calls it before claiming, so such a
+        notification burns no slot.
         """
-        prepare(recipient, message)
+        prepare(recipient, message, file=not self._files.knows(getattr(message, "media", None)))
 
     @contextlib.asynccontextmanager
     async def turn(self, recipient: str | int) -> AsyncIterator[None]:
