@@ -411,3 +411,70 @@ def test_a_bot_wide_flood_wait_stops_the_broadcast_and_says_how_to_resume(
     assert "stopped early: rate limit: the bot's flood wait ends in" in done.stdout
     delivered = [d.chat_id for d in server.deliveries]
     assert len(delivered) == len(set(delivered)) < 1000
+
+
+# -- campaigns as bot owners run them: --copy-from a post ----------------------------
+
+ADMIN = 777
+
+
+def copy_command(workdir: Path, server: BotAPIServer, source: str, *extra: str) -> list[str]:
+    args = command(workdir, server, "--copy-from", source, *extra)
+    at = args.index("--text-file")
+    del args[at : at + 2]
+    return args
+
+
+def test_copy_from_copies_the_post_to_every_chat_once(workdir: Path, server: BotAPIServer) -> None:
+    """--copy-from CHAT:MESSAGE_ID copies the admin's post to the 50 chats; a second run
+    sends nothing."""
+    post = server.post(ADMIN, "secret-post-91ab")
+    first = run(copy_command(workdir, server, f"{ADMIN}:{post}"))
+    assert 0 == first.returncode, first.stderr
+    again = run(copy_command(workdir, server, f"{ADMIN}:{post}"))
+    assert 0 == again.returncode, again.stderr
+    assert "50 already done" in again.stdout
+    assert {"copyMessage"} == {d.method for d in server.deliveries}
+    assert Counter({str(i): 1 for i in range(1, 51)}) == Counter(
+        d.chat_id for d in server.deliveries
+    )
+    assert "secret-post-91ab" not in first.stdout + first.stderr
+
+
+def test_a_deleted_post_stops_the_broadcast_with_no_chat_failed(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """The post was deleted: the broadcast stops at the first refusal, exits 1, says why,
+    and records no chat as failed."""
+    post = server.post(ADMIN, "gone")
+    server.delete_message(ADMIN, post)
+    done = run(copy_command(workdir, server, f"{ADMIN}:{post}"))
+    assert 1 == done.returncode, done.stderr
+    assert "stopped early: the message was refused: Bad Request: message to copy" in (done.stdout)
+    assert ", 0 failed," in done.stdout
+    assert len(server.requests) <= 16  # at most the sends under way (--concurrency 16)
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        ("0:5", "--copy-from: from_chat_id must not be 0"),
+        ("777:0", "--copy-from: message_id must be a positive message id"),
+        ("777", "--copy-from: expected CHAT:MESSAGE_ID"),
+        ("777:x", "--copy-from: the message id must be a number"),
+    ],
+)
+def test_a_malformed_copy_from_is_a_usage_error_before_anything_is_claimed(
+    workdir: Path,
+    server: BotAPIServer,
+    capsys: pytest.CaptureFixture[str],
+    source: str,
+    problem: str,
+) -> None:
+    """A copy from chat 0 or of message 0 exits 2 naming the field; nothing is sent."""
+    args = copy_command(workdir, server, source)[3:]
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert 2 == exited.value.code
+    assert problem in capsys.readouterr().err
+    assert [] == server.requests

@@ -14,10 +14,12 @@ from notifyonce._broadcast import (
     recipients_from_file,
     recipients_from_query,
 )
+from notifyonce._buttons import inline_keyboard
 from notifyonce._errors import (
     FloodWaitError,
     LedgerError,
     LedgerUnavailableError,
+    MessageRefusedError,
     NotifyOnceError,
     PermanentSendError,
     ScheduleError,
@@ -33,7 +35,7 @@ from notifyonce._ledger.claim import Claim
 from notifyonce._ledger.ledger import AsyncLedger, Ledger
 from notifyonce._ledger.records import LedgerStats, SlotRecord, SweepResult
 from notifyonce._ledger.table import SlotStatus
-from notifyonce._media import Document, Photo, Video
+from notifyonce._media import Copy, Document, Photo, Video
 from notifyonce._message import Message, Receipt, Sender
 from notifyonce._notifier import Notification, Notifier, Report, Result, TickReport
 from notifyonce._observe import Observer, SendEvent, report_flood_wait
@@ -58,6 +60,7 @@ __all__ = [
     "Channel",
     "ChannelReceipt",
     "Claim",
+    "Copy",
     "Cycle",
     "DeadlineRange",
     "DeliveryMode",
@@ -70,6 +73,7 @@ __all__ = [
     "LedgerStats",
     "LedgerUnavailableError",
     "Message",
+    "MessageRefusedError",
     "Notification",
     "Notifier",
     "NotifyOnceError",
@@ -102,6 +106,7 @@ __all__ = [
     "Window",
     "__version__",
     "deadline_filter",
+    "inline_keyboard",
     "make_key",
     "recipients_from_file",
     "recipients_from_query",

@@ -26,7 +26,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from notifyonce._errors import LedgerError, ValidationError
 from notifyonce._keys import make_key
 from notifyonce._ledger.table import SlotStatus
-from notifyonce._media import file_sha256
+from notifyonce._media import Copy, file_sha256
 
 if TYPE_CHECKING:
     from notifyonce._ledger.ledger import AsyncLedger
@@ -48,7 +48,9 @@ async def fingerprint(message: Message) -> str:
     """
     parts = [message.text, message.parse_mode or ""]
     media = message.media
-    if media is not None:
+    if isinstance(media, Copy):
+        parts += [media.kind, f"{media.from_chat_id}/{media.message_id}"]
+    elif media is not None:
         source = media.source
         if isinstance(source, bytes):
             content = media._digest or hashlib.sha256(source).hexdigest()

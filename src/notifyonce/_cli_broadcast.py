@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from notifyonce._broadcast import Broadcast, BroadcastProgress, BroadcastReport
-    from notifyonce._media import Media
+    from notifyonce._media import Copy, Media
     from notifyonce._message import Message, Receipt, Sender
 
 __all__ = ["add_parser", "render_bar", "render_line", "render_lines", "run"]
@@ -76,7 +76,8 @@ def add_parser(
         "again after a crash or Ctrl-C sends only to the chats not handled yet. With "
         "--photo, --document or --video the file is sent with the text as its caption; "
         "it is uploaded once and sent by Telegram's file_id after that, also by a "
-        "resumed run. The bot token is read from "
+        "resumed run. With --copy-from a message already in Telegram (an admin's post) "
+        "is copied to every chat. The bot token is read from "
         f"${ENV_TOKEN} (or the variable --token-env names), never from an argument.",
         epilog="Exit codes: 0 all handled, 1 chats need attention (unknown outcomes are "
         "listed), 2 usage error, 3 database error, 130 interrupted (run again to resume).",
@@ -97,6 +98,12 @@ def add_parser(
     media.add_argument("--photo", metavar="PATH", help="send this image (up to 10 MB)")
     media.add_argument("--document", metavar="PATH", help="send this file (up to 50 MB)")
     media.add_argument("--video", metavar="PATH", help="send this video (up to 50 MB)")
+    media.add_argument(
+        "--copy-from",
+        metavar="CHAT:MESSAGE_ID",
+        help="copy this message (any content: text, photo, poll...) to every chat with "
+        "copyMessage, e.g. an admin's post: -100123:42; --caption-file overrides its caption",
+    )
     parser.add_argument(
         "--caption-file",
         metavar="PATH",
@@ -205,13 +212,19 @@ def _message(args: argparse.Namespace) -> Message:
 
     media = _media(args)
     if media is None and args.caption_file:
-        raise _UsageError("--caption-file: needs --photo, --document or --video")
+        raise _UsageError("--caption-file: needs --photo, --document, --video or --copy-from")
     if media is not None and args.caption_file and args.text_file:
         raise _UsageError("--caption-file: give the caption once, not also as --text-file")
     option = "--caption-file" if args.caption_file else "--text-file"
     path = args.caption_file or args.text_file
     if path is None and media is None:
-        raise _UsageError("--text-file: required (or send media: --photo, --document, --video)")
+        raise _UsageError(
+            "--text-file: required (or send media: --photo, --document, --video, --copy-from)"
+        )
+    if media is not None and media.kind == "copy" and args.text_file:
+        raise _UsageError(
+            "--text-file: a copy keeps the post's text; override a caption with --caption-file"
+        )
     text = "" if path is None else _read_text(option, path)
     if not text and media is None:
         raise _UsageError(f"{option}: the file is empty")
@@ -232,13 +245,16 @@ def _read_text(option: str, path: str) -> str:
         raise _UsageError(f"{option}: cannot read it ({type(exc).__name__})") from None
 
 
-def _media(args: argparse.Namespace) -> Media | None:
-    """The --photo, --document or --video file, checked (exists, readable, size)."""
+def _media(args: argparse.Namespace) -> Media | Copy | None:
+    """The --photo, --document or --video file, checked (exists, readable, size), or the
+    --copy-from message."""
     from pathlib import Path
 
     from notifyonce._cli import _UsageError
     from notifyonce._media import Document, Photo, Video
 
+    if args.copy_from is not None:
+        return _copy_from(args.copy_from)
     for option, kind in (("photo", Photo), ("document", Document), ("video", Video)):
         path = getattr(args, option)
         if path is not None:
@@ -247,6 +263,24 @@ def _media(args: argparse.Namespace) -> Media | None:
             except ValidationError as exc:
                 raise _UsageError(f"--{option}: {exc.problem}") from None
     return None
+
+
+def _copy_from(value: str) -> Copy:
+    """``CHAT:MESSAGE_ID`` as a checked Copy; a usage error naming the part that is wrong."""
+    from notifyonce._cli import _UsageError
+    from notifyonce._media import Copy
+
+    chat, colon, message = value.rpartition(":")
+    if not colon or not chat:
+        raise _UsageError("--copy-from: expected CHAT:MESSAGE_ID, e.g. -100123:42")
+    try:
+        number = int(message)
+    except ValueError:
+        raise _UsageError("--copy-from: the message id must be a number") from None
+    try:
+        return Copy(int(chat) if chat.lstrip("-").isdigit() else chat, number)
+    except ValidationError as exc:
+        raise _UsageError(f"--copy-from: {exc.field} {exc.problem}") from None
 
 
 def _async_url(raw: str) -> str:

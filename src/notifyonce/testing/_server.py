@@ -206,7 +206,8 @@ class Delivery:
         connection: Which TCP connection (1, 2, ...) carried it.
         message_id: The id the server answered with.
         method: ``"sendMessage"``, or ``"sendPhoto"``, ``"sendDocument"``, ``"sendVideo"``
-            (then ``text`` is the caption, empty when there was none).
+            (then ``text`` is the caption, empty when there was none), or ``"copyMessage"``
+            (then ``text`` is the caption given, else the copied message's own text).
         file_id: For media, the file_id of the file delivered (a photo's largest size).
     """
 
@@ -545,7 +546,11 @@ class BotAPIServer(LocalServer):
     It answers ``POST /bot<token>/sendMessage``, and ``sendPhoto``, ``sendDocument`` and
     ``sendVideo`` as Telegram does: a multipart upload or a URL gets a new file (a photo
     two sizes, the largest last), a file_id it gave out is sent again, any other file_id
-    is a 400. Every request that carried file bytes is in
+    is a 400. ``copyMessage`` copies a message the server holds (one it delivered, one a
+    user wrote, one made with [`post`][notifyonce.testing.BotAPIServer.post]) and answers
+    its new ``message_id``; a message it does not hold (never there, or removed with
+    [`delete_message`][notifyonce.testing.BotAPIServer.delete_message]) is refused with
+    400 "message to copy not found". Every request that carried file bytes is in
     [`uploads`][notifyonce.testing.BotAPIServer.uploads]. It answers 404 for any path that
     is not ``/bot<token>/<method>`` (a wrong ``base_url``), 401 for a wrong token, keeps
     connections alive, and counts TCP connections. It also answers what a polling bot
@@ -606,6 +611,9 @@ class BotAPIServer(LocalServer):
         self._update_ids = itertools.count(1)
         self._uploads: list[Upload] = []
         self._files: dict[str, str] = {}  # file_id -> the kind of media it names
+        # (chat id, message id) -> the text or caption of every message the server holds:
+        # what copyMessage copies.
+        self._messages: dict[tuple[str, int], str] = {}
         self._file_numbers = itertools.count(1)
 
     @property
@@ -656,8 +664,16 @@ class BotAPIServer(LocalServer):
         with self._lock:
             return list(self._calls)
 
-    def user_says(self, chat_id: int, text: str, *, user_id: int | None = None) -> int:
-        """Queue an update: a user wrote ``text`` in the private chat ``chat_id``.
+    def user_says(
+        self,
+        chat_id: int,
+        text: str,
+        *,
+        user_id: int | None = None,
+        reply_to: int | None = None,
+    ) -> int:
+        """Queue an update: a user wrote ``text`` in the private chat ``chat_id``
+        (``reply_to``: in reply to that message of the chat, e.g. one from `post`).
 
         Returns the update's ``update_id``. ``getUpdates`` hands it out until a later
         call's ``offset`` confirms it, as Telegram does.
@@ -665,18 +681,42 @@ class BotAPIServer(LocalServer):
         sender = {"id": user_id or chat_id, "is_bot": False, "first_name": "User"}
         with self._lock:
             update_id = next(self._update_ids)
-            message = {
+            message: dict[str, Any] = {
                 "message_id": next(self._message_ids),
                 "date": int(time.time()),
                 "chat": _chat(str(chat_id)),
                 "from": sender,
                 "text": text,
             }
+            self._messages[(str(chat_id), message["message_id"])] = text
+            if reply_to is not None:
+                original = self._messages.get((str(chat_id), reply_to))
+                message["reply_to_message"] = {
+                    "message_id": reply_to,
+                    "date": int(time.time()),
+                    "chat": _chat(str(chat_id)),
+                    "from": sender,
+                    "text": original or "",
+                }
             if text.startswith("/"):
                 command = len(text.split()[0])
                 message["entities"] = [{"type": "bot_command", "offset": 0, "length": command}]
             self._updates.append({"update_id": update_id, "message": message})
         return update_id
+
+    def post(self, chat_id: int | str, text: str) -> int:
+        """A message someone posted in ``chat_id`` (an admin's post to copy): its
+        ``message_id``. No update is queued; ``copyMessage`` can copy it."""
+        with self._lock:
+            message_id = next(self._message_ids)
+            self._messages[(str(chat_id), message_id)] = text
+        return message_id
+
+    def delete_message(self, chat_id: int | str, message_id: int) -> None:
+        """The message is gone (its author deleted it): copying it is refused with
+        "message to copy not found", as Telegram refuses it."""
+        with self._lock:
+            self._messages.pop((str(chat_id), message_id), None)
 
     @property
     def pending_updates(self) -> int:
@@ -765,15 +805,27 @@ class BotAPIServer(LocalServer):
             result = {"ok": True, "result": updates}
             return await self._answer(writer, 200, json.dumps(result).encode(), keep_alive)
         kind = _MEDIA_METHODS.get(method)
-        if verb != "POST" or (method != "sendMessage" and kind is None):
+        copying = method == "copyMessage"
+        if verb != "POST" or (method != "sendMessage" and kind is None and not copying):
             return await self._refuse(writer, 404, path, received, connection, token, keep_alive)
 
         try:
             params, files = parse_form(headers.get("content-type", ""), body)
             chat_id = str(params["chat_id"])
-            text = str(params["text"] if kind is None else params.get("caption", ""))
+            if copying:
+                source = (str(params["from_chat_id"]), int(params["message_id"]))
+                with self._lock:
+                    original = self._messages.get(source)
+                if original is None:
+                    refusal = Reply.error(400, "Bad Request: message to copy not found")
+                    self._record(Request(method, chat_id, received, connection, refusal))
+                    assert refusal.body is not None
+                    return await self._answer(writer, 400, refusal.body, keep_alive)
+                text = str(params.get("caption", original))
+            else:
+                text = str(params["text"] if kind is None else params.get("caption", ""))
         except (ValueError, KeyError, TypeError):
-            what = "message text is empty" if kind is None else "wrong parameters"
+            what = "message text is empty" if kind is None and not copying else "wrong parameters"
             bad = _api_error(400, f"Bad Request: {what}")
             return await self._answer(writer, 400, bad, keep_alive)
         file = files.get(kind) if kind is not None else None
@@ -807,6 +859,7 @@ class BotAPIServer(LocalServer):
             )
             with self._lock:
                 self._deliveries.append(delivery)
+                self._messages[(chat_id, message_id)] = text
         if self.on_request is not None:
             self.on_request(arrived)
         if reply.drop is not None:
@@ -814,6 +867,8 @@ class BotAPIServer(LocalServer):
         if self.latency or reply.delay:
             await asyncio.sleep(self.latency + reply.delay)
         body_out = reply.body
+        if body_out is None and copying:  # copyMessage answers a MessageId
+            body_out = json.dumps({"ok": True, "result": {"message_id": message_id}}).encode()
         if body_out is None:
             result = {"message_id": message_id, "date": int(time.time()), "chat": _chat(chat_id)}
             if media is None:

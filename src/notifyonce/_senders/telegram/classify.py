@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from notifyonce._errors import SendError, TransientSendError
+from notifyonce._errors import MessageRefusedError, SendError, TransientSendError
 from notifyonce._senders.redaction import redact, short
 from notifyonce._senders.retry import parse_retry_after
 from notifyonce._senders.status import MAX_RETRY_AFTER, error_for_status, retry_after_in
@@ -121,10 +121,22 @@ def classify_response(
             # Without `parameters` the wait is only in the text (or a proxy's header).
             retry_after = retry_after_in(description) or _retry_after_header(headers)
         return TransientSendError(description, code=code, retry_after=retry_after)
+    if code == 400 and _about_the_message(description):
+        return MessageRefusedError(description, code=code)
     # 401/404 (bad token, wrong base_url): the sender is wrong, not the message. 502/504:
     # a gateway may have passed the request on. Other 5xx: the Bot API answered that it
     # did not send. 400 (chat not found), 403 (blocked): refused for good.
     return error_for_status(code, description)
+
+
+# Refusals of the message itself, the same for every recipient: the message a copy is
+# made from is gone, or its chat forbids copies (protected content).
+_MESSAGE_REFUSALS = ("message to copy not found", "message can't be copied")
+
+
+def _about_the_message(description: str) -> bool:
+    lowered = description.lower()
+    return any(refusal in lowered for refusal in _MESSAGE_REFUSALS)
 
 
 def _delivered(result: object) -> Delivered:

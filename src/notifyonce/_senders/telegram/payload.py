@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from notifyonce._errors import ValidationError, ValidationTypeError
-from notifyonce._media import file_size
+from notifyonce._media import Copy, file_size
 from notifyonce._message import Message
 
 __all__ = [
@@ -118,6 +118,8 @@ def check_message(message: Message) -> None:
         check_text(message)
         return
     check_caption(message)
+    if isinstance(media, Copy):
+        return
     if isinstance(media.source, os.PathLike):
         size = file_size(media.kind, media.source)
         if size > media.upload_limit:

@@ -20,7 +20,7 @@ from notifyonce._errors import (
     ValidationError,
     ValidationTypeError,
 )
-from notifyonce._media import Media
+from notifyonce._media import Copy, Media
 from notifyonce._message import Message, Receipt
 from notifyonce._observe import note_flood
 from notifyonce._senders.http import (
@@ -373,9 +373,16 @@ class TelegramSender(HTTPSenderBase):
         return self._clock() - granted[2] <= self._limiter.tolerance
 
     async def _send_media(
-        self, target: str, payload: dict[str, Any], media: Media, budget: float
+        self, target: str, payload: dict[str, Any], media: Media | Copy, budget: float
     ) -> Receipt:
-        """Send ``media`` by file_id or URL, or upload it once (see ``UploadOnce``)."""
+        """Send ``media`` by file_id or URL, or upload it once (see ``UploadOnce``); copy
+        a message with ``copyMessage``."""
+        if isinstance(media, Copy):
+            source = {
+                "from_chat_id": _chat_id(str(media.from_chat_id)),
+                "message_id": media.message_id,
+            }
+            return await self._send(target, {**payload, **source}, budget, "copyMessage")
         method = _METHODS[media.kind]
         if not media.uploads:
             return await self._send(target, {**payload, media.kind: media.source}, budget, method)
