@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -478,3 +479,58 @@ def test_a_malformed_copy_from_is_a_usage_error_before_anything_is_claimed(
     assert 2 == exited.value.code
     assert problem in capsys.readouterr().err
     assert [] == server.requests
+
+
+def test_buttons_file_puts_the_keyboard_under_every_message(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """--buttons-file's rows of URL and callback buttons go out with every message."""
+    rows = [
+        [{"text": "Shop", "url": "https://example.com/shop"}],
+        [{"text": "Later", "callback_data": "later"}, {"text": "Stop", "callback_data": "stop"}],
+    ]
+    (workdir / "buttons.json").write_text(json.dumps(rows))
+    done = run(command(workdir, server, "--buttons-file", str(workdir / "buttons.json")))
+    assert 0 == done.returncode, done.stderr
+    assert 50 == len(server.deliveries)
+    assert all({"inline_keyboard": rows} == d.params["reply_markup"] for d in server.deliveries)
+
+
+@pytest.mark.parametrize(
+    ("rows", "problem"),
+    [
+        (
+            [[{"text": "Shop", "url": "https://e.x"}], [{"text": "Bare"}]],
+            "row 2, column 1: has neither",
+        ),
+        (
+            [[{"text": "A", "url": "https://e.x"}, {"url": "https://e.x"}]],
+            "row 1, column 2: has no text",
+        ),
+        ([[{"text": "A", "url": "ftp://e.x"}]], "row 1, column 1: the url must start"),
+        ([[{"text": "A", "callback_data": "x" * 65}]], "row 1, column 1: callback_data must be"),
+        ([[{"text": "A", "url": "https://e.x", "callback_data": "a"}]], "has both"),
+        ([], "has no rows"),
+        ({"rows": []}, "only 'inline_keyboard'"),
+    ],
+)
+def test_a_bad_button_is_named_by_row_and_column_before_anything_is_claimed(
+    workdir: Path,
+    server: BotAPIServer,
+    capsys: pytest.CaptureFixture[str],
+    rows: object,
+    problem: str,
+) -> None:
+    """A button without a url or callback_data (and the like) exits 2 naming its row and
+    column; nothing is claimed or sent."""
+    (workdir / "buttons.json").write_text(json.dumps(rows))
+    args = command(workdir, server, "--buttons-file", str(workdir / "buttons.json"))[3:]
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert 2 == exited.value.code
+    err = capsys.readouterr().err
+    assert "--buttons-file: " in err
+    assert problem in err
+    assert [] == server.requests
+    assert 0 == main(["stats"])
+    assert "news" not in capsys.readouterr().out

@@ -110,6 +110,13 @@ def add_parser(
         help="the media's caption (instead of --text-file; up to 1024 characters)",
     )
     parser.add_argument(
+        "--buttons-file",
+        metavar="PATH",
+        help="inline buttons under the message: a JSON list of rows, each a list of "
+        '{"text": ..., "url": ...} or {"text": ..., "callback_data": ...}; checked before '
+        "anything is claimed",
+    )
+    parser.add_argument(
         "--parse-mode",
         choices=["HTML", "MarkdownV2"],
         default=None,
@@ -229,8 +236,28 @@ def _message(args: argparse.Namespace) -> Message:
     if not text and media is None:
         raise _UsageError(f"{option}: the file is empty")
     options = {"allow_paid_broadcast": True} if args.paid else {}
+    buttons = None if args.buttons_file is None else _buttons(args.buttons_file)
     try:
-        return Message(text, parse_mode=args.parse_mode, options=options, media=media)
+        return Message(
+            text, parse_mode=args.parse_mode, options=options, media=media, reply_markup=buttons
+        )
+    except ValidationError as exc:
+        raise _UsageError(f"{exc.field}: {exc.problem}") from None
+
+
+def _buttons(path: str) -> dict[str, object]:
+    """The --buttons-file keyboard, checked button by button (named by row and column)."""
+    import json
+
+    from notifyonce._buttons import inline_keyboard
+    from notifyonce._cli import _UsageError
+
+    try:
+        rows = json.loads(_read_text("--buttons-file", path))
+    except ValueError as exc:
+        raise _UsageError(f"--buttons-file: not JSON ({exc})") from None
+    try:
+        return inline_keyboard(rows, "--buttons-file")
     except ValidationError as exc:
         raise _UsageError(f"{exc.field}: {exc.problem}") from None
 
