@@ -534,3 +534,35 @@ def test_a_bad_button_is_named_by_row_and_column_before_anything_is_claimed(
     assert [] == server.requests
     assert 0 == main(["stats"])
     assert "news" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("2026-12-24T10:00", "has no UTC offset"),
+        ("Christmas", "not an ISO 8601 time"),
+    ],
+)
+def test_at_needs_an_iso_time_with_its_offset(
+    workdir: Path,
+    server: BotAPIServer,
+    capsys: pytest.CaptureFixture[str],
+    value: str,
+    problem: str,
+) -> None:
+    """--at without a UTC offset, or not a time, exits 2 naming --at; nothing is sent."""
+    with pytest.raises(SystemExit) as exited:
+        main(command(workdir, server, "--at", value)[3:])
+    assert 2 == exited.value.code
+    err = capsys.readouterr().err
+    assert "--at" in err
+    assert problem in err
+    assert [] == server.requests
+
+
+def test_at_a_time_past_starts_at_once(workdir: Path, server: BotAPIServer) -> None:
+    """--at a time already past (Z for UTC) sends at once, each chat once."""
+    done = run(command(workdir, server, "--at", "2026-01-01T00:00Z"))
+    assert 0 == done.returncode, done.stderr
+    assert "waiting until 2026-01-01T00:00:00+00:00" in done.stderr
+    assert 50 == len({d.chat_id for d in server.deliveries}) == len(server.deliveries)

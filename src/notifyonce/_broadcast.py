@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import datetime as dt
 import os
 import time
 from collections import deque
@@ -50,6 +51,8 @@ Recipients: TypeAlias = "Iterable[Subject] | AsyncIterable[Subject] | RecipientS
 # Progress rate over this many recent seconds: a resumed campaign skips its finished chats
 # in a burst, which must not make the ETA of the rest look short.
 _RATE_WINDOW = 10.0
+# The longest a scheduled run sleeps before it reads the clock again.
+_START_STEP = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,6 +305,11 @@ class Broadcast:
             with another message is refused (`run` raises ValidationError, nothing is
             sent) unless this is True, when the chats not handled yet get the new one. A
             message given as a function of the chat is not compared.
+        start_at: An aware datetime: `run` waits until then (by the ledger's clock, the
+            database server's on PostgreSQL and MySQL) before the first send; a time
+            past starts at once. Two schedulers that start the same campaign at that
+            moment send each chat once: each chat's slot is claimed by one of them.
+            `cancel` ends the wait.
 
     Examples:
         >>> import asyncio
@@ -334,6 +342,7 @@ class Broadcast:
         on_progress: Callable[[BroadcastProgress], None] | None = None,
         every: float = 1.0,
         allow_changed_message: bool = False,
+        start_at: dt.datetime | None = None,
     ) -> None:
         self.action = normalize_action(action)
         if self.action == CAMPAIGN_ACTION:
@@ -366,6 +375,16 @@ class Broadcast:
         if not isinstance(allow_changed_message, bool):
             raise ValidationTypeError("allow_changed_message", "must be a bool")
         self.allow_changed_message = allow_changed_message
+        if start_at is not None:
+            if not isinstance(start_at, dt.datetime):
+                raise ValidationTypeError(
+                    "start_at", f"must be a datetime or None, got {type(start_at).__name__}"
+                )
+            if start_at.utcoffset() is None:
+                raise ValidationError(
+                    "start_at", "is a naive datetime; pass an aware one (with its UTC offset)"
+                )
+        self.start_at = start_at
         self._counts = dict.fromkeys(Outcome, 0)
         self._started: float | None = None
         self._samples: deque[tuple[float, int]] = deque()
@@ -393,6 +412,7 @@ class Broadcast:
         """
         if self._task is not None:
             raise RuntimeError("this Broadcast is already running or ran; build a new one")
+        await self._wait_for_start()
         if isinstance(self.message, Message):
             await check_message(
                 self.notifier.ledger,
@@ -435,6 +455,17 @@ class Broadcast:
         return BroadcastReport(
             self.action, self.campaign, self._last, report, unknown, held, cancelled
         )
+
+    async def _wait_for_start(self) -> None:
+        """Sleep until ``start_at`` by the ledger's clock, a second at a time at most (so
+        a clock corrected meanwhile, and `cancel`, are heeded), unless cancelled."""
+        if self.start_at is None:
+            return
+        while not self._cancel_requested:
+            left = (self.start_at - self.notifier._now()).total_seconds()
+            if left <= 0:
+                return
+            await asyncio.sleep(min(left, _START_STEP))
 
     def cancel(self) -> None:
         """Stop the run: no new sends; sends under way are cut short and recorded as

@@ -177,6 +177,14 @@ def add_parser(
         metavar="DURATION",
         help="how long a claim is held before a crashed run's sends count as unknown",
     )
+    parser.add_argument(
+        "--at",
+        type=_start_time,
+        default=None,
+        metavar="TIME",
+        help="wait until this time before the first send, e.g. 2026-12-24T10:00+01:00 (with "
+        "its UTC offset); two schedulers starting the campaign then send each chat once",
+    )
     parser.add_argument("--dry-run", action="store_true", help="send nothing; count what would go")
     parser.add_argument(
         "--progress-every",
@@ -185,6 +193,24 @@ def add_parser(
         metavar="SECONDS",
         help="seconds between progress updates (default: 0.2 on a terminal, else 5)",
     )
+
+
+def _start_time(value: str) -> dt.datetime:
+    """--at: an ISO 8601 time with its UTC offset (``Z`` for UTC)."""
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            "not an ISO 8601 time: expected e.g. 2026-12-24T10:00+01:00"
+        ) from None
+    if when.utcoffset() is None:
+        raise argparse.ArgumentTypeError(
+            "has no UTC offset: add it, e.g. 2026-12-24T10:00+01:00 (or Z for UTC)"
+        )
+    return when
 
 
 def run(args: argparse.Namespace) -> int:
@@ -390,7 +416,10 @@ async def _broadcast(
                 on_progress=display.show,
                 every=every,
                 allow_changed_message=args.allow_changed_message,
+                start_at=args.at,
             )
+            if args.at is not None:
+                print(f"waiting until {args.at.isoformat()} to start", file=sys.stderr)
             report = await _run_interruptibly(broadcast)
         finally:
             display.close()
