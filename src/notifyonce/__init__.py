@@ -35,7 +35,7 @@ from notifyonce._ledger.claim import Claim
 from notifyonce._ledger.ledger import AsyncLedger, Ledger
 from notifyonce._ledger.records import LedgerStats, SlotRecord, SweepResult
 from notifyonce._ledger.table import SlotStatus
-from notifyonce._media import Copy, Document, Photo, Video
+from notifyonce._media import Album, Copy, Document, Photo, Video
 from notifyonce._message import Message, Receipt, Sender
 from notifyonce._notifier import Notification, Notifier, Report, Result, TickReport
 from notifyonce._observe import Observer, SendEvent, report_flood_wait
@@ -53,6 +53,7 @@ from notifyonce._senders.channels import Channel, ChannelReceipt, FallbackSender
 from notifyonce._version import __version__
 
 __all__ = [
+    "Album",
     "AsyncLedger",
     "Broadcast",
     "BroadcastProgress",

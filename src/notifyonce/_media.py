@@ -13,13 +13,16 @@ import hashlib
 import os
 import re
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar, TypeAlias
 
 from notifyonce._errors import ValidationError, ValidationTypeError
 
 __all__ = [
+    "ALBUM_SIZES",
     "MB",
+    "Album",
     "Copy",
     "Document",
     "Media",
@@ -272,9 +275,72 @@ def refuse_media(media: object, sender: str) -> None:
         )
 
 
+#: How many photos and videos an album holds: Telegram's bounds.
+ALBUM_SIZES = range(2, 11)
+
+
+@dataclass(frozen=True, slots=True)
+class Album:
+    """A media group: 2 to 10 photos and videos sent together with ``sendMediaGroup``, as
+    one notification (one slot). The message's text is the caption of the first item.
+
+    Each file is uploaded once and sent by its ``file_id`` after that, across the
+    campaign and, with a [`SQLFileIdStore`][notifyonce.telegram.SQLFileIdStore], across
+    runs. Telegram sends no buttons under an album. ``TelegramSender`` only.
+
+    Args:
+        items: The [`Photo`][notifyonce.Photo] and [`Video`][notifyonce.Video] objects,
+            in order.
+
+    Raises:
+        ValidationError: Fewer than 2 or more than 10 items, or an item that is not a
+            Photo or a Video (``field == "album"``; nothing is sent).
+
+    Examples:
+        >>> Album([Photo("https://example.com/a.png"), Photo("https://example.com/b.png")])
+        Album(Photo(url=<redacted>), Photo(url=<redacted>))
+        >>> Album([Photo("https://example.com/a.png")])
+        Traceback (most recent call last):
+        ...
+        notifyonce._errors.ValidationError: album: has 1 item; Telegram takes 2 to 10 ...
+    """
+
+    items: tuple[Photo | Video, ...]
+
+    kind: ClassVar[str] = "album"
+
+    def __init__(self, items: Iterable[Photo | Video] | object) -> None:
+        if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+            raise ValidationTypeError("album", "must be a list of photos and videos")
+        found = tuple(items)
+        for number, item in enumerate(found, 1):
+            if not isinstance(item, (Photo, Video)):
+                raise ValidationTypeError(
+                    "album", f"item {number} is a {type(item).__name__}, not a Photo or a Video"
+                )
+        if len(found) not in ALBUM_SIZES:
+            noun = "item" if len(found) == 1 else "items"
+            raise ValidationError(
+                "album",
+                f"has {len(found)} {noun}; Telegram takes 2 to 10 photos and videos in an album",
+            )
+        object.__setattr__(self, "items", found)
+
+    def __repr__(self) -> str:
+        return f"Album({', '.join(repr(item) for item in self.items)})"
+
+    @property
+    def uploads(self) -> bool:
+        """Whether sending it uploads bytes (an item from a file or bytes)."""
+        return any(item.uploads for item in self.items)
+
+
 def refuse_telegram_only(media: object, sender: str) -> None:
-    """A ValidationError when a sender without ``copyMessage`` is given a copy."""
-    if isinstance(media, Copy):
+    """A ValidationError when a sender without ``copyMessage`` or ``sendMediaGroup`` is
+    given a copy or an album."""
+    if isinstance(media, (Copy, Album)):
         raise ValidationError(
-            "media", f"{sender} does not copy messages; send a Message.copy with TelegramSender"
+            "media",
+            f"{sender} sends no copies or albums; send a Message.copy or an Album with "
+            "TelegramSender",
         )

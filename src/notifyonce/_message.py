@@ -8,7 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from notifyonce._buttons import inline_keyboard
 from notifyonce._errors import ValidationError, ValidationTypeError
-from notifyonce._media import Copy, Document, Media, Photo, Video
+from notifyonce._media import Album, Copy, Document, Media, Photo, Video
 
 __all__ = ["Message", "Receipt", "Sender"]
 
@@ -35,7 +35,9 @@ class Message:
             then be empty; ``parse_mode`` and ``options["caption_entities"]`` format it).
             Telegram senders only: the other senders refuse it before anything is claimed.
             A [`Copy`][notifyonce.Copy] (see `Message.copy`) copies a message already in
-            Telegram, with ``text`` as a caption override (empty: its own caption).
+            Telegram, with ``text`` as a caption override (empty: its own caption); an
+            [`Album`][notifyonce.Album] sends 2-10 photos and videos as one media group,
+            ``text`` the first one's caption.
 
     Examples:
         >>> Message("6 hours left", parse_mode="HTML")
@@ -51,14 +53,17 @@ class Message:
     reply_markup: Mapping[str, Any] | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     idempotency_key: str | None = None
-    media: Media | Copy | None = None
+    media: Media | Copy | Album | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
             raise ValidationTypeError("text", f"must be a str, got {type(self.text).__name__}")
-        if self.media is not None and not isinstance(self.media, (Photo, Document, Video, Copy)):
+        if self.media is not None and not isinstance(
+            self.media, (Photo, Document, Video, Copy, Album)
+        ):
             raise ValidationTypeError(
-                "media", f"must be a Photo, Document, Video, Copy or None, got {type(self.media)}"
+                "media",
+                f"must be a Photo, Document, Video, Copy, Album or None, got {type(self.media)}",
             )
         if not self.text.strip() and self.media is None:
             raise ValidationError("text", "must not be empty or blank")

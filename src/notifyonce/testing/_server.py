@@ -550,7 +550,9 @@ class BotAPIServer(LocalServer):
     user wrote, one made with [`post`][notifyonce.testing.BotAPIServer.post]) and answers
     its new ``message_id``; a message it does not hold (never there, or removed with
     [`delete_message`][notifyonce.testing.BotAPIServer.delete_message]) is refused with
-    400 "message to copy not found". Every request that carried file bytes is in
+    400 "message to copy not found". ``sendMediaGroup`` delivers 2-10 photos and videos
+    (uploaded, by file_id or URL) as one message each and refuses a group of another
+    size. Every request that carried file bytes is in
     [`uploads`][notifyonce.testing.BotAPIServer.uploads]. It answers 404 for any path that
     is not ``/bot<token>/<method>`` (a wrong ``base_url``), 401 for a wrong token, keeps
     connections alive, and counts TCP connections. It also answers what a polling bot
@@ -804,6 +806,10 @@ class BotAPIServer(LocalServer):
                 return await self._answer(writer, 400, bad, keep_alive)
             result = {"ok": True, "result": updates}
             return await self._answer(writer, 200, json.dumps(result).encode(), keep_alive)
+        if verb == "POST" and method == "sendMediaGroup":
+            return await self._media_group(
+                writer, headers, body, received, connection, token, keep_alive
+            )
         kind = _MEDIA_METHODS.get(method)
         copying = method == "copyMessage"
         if verb != "POST" or (method != "sendMessage" and kind is None and not copying):
@@ -844,28 +850,10 @@ class BotAPIServer(LocalServer):
         media: dict[str, Any] | None = None
         if kind is not None:
             media = self._media(kind, method, chat_id, file, params.get(kind), reply.delivers)
-        message_id = 0
-        if reply.delivers:
-            message_id = next(self._message_ids)
-            delivery = Delivery(
-                chat_id,
-                text,
-                params,
-                received,
-                connection,
-                message_id,
-                method,
-                None if media is None else _largest_file_id(media),
-            )
-            with self._lock:
-                self._deliveries.append(delivery)
-                self._messages[(chat_id, message_id)] = text
-        if self.on_request is not None:
-            self.on_request(arrived)
-        if reply.drop is not None:
+        file_id = None if media is None else _largest_file_id(media)
+        message_id = self._deliver(arrived, text, params, file_id)
+        if not await self._before_answer(arrived):
             return False
-        if self.latency or reply.delay:
-            await asyncio.sleep(self.latency + reply.delay)
         body_out = reply.body
         if body_out is None and copying:  # copyMessage answers a MessageId
             body_out = json.dumps({"ok": True, "result": {"message_id": message_id}}).encode()
@@ -878,6 +866,99 @@ class BotAPIServer(LocalServer):
                 if text:
                     result["caption"] = text
             body_out = json.dumps({"ok": True, "result": result}).encode()
+        return await self._answer(writer, reply.status, body_out, keep_alive, reply.content_type)
+
+    def _deliver(
+        self, arrived: Request, text: str, params: dict[str, Any], file_id: str | None
+    ) -> int:
+        """Record one delivered message of ``arrived`` if its reply delivers; its id (0
+        when it does not)."""
+        if not arrived.reply.delivers:
+            return 0
+        assert arrived.chat_id is not None
+        message_id = next(self._message_ids)
+        delivery = Delivery(
+            arrived.chat_id,
+            text,
+            params,
+            arrived.at,
+            arrived.connection,
+            message_id,
+            arrived.method,
+            file_id,
+        )
+        with self._lock:
+            self._deliveries.append(delivery)
+            self._messages[(arrived.chat_id, message_id)] = text
+        return message_id
+
+    async def _before_answer(self, arrived: Request) -> bool:
+        """Tell ``on_request``, then wait out the latency; False when the reply drops the
+        connection instead of answering."""
+        if self.on_request is not None:
+            self.on_request(arrived)
+        if arrived.reply.drop is not None:
+            return False
+        if self.latency or arrived.reply.delay:
+            await asyncio.sleep(self.latency + arrived.reply.delay)
+        return True
+
+    async def _media_group(
+        self,
+        writer: asyncio.StreamWriter,
+        headers: dict[str, str],
+        body: bytes,
+        received: float,
+        connection: int,
+        token: str | None,
+        keep_alive: bool,
+    ) -> bool:
+        """``sendMediaGroup``: 2-10 photos and videos (uploads as ``attach://<field>``, or
+        file_ids this server gave, or URLs), delivered as one message each; the answer is
+        their list, the caption on the first."""
+        method = "sendMediaGroup"
+        try:
+            params, files = parse_form(headers.get("content-type", ""), body)
+            chat_id = str(params["chat_id"])
+            group = params["media"]
+            if not isinstance(group, list) or not all(isinstance(i, dict) for i in group):
+                raise ValueError("media is not a list of InputMedia")
+        except (ValueError, KeyError, TypeError):
+            bad = _api_error(400, "Bad Request: wrong parameters")
+            return await self._answer(writer, 400, bad, keep_alive)
+        if not 2 <= len(group) <= 10:
+            bad = _api_error(400, "Bad Request: wrong number of media in the group (2-10)")
+            return await self._answer(writer, 400, bad, keep_alive)
+        sources: list[tuple[str, tuple[str, bytes] | None, object]] = []
+        for item in group:
+            kind, source = str(item.get("type")), item.get("media")
+            if kind not in ("photo", "video"):
+                bad = _api_error(400, "Bad Request: wrong media type in the group")
+                return await self._answer(writer, 400, bad, keep_alive)
+            file = None
+            if isinstance(source, str) and source.startswith("attach://"):
+                file = files.get(source[len("attach://") :])
+            if file is None and not self._known_file(kind, source):
+                bad = _api_error(400, "Bad Request: wrong file identifier/HTTP URL specified")
+                return await self._answer(writer, 400, bad, keep_alive)
+            sources.append((kind, file, source))
+        reply = self._next_reply(chat_id, received)
+        arrived = Request(method, chat_id, received, connection, reply, _bot_id(token))
+        self._record(arrived)
+        caption = str(group[0].get("caption", ""))
+        messages: list[dict[str, Any]] = []
+        for number, (kind, file, source) in enumerate(sources):
+            media = self._media(kind, method, chat_id, file, source, reply.delivers)
+            text = caption if number == 0 else ""
+            message_id = self._deliver(arrived, text, params, _largest_file_id(media))
+            message = {"message_id": message_id, "date": int(time.time()), "chat": _chat(chat_id)}
+            message.update(media)
+            if text:
+                message["caption"] = text
+            messages.append(message)
+        if not await self._before_answer(arrived):
+            return False
+        body_out = reply.body or json.dumps({"ok": True, "result": messages}).encode()
         return await self._answer(writer, reply.status, body_out, keep_alive, reply.content_type)
 
     async def _refuse(

@@ -36,7 +36,7 @@ from notifyonce._errors import (
     ValidationError,
     ValidationTypeError,
 )
-from notifyonce._media import Copy, Media
+from notifyonce._media import Album, Copy, Media
 from notifyonce._message import Message
 from notifyonce._senders.rate.stores import bot_key
 from notifyonce._senders.redaction import short
@@ -209,7 +209,7 @@ class AiogramSender(WrappedBotSender):
 
     def _check_request(self, chat: int | str, message: Message) -> None:
         media = message.media
-        if media is None or isinstance(media, Copy):  # a copy: refused before this
+        if media is None or isinstance(media, (Copy, Album)):  # refused before this
             self._request(chat, message)
         else:
             self._media_request(chat, message, media, _PLACEHOLDER_FILE_ID)

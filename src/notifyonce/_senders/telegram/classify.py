@@ -142,6 +142,13 @@ def _about_the_message(description: str) -> bool:
 def _delivered(result: object) -> Delivered:
     message_id: int | None = None
     chat_id: str | None = None
+    if isinstance(result, list) and result and all(isinstance(m, dict) for m in result):
+        # An album's messages: the first one's id; every item's file_id, joined by commas
+        # (file_ids are URL-safe base64: no commas), when each has one.
+        first = _delivered(result[0])
+        ids = [_file_id(m) for m in result]
+        joined = ",".join(i for i in ids if i is not None) if None not in ids else None
+        return Delivered(first.message_id, first.chat_id, joined)
     if isinstance(result, dict):
         mid = result.get("message_id")
         if isinstance(mid, int) and not isinstance(mid, bool):

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from notifyonce._errors import PermanentSendError, SendError, ValidationTypeError
-from notifyonce._media import Copy, Media, refuse_telegram_only
+from notifyonce._media import Album, Copy, Media, refuse_telegram_only
 from notifyonce._message import Message, Receipt
 from notifyonce._senders.redaction import chain_cause, redact, scrubbed, short
 from notifyonce._senders.telegram.chat import Migrated, chat_id, validate_recipient
@@ -139,7 +139,7 @@ class WrappedBotSender:
         media = message.media
         if media is None:
             return await self._deliver(chat, message), None
-        assert not isinstance(media, Copy)  # refused by _prepare
+        assert not isinstance(media, (Copy, Album))  # refused by _prepare
         if isinstance(media.source, str):  # a file_id or a URL
             return await self._media_call(chat, message, media, media.source)
         deadline = time.monotonic() + _UPLOAD_WAIT
