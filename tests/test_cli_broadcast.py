@@ -566,3 +566,19 @@ def test_at_a_time_past_starts_at_once(workdir: Path, server: BotAPIServer) -> N
     assert 0 == done.returncode, done.stderr
     assert "waiting until 2026-01-01T00:00:00+00:00" in done.stderr
     assert 50 == len({d.chat_id for d in server.deliveries}) == len(server.deliveries)
+
+
+def test_progress_chat_shows_one_message_ending_with_the_summary(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """--progress-chat posts the progress once to the admin chat, edits it in place, and
+    leaves the summary there."""
+    done = run(command(workdir, server, "--progress-chat", str(ADMIN)))
+    assert 0 == done.returncode, done.stderr
+    to_admin = [r for r in server.requests if r.chat_id == str(ADMIN)]
+    assert "sendMessage" == to_admin[0].method
+    assert {"editMessageText"} >= {r.method for r in to_admin[1:]}
+    (posted,) = [d for d in server.deliveries if d.chat_id == str(ADMIN)]
+    text = server.message_text(ADMIN, posted.message_id)
+    assert text is not None
+    assert text.startswith("Broadcast news/c1: finished, 50 of 50 handled")

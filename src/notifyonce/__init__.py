@@ -40,6 +40,7 @@ from notifyonce._message import Message, Receipt, Sender
 from notifyonce._notifier import Notification, Notifier, Report, Result, TickReport
 from notifyonce._observe import Observer, SendEvent, report_flood_wait
 from notifyonce._outcome import DeliveryMode, Outcome
+from notifyonce._progress_chat import ProgressMessage
 from notifyonce._quiet import QuietHours
 from notifyonce._schedule.schedule import Schedule
 from notifyonce._schedule.selection import (
@@ -82,6 +83,7 @@ __all__ = [
     "Outcome",
     "PermanentSendError",
     "Photo",
+    "ProgressMessage",
     "QuietHours",
     "Receipt",
     "RecipientSource",

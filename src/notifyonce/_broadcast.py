@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from notifyonce._notifier import Notifier
+    from notifyonce._progress_chat import ProgressMessage
 
 __all__ = [
     "Broadcast",
@@ -310,6 +311,8 @@ class Broadcast:
             past starts at once. Two schedulers that start the same campaign at that
             moment send each chat once: each chat's slot is claimed by one of them.
             `cancel` ends the wait.
+        progress_chat: A [`ProgressMessage`][notifyonce.ProgressMessage]: the progress
+            as one message in an admin's chat, edited in place, ending with the summary.
 
     Examples:
         >>> import asyncio
@@ -343,6 +346,7 @@ class Broadcast:
         every: float = 1.0,
         allow_changed_message: bool = False,
         start_at: dt.datetime | None = None,
+        progress_chat: ProgressMessage | None = None,
     ) -> None:
         self.action = normalize_action(action)
         if self.action == CAMPAIGN_ACTION:
@@ -385,6 +389,7 @@ class Broadcast:
                     "start_at", "is a naive datetime; pass an aware one (with its UTC offset)"
                 )
         self.start_at = start_at
+        self.progress_chat = progress_chat
         self._counts = dict.fromkeys(Outcome, 0)
         self._started: float | None = None
         self._samples: deque[tuple[float, int]] = deque()
@@ -441,6 +446,11 @@ class Broadcast:
         if self._cancel_requested:
             self._task.cancel()
         ticker = asyncio.ensure_future(self._tick())
+        shown = (
+            None
+            if self.progress_chat is None
+            else asyncio.ensure_future(self.progress_chat.follow(self))
+        )
         try:
             await _finish(self._task)
         finally:
@@ -448,6 +458,10 @@ class Broadcast:
             with contextlib.suppress(asyncio.CancelledError):
                 await ticker
             self._publish(finished=True)
+            if shown is not None:
+                # The summary goes out within the sender's budget; never past a cancel.
+                with contextlib.suppress(asyncio.CancelledError):
+                    await shown
         cancelled = self._task.cancelled()
         report = Report(counts=dict(self._counts)) if cancelled else self._task.result()
         unknown, held = await self._standing()

@@ -185,6 +185,13 @@ def add_parser(
         help="wait until this time before the first send, e.g. 2026-12-24T10:00+01:00 (with "
         "its UTC offset); two schedulers starting the campaign then send each chat once",
     )
+    parser.add_argument(
+        "--progress-chat",
+        metavar="CHAT_ID",
+        default=None,
+        help="also show the progress in this chat (an admin's): one message, edited in place "
+        "at most every 3 s, ending with the summary",
+    )
     parser.add_argument("--dry-run", action="store_true", help="send nothing; count what would go")
     parser.add_argument(
         "--progress-every",
@@ -406,6 +413,16 @@ async def _broadcast(
         else:
             source = recipients_from_query(engine, args.recipients_sql)  # the ledger's database
         display = _Display(sys.stderr, tty)
+        progress_chat = None
+        if args.progress_chat is not None and not args.dry_run:
+            from notifyonce._progress_chat import ProgressMessage
+            from notifyonce._senders.telegram.chat import validate_recipient
+
+            try:
+                validate_recipient(args.progress_chat)
+            except ValidationError as exc:
+                raise _UsageError(f"--progress-chat: {exc.problem}") from None
+            progress_chat = ProgressMessage(sender, args.progress_chat)  # type: ignore[arg-type]
         try:
             broadcast = Broadcast(
                 notifier,
@@ -417,6 +434,7 @@ async def _broadcast(
                 every=every,
                 allow_changed_message=args.allow_changed_message,
                 start_at=args.at,
+                progress_chat=progress_chat,
             )
             if args.at is not None:
                 print(f"waiting until {args.at.isoformat()} to start", file=sys.stderr)

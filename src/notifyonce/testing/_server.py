@@ -552,7 +552,9 @@ class BotAPIServer(LocalServer):
     [`delete_message`][notifyonce.testing.BotAPIServer.delete_message]) is refused with
     400 "message to copy not found". ``sendMediaGroup`` delivers 2-10 photos and videos
     (uploaded, by file_id or URL) as one message each and refuses a group of another
-    size. Every request that carried file bytes is in
+    size. ``editMessageText`` changes a message it holds (see `message_text`), refusing a
+    missing one and an unchanged text ("message is not modified"). Every request that
+    carried file bytes is in
     [`uploads`][notifyonce.testing.BotAPIServer.uploads]. It answers 404 for any path that
     is not ``/bot<token>/<method>`` (a wrong ``base_url``), 401 for a wrong token, keeps
     connections alive, and counts TCP connections. It also answers what a polling bot
@@ -806,6 +808,8 @@ class BotAPIServer(LocalServer):
                 return await self._answer(writer, 400, bad, keep_alive)
             result = {"ok": True, "result": updates}
             return await self._answer(writer, 200, json.dumps(result).encode(), keep_alive)
+        if verb == "POST" and method == "editMessageText":
+            return await self._edit(writer, headers, body, received, connection, token, keep_alive)
         if verb == "POST" and method == "sendMediaGroup":
             return await self._media_group(
                 writer, headers, body, received, connection, token, keep_alive
@@ -867,6 +871,56 @@ class BotAPIServer(LocalServer):
                     result["caption"] = text
             body_out = json.dumps({"ok": True, "result": result}).encode()
         return await self._answer(writer, reply.status, body_out, keep_alive, reply.content_type)
+
+    async def _edit(
+        self,
+        writer: asyncio.StreamWriter,
+        headers: dict[str, str],
+        body: bytes,
+        received: float,
+        connection: int,
+        token: str | None,
+        keep_alive: bool,
+    ) -> bool:
+        """``editMessageText``: a message the server holds gets the new text; a missing one
+        and an unchanged text are refused as Telegram refuses them."""
+        try:
+            params = parse_form(headers.get("content-type", ""), body)[0]
+            chat_id, where = str(params["chat_id"]), int(params["message_id"])
+            text = str(params["text"])
+        except (ValueError, KeyError, TypeError):
+            bad = _api_error(400, "Bad Request: wrong parameters")
+            return await self._answer(writer, 400, bad, keep_alive)
+        with self._lock:
+            old = self._messages.get((chat_id, where))
+        if old is None or old == text:
+            problem = (
+                "message to edit not found"
+                if old is None
+                else "message is not modified: specified new message content and reply "
+                "markup are exactly the same as a current content and reply markup of the "
+                "message"
+            )
+            reply = Reply.error(400, f"Bad Request: {problem}")
+        else:
+            reply = self._next_reply(chat_id, received)
+        arrived = Request("editMessageText", chat_id, received, connection, reply, _bot_id(token))
+        self._record(arrived)
+        if reply.delivers and reply.body is None:
+            with self._lock:
+                self._messages[(chat_id, where)] = text
+        if not await self._before_answer(arrived):
+            return False
+        result = {"message_id": where, "date": int(time.time()), "chat": _chat(chat_id)}
+        body_out = (
+            reply.body or json.dumps({"ok": True, "result": {**result, "text": text}}).encode()
+        )
+        return await self._answer(writer, reply.status, body_out, keep_alive, reply.content_type)
+
+    def message_text(self, chat_id: int | str, message_id: int) -> str | None:
+        """The text the server holds for a message now (after its edits), or None."""
+        with self._lock:
+            return self._messages.get((str(chat_id), message_id))
 
     def _deliver(
         self, arrived: Request, text: str, params: dict[str, Any], file_id: str | None

@@ -324,6 +324,45 @@ class TelegramSender(HTTPSenderBase):
         del message, payload
         raise scrubbed(error)
 
+    async def edit_text(
+        self,
+        recipient: str | int,
+        message_id: int,
+        text: str,
+        *,
+        parse_mode: str | None = None,
+        budget: float | None = None,
+    ) -> bool:
+        """Replace the text of a message this bot sent (``editMessageText``), within the
+        sender's rate limit like any send.
+
+        Returns:
+            True when edited; False when Telegram answered "message is not modified" (the
+            text was already that).
+
+        Raises:
+            ValidationError: A malformed chat id, a message id below 1, an empty text.
+            SendError: As `send` (the message is gone, a flood wait, ...).
+        """
+        target = _validate_recipient(recipient)
+        if isinstance(message_id, bool) or not isinstance(message_id, int) or message_id < 1:
+            raise ValidationError("message_id", "must be a positive message id")
+        check_message(Message(text, parse_mode=parse_mode))
+        payload: dict[str, Any] = {"message_id": message_id, "text": text}
+        if parse_mode is not None:
+            payload["parse_mode"] = parse_mode
+        try:
+            await self._send(target, payload, self._budget(budget), "editMessageText")
+        except PermanentSendError as exc:
+            if "message is not modified" not in exc.description.lower():
+                error: SendError = exc
+            else:
+                return False
+        else:
+            return True
+        del payload, text
+        raise scrubbed(error)
+
     def check(self, recipient: str | int, message: Message) -> None:
         """Raise [`ValidationError`][notifyonce.ValidationError] if Telegram would refuse this send
         for its recipient or message alone (nothing is sent).
