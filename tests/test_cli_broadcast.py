@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 import shutil
@@ -476,3 +477,173 @@ def test_a_text_telegram_refuses_for_every_chat_stops_the_broadcast_burning_noth
     assert Counter({str(i): 1 for i in range(1, 51)}) == Counter(
         d.chat_id for d in server.deliveries
     )
+
+
+# -- campaigns as bot owners run them: --copy-from a post ----------------------------
+
+ADMIN = 777
+
+
+def copy_command(workdir: Path, server: BotAPIServer, source: str, *extra: str) -> list[str]:
+    args = command(workdir, server, "--copy-from", source, *extra)
+    at = args.index("--text-file")
+    del args[at : at + 2]
+    return args
+
+
+def test_copy_from_copies_the_post_to_every_chat_once(workdir: Path, server: BotAPIServer) -> None:
+    """--copy-from CHAT:MESSAGE_ID copies the admin's post to the 50 chats; a second run
+    sends nothing."""
+    post = server.post(ADMIN, "secret-post-91ab")
+    first = run(copy_command(workdir, server, f"{ADMIN}:{post}"))
+    assert 0 == first.returncode, first.stderr
+    again = run(copy_command(workdir, server, f"{ADMIN}:{post}"))
+    assert 0 == again.returncode, again.stderr
+    assert "50 already done" in again.stdout
+    assert {"copyMessage"} == {d.method for d in server.deliveries}
+    assert Counter({str(i): 1 for i in range(1, 51)}) == Counter(
+        d.chat_id for d in server.deliveries
+    )
+    assert "secret-post-91ab" not in first.stdout + first.stderr
+
+
+def test_a_deleted_post_stops_the_broadcast_with_no_chat_failed(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """The post was deleted: the broadcast stops at the first refusal, exits 1, says why,
+    and records no chat as failed."""
+    post = server.post(ADMIN, "gone")
+    server.delete_message(ADMIN, post)
+    done = run(copy_command(workdir, server, f"{ADMIN}:{post}"))
+    assert 1 == done.returncode, done.stderr
+    assert "stopped early: the message was refused: Bad Request: message to copy" in (done.stdout)
+    assert ", 0 failed," in done.stdout
+    assert len(server.requests) <= 16  # at most the sends under way (--concurrency 16)
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        ("0:5", "--copy-from: from_chat_id must not be 0"),
+        ("777:0", "--copy-from: message_id must be a positive message id"),
+        ("777", "--copy-from: expected CHAT:MESSAGE_ID"),
+        ("777:x", "--copy-from: the message id must be a number"),
+    ],
+)
+def test_a_malformed_copy_from_is_a_usage_error_before_anything_is_claimed(
+    workdir: Path,
+    server: BotAPIServer,
+    capsys: pytest.CaptureFixture[str],
+    source: str,
+    problem: str,
+) -> None:
+    """A copy from chat 0 or of message 0 exits 2 naming the field; nothing is sent."""
+    args = copy_command(workdir, server, source)[3:]
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert 2 == exited.value.code
+    assert problem in capsys.readouterr().err
+    assert [] == server.requests
+
+
+def test_buttons_file_puts_the_keyboard_under_every_message(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """--buttons-file's rows of URL and callback buttons go out with every message."""
+    rows = [
+        [{"text": "Shop", "url": "https://example.com/shop"}],
+        [{"text": "Later", "callback_data": "later"}, {"text": "Stop", "callback_data": "stop"}],
+    ]
+    (workdir / "buttons.json").write_text(json.dumps(rows))
+    done = run(command(workdir, server, "--buttons-file", str(workdir / "buttons.json")))
+    assert 0 == done.returncode, done.stderr
+    assert 50 == len(server.deliveries)
+    assert all({"inline_keyboard": rows} == d.params["reply_markup"] for d in server.deliveries)
+
+
+@pytest.mark.parametrize(
+    ("rows", "problem"),
+    [
+        (
+            [[{"text": "Shop", "url": "https://e.x"}], [{"text": "Bare"}]],
+            "row 2, column 1: has neither",
+        ),
+        (
+            [[{"text": "A", "url": "https://e.x"}, {"url": "https://e.x"}]],
+            "row 1, column 2: has no text",
+        ),
+        ([[{"text": "A", "url": "ftp://e.x"}]], "row 1, column 1: the url must start"),
+        ([[{"text": "A", "callback_data": "x" * 65}]], "row 1, column 1: callback_data must be"),
+        ([[{"text": "A", "url": "https://e.x", "callback_data": "a"}]], "has both"),
+        ([], "has no rows"),
+        ({"rows": []}, "only 'inline_keyboard'"),
+    ],
+)
+def test_a_bad_button_is_named_by_row_and_column_before_anything_is_claimed(
+    workdir: Path,
+    server: BotAPIServer,
+    capsys: pytest.CaptureFixture[str],
+    rows: object,
+    problem: str,
+) -> None:
+    """A button without a url or callback_data (and the like) exits 2 naming its row and
+    column; nothing is claimed or sent."""
+    (workdir / "buttons.json").write_text(json.dumps(rows))
+    args = command(workdir, server, "--buttons-file", str(workdir / "buttons.json"))[3:]
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert 2 == exited.value.code
+    err = capsys.readouterr().err
+    assert "--buttons-file: " in err
+    assert problem in err
+    assert [] == server.requests
+    assert 0 == main(["stats"])
+    assert "news" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("2026-12-24T10:00", "has no UTC offset"),
+        ("Christmas", "not an ISO 8601 time"),
+    ],
+)
+def test_at_needs_an_iso_time_with_its_offset(
+    workdir: Path,
+    server: BotAPIServer,
+    capsys: pytest.CaptureFixture[str],
+    value: str,
+    problem: str,
+) -> None:
+    """--at without a UTC offset, or not a time, exits 2 naming --at; nothing is sent."""
+    with pytest.raises(SystemExit) as exited:
+        main(command(workdir, server, "--at", value)[3:])
+    assert 2 == exited.value.code
+    err = capsys.readouterr().err
+    assert "--at" in err
+    assert problem in err
+    assert [] == server.requests
+
+
+def test_at_a_time_past_starts_at_once(workdir: Path, server: BotAPIServer) -> None:
+    """--at a time already past (Z for UTC) sends at once, each chat once."""
+    done = run(command(workdir, server, "--at", "2026-01-01T00:00Z"))
+    assert 0 == done.returncode, done.stderr
+    assert "waiting until 2026-01-01T00:00:00+00:00" in done.stderr
+    assert 50 == len({d.chat_id for d in server.deliveries}) == len(server.deliveries)
+
+
+def test_progress_chat_shows_one_message_ending_with_the_summary(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """--progress-chat posts the progress once to the admin chat, edits it in place, and
+    leaves the summary there."""
+    done = run(command(workdir, server, "--progress-chat", str(ADMIN)))
+    assert 0 == done.returncode, done.stderr
+    to_admin = [r for r in server.requests if r.chat_id == str(ADMIN)]
+    assert "sendMessage" == to_admin[0].method
+    assert {"editMessageText"} >= {r.method for r in to_admin[1:]}
+    (posted,) = [d for d in server.deliveries if d.chat_id == str(ADMIN)]
+    text = server.message_text(ADMIN, posted.message_id)
+    assert text is not None
+    assert text.startswith("Broadcast news/c1: finished, 50 of 50 handled")

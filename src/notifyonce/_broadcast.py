@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import datetime as dt
 import logging
 import os
 import time
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
     from notifyonce._dispatch import Run
     from notifyonce._notifier import Notifier
+    from notifyonce._progress_chat import ProgressMessage
 
 __all__ = [
     "Broadcast",
@@ -62,6 +64,9 @@ _RATE_WINDOW = 10.0
 # Seconds between two reads of the campaign's cancel request (one look-up of the unique
 # key each): about how long a cancel from the console takes to stop a run.
 _CANCEL_POLL = CANCEL_POLL
+
+# The longest a scheduled run sleeps before it reads the clock again.
+_START_STEP = 1.0
 
 logger = logging.getLogger("notifyonce.broadcast")
 
@@ -329,6 +334,13 @@ class Broadcast:
             then the cancel request is withdrawn and the chats not handled yet get the
             message. While the run lasts, a cancel request from the console stops it
             within a few seconds, gently (see `BroadcastReport.cancelled`).
+        start_at: An aware datetime: `run` waits until then (by the ledger's clock, the
+            database server's on PostgreSQL and MySQL) before the first send; a time
+            past starts at once. Two schedulers that start the same campaign at that
+            moment send each chat once: each chat's slot is claimed by one of them.
+            `cancel` ends the wait.
+        progress_chat: A [`ProgressMessage`][notifyonce.ProgressMessage]: the progress
+            as one message in an admin's chat, edited in place, ending with the summary.
 
     Examples:
         >>> import asyncio
@@ -362,6 +374,8 @@ class Broadcast:
         every: float = 1.0,
         allow_changed_message: bool = False,
         resume_cancelled: bool = False,
+        start_at: dt.datetime | None = None,
+        progress_chat: ProgressMessage | None = None,
     ) -> None:
         self.action = normalize_action(action)
         if self.action == CAMPAIGN_ACTION:
@@ -399,6 +413,17 @@ class Broadcast:
         self.resume_cancelled = resume_cancelled
         self._run: Run | None = None
         self._stopped_by: str | None = None  # the console's cancel request that stopped it
+        if start_at is not None:
+            if not isinstance(start_at, dt.datetime):
+                raise ValidationTypeError(
+                    "start_at", f"must be a datetime or None, got {type(start_at).__name__}"
+                )
+            if start_at.utcoffset() is None:
+                raise ValidationError(
+                    "start_at", "is a naive datetime; pass an aware one (with its UTC offset)"
+                )
+        self.start_at = start_at
+        self.progress_chat = progress_chat
         self._counts = dict.fromkeys(Outcome, 0)
         self._started: float | None = None
         self._samples: deque[tuple[float, int]] = deque()
@@ -428,6 +453,7 @@ class Broadcast:
         if self._task is not None:
             raise RuntimeError("this Broadcast is already running or ran; build a new one")
         resumed = await self._check_cancelled()
+        await self._wait_for_start()
         if isinstance(self.message, Message):
             await check_message(
                 self.notifier.ledger,
@@ -470,6 +496,11 @@ class Broadcast:
         tickers = [asyncio.ensure_future(self._tick())]
         if not self.notifier.dry_run:
             tickers.append(asyncio.ensure_future(self._watch_cancel()))
+        shown = (
+            None
+            if self.progress_chat is None
+            else asyncio.ensure_future(self.progress_chat.follow(self))
+        )
         try:
             await _finish(self._task)
         finally:
@@ -478,6 +509,10 @@ class Broadcast:
                 with contextlib.suppress(asyncio.CancelledError):
                     await ticker
             self._publish(finished=True)
+            if shown is not None:
+                # The summary goes out within the sender's budget; never past a cancel.
+                with contextlib.suppress(asyncio.CancelledError):
+                    await shown
         killed = self._task.cancelled()
         report = Report(counts=dict(self._counts)) if killed else self._task.result()
         cancelled = killed or self._stopped_by is not None
@@ -486,6 +521,17 @@ class Broadcast:
         return BroadcastReport(
             self.action, self.campaign, self._last, report, unknown, held, cancelled
         )
+
+    async def _wait_for_start(self) -> None:
+        """Sleep until ``start_at`` by the ledger's clock, a second at a time at most (so
+        a clock corrected meanwhile, and `cancel`, are heeded), unless cancelled."""
+        if self.start_at is None:
+            return
+        while not self._cancel_requested:
+            left = (self.start_at - self.notifier._now()).total_seconds()
+            if left <= 0:
+                return
+            await asyncio.sleep(min(left, _START_STEP))
 
     def cancel(self) -> None:
         """Stop the run: no new sends; sends under way are cut short and recorded as

@@ -35,7 +35,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from notifyonce._errors import LedgerError, ValidationError
 from notifyonce._keys import SlotKey, make_key
 from notifyonce._ledger.table import SlotStatus
-from notifyonce._media import file_sha256
+from notifyonce._media import Album, Copy, Media, file_sha256
 
 if TYPE_CHECKING:
     from notifyonce._ledger.ledger import AsyncLedger
@@ -72,22 +72,29 @@ async def fingerprint(message: Message) -> str:
     """
     parts = [message.text, message.parse_mode or ""]
     media = message.media
-    if media is not None:
-        source = media.source
-        if isinstance(source, bytes):
-            content = media._digest or hashlib.sha256(source).hexdigest()
-        elif isinstance(source, os.PathLike):
-            try:
-                content = await asyncio.to_thread(file_sha256, os.fspath(source))
-            except OSError as exc:
-                raise ValidationError(
-                    media.kind, f"cannot be read ({type(exc).__name__})"
-                ) from None
-        else:
-            content = source  # a file_id or a URL names the content
-        parts += [media.kind, content]
+    if isinstance(media, Copy):
+        parts += [media.kind, f"{media.from_chat_id}/{media.message_id}"]
+    elif isinstance(media, Album):
+        parts.append(media.kind)
+        for item in media.items:
+            parts += [item.kind, await _content(item)]
+    elif media is not None:
+        parts += [media.kind, await _content(media)]
     digest = hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass"))
     return _PREFIX + digest.hexdigest()
+
+
+async def _content(media: Media) -> str:
+    """What names a file's content: the sha256 of its bytes, or its file_id or URL."""
+    source = media.source
+    if isinstance(source, bytes):
+        return media._digest or hashlib.sha256(source).hexdigest()
+    if isinstance(source, os.PathLike):
+        try:
+            return await asyncio.to_thread(file_sha256, os.fspath(source))
+        except OSError as exc:
+            raise ValidationError(media.kind, f"cannot be read ({type(exc).__name__})") from None
+    return source  # a file_id or a URL names the content
 
 
 async def check_message(

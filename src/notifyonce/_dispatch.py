@@ -21,7 +21,9 @@ Why this shape:
   uncertain, a claim that had not is released, and the write of what is known is
   shielded from the cancellation (bounded in time). A ``SenderConfigError``, a ledger
   failure or bad input in a stream stops the run gently instead: no new sends, the ones
-  under way finish and are recorded, then the error is raised.
+  under way finish and are recorded, then the error is raised. A bot-wide flood wait or a
+  ``MessageRefusedError`` (the message itself refused) stops it the same way but returns
+  the report, ``stopped`` saying why and the untried notifications back as ``RETRY``.
 - Claims whose sends take long (retries, flood waits) have their leases renewed, so an
   at-least-once worker elsewhere never takes over a send still under way.
 - An observer (``Notifier(observer=...)``, see ``_observe``) hears of the run, each claim
@@ -43,6 +45,7 @@ from notifyonce._errors import (
     FloodWaitError,
     LedgerError,
     LedgerUnavailableError,
+    MessageRefusedError,
     PermanentSendError,
     SenderConfigError,
     SendError,
@@ -133,12 +136,15 @@ def decide_error(exc: Exception, mode: DeliveryMode, attempt: int, max_attempts:
     ====================================  ==============================================
     raised                                decision
     ====================================  ==============================================
+    MessageRefusedError                   released: the message's fault, not the slot's
     PermanentSendError                    FAILED, never retried
     TransientSendError, SenderConfigError released: certainly not delivered
     ValidationError                       FAILED: refused before sending, for good
     UncertainSendError, anything else     uncertain (see `decide_uncertain`)
     ====================================  ==============================================
     """
+    if isinstance(exc, MessageRefusedError):
+        return Decision(SlotStatus.RELEASED, Outcome.RETRY, error=describe(exc))
     if isinstance(exc, PermanentSendError):
         return Decision(SlotStatus.FAILED, Outcome.FAILED, error=describe(exc))
     if isinstance(exc, (TransientSendError, SenderConfigError)):
@@ -579,6 +585,14 @@ class Run:
         if isinstance(exc, SenderConfigError):
             # The sender is wrong, not this message: free it, stop the run, raise.
             self.stop(exc, hard=False)
+        elif isinstance(exc, MessageRefusedError):
+            # The post to copy is gone: every recipient would be refused alike, whatever
+            # was delivered before. Give the slot back and stop, rather than fail the
+            # campaign's every other chat.
+            if self.report.stopped is None:
+                logger.warning("stopping the run: the message was refused (%s)", describe(exc))
+                self.report.stopped = f"the message was refused: {exc.description}"
+                self.stop(None, hard=False)
         elif isinstance(exc, SendError) and exc.about_message and not self.delivered:
             return self._message_refused(exc)
         return decide_error(exc, self.n.mode, claim.attempt, self.n.max_attempts)

@@ -10,6 +10,8 @@ The tree::
     │   └── LedgerUnavailableError               could not reach the database, or lost it mid-call
     └── SendError                                a sender could not deliver
         ├── PermanentSendError                   refused for good: never retried
+        │   └── MessageRefusedError              the message itself is refused, for every
+        │                                        recipient alike: the run stops, slots kept
         ├── TransientSendError                   certainly not delivered: retry later
         │   └── FloodWaitError                   a flood wait longer than the sender waits out
         ├── UncertainSendError                   may have been delivered: never blindly retried
@@ -28,6 +30,7 @@ __all__ = [
     "FloodWaitError",
     "LedgerError",
     "LedgerUnavailableError",
+    "MessageRefusedError",
     "NotifyOnceError",
     "PermanentSendError",
     "ScheduleError",
@@ -130,6 +133,17 @@ class PermanentSendError(SendError):
     """The provider refused the message for good (bot blocked, chat not found, bad token).
 
     Retrying cannot help. The Notifier records the slot as ``failed``.
+    """
+
+
+class MessageRefusedError(PermanentSendError):
+    """The provider refused the message itself, not its recipient: every recipient would
+    be refused alike (the message a copy is made from was deleted or cannot be copied).
+
+    Nothing was delivered. The Notifier burns no recipient's slot for it: the slot is
+    given back (``RETRY``), the run stops (the sends under way finish, the rest come back
+    ``RETRY`` untried) and [`Report.stopped`][notifyonce.Report] says why. Fix the message
+    (or use a new campaign id) and run again.
     """
 
 

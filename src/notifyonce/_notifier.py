@@ -7,6 +7,7 @@ what the sender did            at-most-once         at-least-once
 =============================  ===================  ==============================
 delivered                      mark_sent -> SENT    mark_sent -> SENT
 PermanentSendError             mark_failed -> FAILED (never retried)
+MessageRefusedError            release -> RETRY, the run stops (Report.stopped says why)
 TransientSendError             release -> RETRY (certainly not delivered)
 SenderConfigError              release -> RETRY, and the run stops with the error
 about_message, none delivered  release -> RETRY (attempt given back); the 3rd stops

@@ -28,7 +28,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from notifyonce._errors import PermanentSendError, SendError, TransientSendError
+from notifyonce._errors import (
+    MessageRefusedError,
+    PermanentSendError,
+    SendError,
+    TransientSendError,
+)
 from notifyonce._senders.redaction import redact, short
 from notifyonce._senders.retry import parse_retry_after
 from notifyonce._senders.status import MAX_RETRY_AFTER, error_for_status, retry_after_in
@@ -154,6 +159,8 @@ def classify_response(
             # Without `parameters` the wait is only in the text (or a proxy's header).
             retry_after = retry_after_in(description) or _retry_after_header(headers)
         return TransientSendError(description, code=code, retry_after=retry_after)
+    if code == 400 and _about_the_message(description):
+        return MessageRefusedError(description, code=code, about_message=True)
     # 401/404 (bad token, wrong base_url): the sender is wrong, not the message. 502/504:
     # a gateway may have passed the request on. Other 5xx: the Bot API answered that it
     # did not send. 400 (chat not found), 403 (blocked): refused for good.
@@ -182,9 +189,26 @@ def about_message(error: SendError) -> SendError:
     return error
 
 
+# Refusals of the message itself, the same for every recipient: the message a copy is
+# made from is gone, or its chat forbids copies (protected content).
+_MESSAGE_REFUSALS = ("message to copy not found", "message can't be copied")
+
+
+def _about_the_message(description: str) -> bool:
+    lowered = description.lower()
+    return any(refusal in lowered for refusal in _MESSAGE_REFUSALS)
+
+
 def _delivered(result: object) -> Delivered:
     message_id: int | None = None
     chat_id: str | None = None
+    if isinstance(result, list) and result and all(isinstance(m, dict) for m in result):
+        # An album's messages: the first one's id; every item's file_id, joined by commas
+        # (file_ids are URL-safe base64: no commas), when each has one.
+        first = _delivered(result[0])
+        ids = [_file_id(m) for m in result]
+        joined = ",".join(i for i in ids if i is not None) if None not in ids else None
+        return Delivered(first.message_id, first.chat_id, joined)
     if isinstance(result, dict):
         mid = result.get("message_id")
         if isinstance(mid, int) and not isinstance(mid, bool):

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar, runtime_checkable
 
 from notifyonce._errors import PermanentSendError, TransientSendError, ValidationError
-from notifyonce._media import Media, file_sha256, file_size
+from notifyonce._media import Album, Document, Media, Photo, Video, file_sha256, file_size
 
 __all__ = [
     "FileIdStore",
@@ -160,10 +160,15 @@ class UploadOnce:
         # since is still sent by the file_id its content got.
         self._paths: dict[tuple[str, str], str] = {}
 
-    def knows(self, media: Media | None) -> bool:
-        """Whether ``media`` is a file on disk whose file_id this sender already has: its
-        sends need the file no more (it may be moved or deleted meanwhile)."""
-        if media is None or not isinstance(media.source, os.PathLike):
+    def knows(self, media: object) -> bool:
+        """Whether ``media`` is a file on disk whose file_id this sender already has (an
+        album: each of its files): its sends need the files no more (they may be moved or
+        deleted meanwhile). A copy, bytes or no media: False."""
+        if isinstance(media, Album):
+            return all(self.knows(item) for item in media.items)
+        if not isinstance(media, (Photo, Document, Video)) or not isinstance(
+            media.source, os.PathLike
+        ):
             return False
         key = self._paths.get((media.kind, os.fspath(media.source)))
         return key is not None and key in self._known

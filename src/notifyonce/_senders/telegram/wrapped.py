@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from notifyonce._errors import PermanentSendError, SendError, ValidationTypeError
-from notifyonce._media import Media
+from notifyonce._media import Album, Copy, Media, refuse_telegram_only
 from notifyonce._message import Message, Receipt
 from notifyonce._senders.redaction import chain_cause, redact, scrubbed, short
 from notifyonce._senders.telegram.chat import Migrated, chat_id, validate_recipient
@@ -140,6 +140,7 @@ class WrappedBotSender:
         media = message.media
         if media is None:
             return await self._deliver(chat, message), None
+        assert not isinstance(media, (Copy, Album))  # refused by _prepare
         if isinstance(media.source, str):  # a file_id or a URL
             return await self._media_call(chat, message, media, media.source)
         deadline = time.monotonic() + _UPLOAD_WAIT
@@ -192,6 +193,7 @@ class WrappedBotSender:
         target = validate_recipient(recipient)
         if not isinstance(message, Message):
             raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
+        refuse_telegram_only(message.media, type(self).__name__)
         check_message(message, file=file)
         encode(
             {
