@@ -129,10 +129,12 @@ class Held:
         self._pooled: Any = None
 
     def take(self) -> Any:
+        """The kept connection, if there is one."""
         pooled, self._pooled = self._pooled, None
         return pooled
 
     def give(self, pooled: Any) -> bool:
+        """Keep ``pooled``; False when one is kept already."""
         if self._pooled is not None:
             return False
         self._pooled = pooled
@@ -145,7 +147,7 @@ class Held:
             pooled.close()
 
 
-class Spare:
+class Spare(Held):
     """One pooled connection kept from a call for the next one in the same moment.
 
     A caller that awaits claims one after the other starts each as the last one returns,
@@ -161,8 +163,8 @@ class Spare:
     """
 
     def __init__(self, engine: sa.Engine) -> None:
+        super().__init__()
         self._engine = engine
-        self._pooled: Any = None
         self._closing: set[asyncio.Task[Any]] = set()
         _watch_disposal(engine, self)
 
@@ -171,16 +173,10 @@ class Spare:
         """Whether ``engine``'s connections may be kept this way."""
         return engine.dialect.driver == "asyncpg" and isinstance(engine.pool, sa.pool.QueuePool)
 
-    def take(self) -> Any:
-        """The kept connection, if there is one."""
-        pooled, self._pooled = self._pooled, None
-        return pooled
-
     def give(self, pooled: Any) -> bool:
         """Keep ``pooled`` until the event loop turns; False when one is kept already."""
-        if self._pooled is not None:
+        if not super().give(pooled):
             return False
-        self._pooled = pooled
         asyncio.get_running_loop().call_soon(self._release, pooled)
         return True
 
