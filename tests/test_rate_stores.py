@@ -4,6 +4,7 @@ failing closed, the paid lane and per-bot budgets."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import math
@@ -14,25 +15,36 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from notifyonce import Message, TransientSendError, ValidationError
+from notifyonce import (
+    AsyncLedger,
+    Message,
+    Notification,
+    Notifier,
+    TransientSendError,
+    ValidationError,
+)
 from notifyonce._senders.rate.stores import ScopeState, decide_flood, turn_from
 from notifyonce.ratelimit import (
+    DEFAULT_LOCK_TIMEOUT,
     MemoryRateStore,
     RateLimit,
     RateStore,
     RateStoreUnavailableError,
     RedisRateStore,
     SQLRateStore,
+    Turn,
     TurnRequest,
     bot_key,
 )
 from notifyonce.telegram import TelegramSender
+from notifyonce.testing import BotAPIServer
 
-from ._databases import drop_table, make_backend, redis_url
+from ._databases import Backend, drop_table, make_backend, redis_url
 from ._fakes import FakeClock
 from .conftest import ASYNC_BACKENDS
 
@@ -264,3 +276,136 @@ async def test_purge_deletes_only_idle_rows(shared_store: RateStore) -> None:
     assert 1 == await shared_store.purge(idle=0.0)  # the chat's row; the bot's start is ahead
     second = await shared_store.take_turn(request("6", unpaced_chats))
     assert second.wait > 0.9
+
+
+# -- a lock held by another session ------------------------------------------------------
+
+# A turn that waited out a held lock ends far sooner than this: it only guards the test
+# run against the old behaviour, a wait for ever.
+LOCK_GUARD = 30.0
+
+
+@contextlib.asynccontextmanager
+async def row_held(engine: AsyncEngine, table: str, scope: str) -> AsyncIterator[None]:
+    """Another session updates ``scope``'s row and keeps its transaction open (on SQLite
+    that holds the database's write lock)."""
+    async with engine.connect() as holder:
+        await holder.execute(
+            sa.text(f"UPDATE {table} SET tat = tat WHERE scope = :scope"), {"scope": scope}
+        )
+        try:
+            yield
+        finally:
+            await holder.rollback()
+
+
+@pytest.fixture(params=ASYNC_BACKENDS)
+async def sql_engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    """(backend, engine) on each database, for a store and a session that holds its rows."""
+    backend = make_backend(request.param, tmp_path)
+    engine = create_async_engine(backend.async_url)
+    yield backend, engine
+    await engine.dispose()
+
+
+async def test_a_row_held_by_another_session_fails_the_turn_closed(sql_engine: Any) -> None:
+    """While another session holds the bot's row, a turn gives up after lock_timeout with
+    RateStoreUnavailableError naming the store and the wait; once the row is free, turns
+    are booked again."""
+    backend, engine = sql_engine
+    table = backend.unique_table()
+    store = SQLRateStore(engine, table_name=table, lock_timeout=0.3)
+    try:
+        await store.create_schema()
+        await store.take_turn(request("5"))
+        async with row_held(engine, table, "b:1"):
+            with pytest.raises(RateStoreUnavailableError) as info:
+                await asyncio.wait_for(store.take_turn(request("6")), LOCK_GUARD)
+        after = await store.take_turn(request("6"))
+    finally:
+        drop_table(backend, table)
+    assert f"{store!r} waited lock_timeout (0.3 s)" in str(info.value)
+    assert after.booked
+
+
+class CountingStore(SQLRateStore):
+    """An SQLRateStore that counts the turns asked of the database."""
+
+    turns = 0
+
+    async def take_turn(self, request: TurnRequest) -> Turn:
+        self.turns += 1
+        return await super().take_turn(request)
+
+
+async def test_a_held_rate_row_stops_send_many_with_nothing_claimed_or_sent(
+    ledger: AsyncLedger, async_backend: Backend, bot_api_server: BotAPIServer, tmp_path: Path
+) -> None:
+    """With the default lock_timeout, a rate store whose bot row another session holds
+    stops send_many with RateStoreUnavailableError after one wait: the sends queued behind
+    the first fail with it instead of waiting again. Nothing is claimed, nothing reaches
+    Telegram, and the error names the store and the wait. (The store is on the ledger's
+    database; on SQLite in a file of its own, since a session holding a SQLite row holds
+    the whole file, the ledger's too, whose wait its own busy_timeout bounds.)"""
+    if async_backend.dialect == "sqlite":
+        engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'rate.sqlite3'}")
+    else:
+        engine = ledger.engine
+    table = async_backend.unique_table()
+    store = CountingStore(engine, table_name=table)
+    items = [Notification(chat, "c1", Message("x")) for chat in (1, 2, 3)]
+    try:
+        await store.create_schema()
+        await store.take_turn(request("1", bot="424242"))
+        async with (
+            TelegramSender(
+                "424242:LOCKED-secret", base_url=bot_api_server.url, rate_store=store
+            ) as sender,
+            row_held(engine, table, "b:424242"),
+        ):
+            run = Notifier(ledger, sender, concurrency=3).send_many("remind", items)
+            store.turns = 0
+            with pytest.raises(RateStoreUnavailableError) as info:
+                await asyncio.wait_for(run, LOCK_GUARD)
+        async with ledger.engine.connect() as conn:
+            rows = (await conn.execute(sa.select(ledger.table.c.status))).scalars().all()
+    finally:
+        if engine is ledger.engine:
+            drop_table(async_backend, table)
+        else:
+            await engine.dispose()
+    assert f"waited lock_timeout ({DEFAULT_LOCK_TIMEOUT:g} s)" in str(info.value)
+    assert 1 == store.turns
+    assert [] == bot_api_server.requests
+    assert [] == rows
+
+
+@pytest.mark.mariadb
+async def test_a_turn_gives_a_mysql_session_its_own_lock_wait_back(tmp_path: Path) -> None:
+    """On MySQL the turn's lock wait is the session's for the turn only: the connection
+    goes back to the pool (and to the ledger) with the server's own setting."""
+    backend = make_backend("mariadb", tmp_path)
+    engine = create_async_engine(backend.async_url, pool_size=1, max_overflow=0)
+    table = backend.unique_table()
+    store = SQLRateStore(engine, table_name=table, lock_timeout=1.0)
+    try:
+        await store.create_schema()
+        await store.take_turn(request("5"))
+        wait = "innodb_lock_wait_timeout"
+        query = sa.text(f"SELECT @@SESSION.{wait}, @@GLOBAL.{wait}")
+        async with engine.connect() as conn:
+            session, server = (await conn.execute(query)).one()
+    finally:
+        await engine.dispose()
+        drop_table(backend, table)
+    assert server == session
+
+
+@pytest.mark.parametrize("value", [0, -1.0, math.inf, math.nan, "2", True])
+def test_a_bad_lock_timeout_names_the_field(value: object) -> None:
+    """lock_timeout is a positive finite number of seconds, or None."""
+    engine = create_async_engine("sqlite+aiosqlite://")
+    with pytest.raises(ValidationError) as info:
+        SQLRateStore(engine, lock_timeout=value)  # type: ignore[arg-type]
+    assert "lock_timeout" == info.value.field
+    assert SQLRateStore(engine, lock_timeout=None).lock_timeout is None

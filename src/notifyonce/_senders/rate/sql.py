@@ -9,20 +9,32 @@ between the read and the write in which another turn could see the old values.
 
 Times are the database's clock, in seconds since the epoch, so workers on hosts whose
 clocks disagree still take turns from one timeline.
+
+A turn waits for another session's lock on those rows at most ``lock_timeout``: each
+database is told so for the turn alone (PostgreSQL ``SET LOCAL lock_timeout``, MySQL's
+``innodb_lock_wait_timeout`` for the session, set back after the turn, SQLite's busy
+timeout), and a wait that ends there fails closed, as `RateStoreUnavailableError`.
+Without it a session that holds the bot's row (a stuck transaction, a console left open)
+would hold every send of the bot, on PostgreSQL for ever.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import math
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from notifyonce._drivers import SQLITE_BUSY_TIMEOUT_INFO
 from notifyonce._errors import ValidationError
+from notifyonce._senders.http import check_seconds
 from notifyonce._senders.rate.stores import (
     PAID_LANE,
+    RateStoreUnavailableError,
     ScopeState,
     Turn,
     TurnRequest,
@@ -33,6 +45,7 @@ from notifyonce._senders.rate.stores import (
 from notifyonce._senders.tables import beside_ledger, check_store_args, primary_key_name
 
 __all__ = [
+    "DEFAULT_LOCK_TIMEOUT",
     "DEFAULT_RATE_TABLE_NAME",
     "SQLRateStore",
     "build_rate_table",
@@ -41,7 +54,14 @@ __all__ = [
 ]
 
 DEFAULT_RATE_TABLE_NAME = "notifyonce_rate_limits"
+#: Seconds a turn waits for rows another session holds locked before it fails closed.
+DEFAULT_LOCK_TIMEOUT = 2.0
 _MAX_SCOPE = 191  # utf8mb4 primary keys on MySQL stay within 767 bytes
+# How each database reports a lock wait that its timeout ended: PostgreSQL's
+# lock_not_available, MySQL's ER_LOCK_WAIT_TIMEOUT, SQLite's SQLITE_BUSY.
+_PG_LOCK_TIMEOUT = "55P03"
+_MYSQL_LOCK_TIMEOUT = 1205
+_SQLITE_BUSY = 5
 
 
 def default_rate_table(ledger_table: str) -> str:
@@ -76,6 +96,17 @@ def _now(dialect: Dialect) -> sa.ColumnElement[Any]:
     return sa.literal_column("(julianday('now') - 2440587.5) * 86400.0")
 
 
+def lock_wait_ended(dialect: str, orig: object) -> bool:
+    """Whether a driver's exception says a wait for a lock ran out of its timeout."""
+    if dialect == "postgresql":
+        return getattr(orig, "sqlstate", None) == _PG_LOCK_TIMEOUT
+    if dialect in ("mysql", "mariadb"):
+        args: tuple[Any, ...] = getattr(orig, "args", ())
+        return bool(args) and args[0] == _MYSQL_LOCK_TIMEOUT
+    code = getattr(orig, "sqlite_errorcode", None)  # Python 3.11+
+    return code == _SQLITE_BUSY or (code is None and "database is locked" in str(orig))
+
+
 def _insert(dialect: Dialect) -> Any:
     from sqlalchemy.dialects import mysql, postgresql, sqlite
 
@@ -100,6 +131,14 @@ class SQLRateStore:
             through this store. Workers in separate processes, each with its own round
             trips to the store and to Telegram, start their sends less precisely than one
             process does; 0.03 kept 429 answers well under 1 % in the four-worker test.
+        lock_timeout: Seconds a turn waits for rate rows that another session holds
+            locked (a transaction left open on the bot's row) before the send fails closed
+            with [`RateStoreUnavailableError`][notifyonce.ratelimit.RateStoreUnavailableError]
+            (nothing is sent; a Notifier's run stops and raises it). A turn holds its
+            rows for a few milliseconds, so the default
+            ([`DEFAULT_LOCK_TIMEOUT`][notifyonce.ratelimit.DEFAULT_LOCK_TIMEOUT], 2 s) is only
+            reached when something is wrong. MySQL counts it in whole seconds (rounded up).
+            None: wait as long as the database does (on PostgreSQL, for ever).
 
     Examples:
         >>> from sqlalchemy.ext.asyncio import create_async_engine
@@ -115,6 +154,7 @@ class SQLRateStore:
         table_name: str = DEFAULT_RATE_TABLE_NAME,
         schema: str | None = None,
         extra_jitter: float = 0.03,
+        lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
     ) -> None:
         check_store_args(engine, table_name)
         if engine.dialect.name not in ("postgresql", "mysql", "mariadb", "sqlite"):
@@ -122,6 +162,9 @@ class SQLRateStore:
                 "engine", f"dialect {engine.dialect.name!r} is not PostgreSQL, MySQL or SQLite"
             )
         self.extra_jitter = check_extra_jitter(extra_jitter)
+        self.lock_timeout = (
+            None if lock_timeout is None else check_seconds("lock_timeout", lock_timeout)
+        )
         self.engine = engine
         self.metadata = sa.MetaData()
         self.table = build_rate_table(self.metadata, table_name, schema)
@@ -159,7 +202,7 @@ class SQLRateStore:
         bot = f"b:{request.bot}"
         lane = f"p:{request.bot}" if request.lane == PAID_LANE else bot
         chat = f"c:{request.bot}:{request.chat}"
-        async with self.engine.connect() as conn:
+        async with self._bounded() as conn:
             now, rows = await self._lock(conn, [bot, lane, chat])
             turn = turn_from(now, rows[bot], rows[lane], rows[chat], request)
             if turn.booked:
@@ -170,7 +213,7 @@ class SQLRateStore:
     async def flood_wait(self, bot: str, chat: str, retry_after: float) -> None:
         """Record a 429: delay ``chat``, or the whole bot when another chat is waiting."""
         bot_scope, chat_scope = f"b:{bot}", f"c:{bot}:{chat}"
-        async with self.engine.connect() as conn:
+        async with self._bounded() as conn:
             now, rows = await self._lock(conn, [bot_scope, chat_scope])
             decide_flood(now, rows[bot_scope], chat, rows[chat_scope], retry_after)
             await self._write(conn, rows)
@@ -180,6 +223,59 @@ class SQLRateStore:
         """A no-op: a start taken from a shared timeline is not handed back."""
 
     # -- rows ---------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _bounded(self) -> AsyncIterator[AsyncConnection]:
+        """A connection on which a wait for a locked row ends after ``lock_timeout``, as a
+        RateStoreUnavailableError naming this store and the wait."""
+        timeout = self.lock_timeout
+        async with self.engine.connect() as conn:
+            if timeout is None:
+                yield conn
+                return
+            name = self.engine.dialect.name
+            set_back = False
+            try:
+                set_back = await self._bound(conn, name, timeout)
+                yield conn
+            except sa.exc.DBAPIError as exc:
+                if not lock_wait_ended(name, exc.orig):
+                    raise
+                raise RateStoreUnavailableError(
+                    f"rate store unavailable: {self!r} waited lock_timeout ({timeout:g} s) "
+                    "for rows another session holds locked; nothing was sent"
+                ) from exc
+            finally:
+                if set_back:
+                    await self._unbound(conn)
+
+    @staticmethod
+    async def _bound(conn: AsyncConnection, name: str, timeout: float) -> bool:
+        """Bound this connection's lock waits for one turn; True when the session's setting
+        must be set back afterwards (MySQL)."""
+        if name == "postgresql":  # for this transaction only
+            await conn.exec_driver_sql(f"SET LOCAL lock_timeout = {math.ceil(timeout * 1000)}")
+            return False
+        if name in ("mysql", "mariadb"):  # whole seconds, for the session
+            await conn.exec_driver_sql(
+                f"SET SESSION innodb_lock_wait_timeout = {max(1, math.ceil(timeout))}"
+            )
+            return True
+        # SQLite: the connection's busy timeout, noted where the ledger looks for its own.
+        info = (await conn.get_raw_connection()).info
+        milliseconds = math.ceil(timeout * 1000)
+        if info.get(SQLITE_BUSY_TIMEOUT_INFO) != milliseconds:
+            await conn.exec_driver_sql(f"PRAGMA busy_timeout = {milliseconds}")
+            info[SQLITE_BUSY_TIMEOUT_INFO] = milliseconds
+        return False
+
+    @staticmethod
+    async def _unbound(conn: AsyncConnection) -> None:
+        """Give a MySQL session its own lock wait back (the ledger may use it next)."""
+        try:
+            await conn.exec_driver_sql("SET SESSION innodb_lock_wait_timeout = DEFAULT")
+        except Exception:  # a broken connection: the pool must not hand it out again
+            await conn.invalidate()
 
     async def _lock(
         self, conn: AsyncConnection, scopes: Sequence[str]

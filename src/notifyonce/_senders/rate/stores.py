@@ -325,6 +325,11 @@ class SharedRateLimiter:
         self._clock = clock
         self._sleep = sleep
         self._asking = asyncio.Lock()
+        # The last failure of the store, and how many there were: a request that queued
+        # behind a failing one fails with it instead of waiting out the same fault again
+        # (a held lock would otherwise cost each queued send its own lock_timeout).
+        self._failure: RateStoreUnavailableError | None = None
+        self._failures = 0
 
     @property
     def tolerance(self) -> float:
@@ -360,7 +365,10 @@ class SharedRateLimiter:
             # One request at a time per sender: the sender's concurrent sends would only
             # queue on the store's lock, and the time spent queueing there is time the
             # store's "now" cannot see.
+            failures = self._failures
             async with self._asking:
+                if self._failures != failures and self._failure is not None:
+                    raise RateStoreUnavailableError(str(self._failure))
                 turn = await self._ask(self.store.take_turn(request))
             if not turn.booked and turn.flood is not None and turn.wait > flood_limit:
                 whose = "the bot's" if turn.flood == "bot" else "the chat's"
@@ -401,14 +409,22 @@ class SharedRateLimiter:
         except Exception as exc:  # a slot not given back only costs throughput
             logger.debug("rate store: could not give a turn back (%s)", type(exc).__name__)
 
-    @staticmethod
-    async def _ask(call: Awaitable[Turn]) -> Turn:
+    async def _ask(self, call: Awaitable[Turn]) -> Turn:
         try:
             return await call
+        except RateStoreUnavailableError as exc:  # the store said why itself
+            self._failed(exc)
+            raise
         except Exception as exc:
-            raise RateStoreUnavailableError(
+            failure = RateStoreUnavailableError(
                 f"rate store unavailable ({type(exc).__name__}); nothing was sent"
-            ) from exc
+            )
+            self._failed(failure)
+            raise failure from exc
+
+    def _failed(self, failure: RateStoreUnavailableError) -> None:
+        self._failure = failure
+        self._failures += 1
 
 
 def infinite_wait(seconds: float) -> float:
