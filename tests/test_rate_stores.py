@@ -184,6 +184,38 @@ async def test_beyond_max_wait_nothing_is_booked(shared_store: RateStore) -> Non
     assert abs(refused.wait - taken.wait) < 0.2
 
 
+async def test_a_turn_given_back_frees_its_start_and_its_chat(shared_store: RateStore) -> None:
+    """A turn no send used, given back: the next turn of its chat takes the same start at
+    once, instead of waiting for the chat's next second."""
+    first = await shared_store.take_turn(request("5"))
+    await shared_store.give_back(first)
+    again = await shared_store.take_turn(request("5"))
+    assert (True, True) == (first.booked, again.booked)
+    assert again.wait < 0.5
+
+
+async def test_a_turn_given_back_after_a_later_one_keeps_the_later_start(
+    shared_store: RateStore,
+) -> None:
+    """Compare-and-set: once a later turn was booked, giving back an earlier one frees its
+    chat but leaves the bot's next start where the later turn put it."""
+    first = await shared_store.take_turn(request("5"))
+    second = await shared_store.take_turn(request("6"))
+    await shared_store.give_back(first)
+    third = await shared_store.take_turn(request("7"))
+    fourth = await shared_store.take_turn(request("5"))
+    assert all(turn.booked for turn in (first, second, third, fourth))
+    assert [1.0, 2.0, 3.0] == pytest.approx([second.wait, third.wait, fourth.wait], abs=0.2)
+
+
+async def test_a_turn_is_booked_ready_in_ahead(shared_store: RateStore) -> None:
+    """A request that cannot leave for ready_in seconds gets its start no earlier."""
+    ahead = TurnRequest(bot="1", chat="5", lane="bot", limit=SLOW_BOT, max_wait=1e6, ready_in=0.5)
+    turn = await shared_store.take_turn(ahead)
+    assert turn.booked
+    assert 0.45 < turn.wait <= 0.5
+
+
 # -- the sender on a store ---------------------------------------------------------------
 
 OK = {"ok": True, "result": {"message_id": 1, "date": 0, "chat": {"id": 1, "type": "private"}}}

@@ -21,8 +21,10 @@ would hold every send of the bot, on PostgreSQL for ever.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -60,6 +62,9 @@ _MAX_SCOPE = 191  # utf8mb4 primary keys on MySQL stay within 767 bytes
 # How each database reports a lock wait that its timeout ended: PostgreSQL's
 # lock_not_available, MySQL's ER_LOCK_WAIT_TIMEOUT, SQLite's SQLITE_BUSY.
 _PG_LOCK_TIMEOUT = "55P03"
+# Two stored times this close are the same time written back (a database's float round
+# trip); any other turn moves a time on by a whole interval.
+_SAME_TIME = 1e-6
 _MYSQL_LOCK_TIMEOUT = 1205
 _SQLITE_BUSY = 5
 
@@ -94,6 +99,17 @@ def _now(dialect: Dialect) -> sa.ColumnElement[Any]:
     if dialect.name in ("mysql", "mariadb"):
         return sa.literal_column("UNIX_TIMESTAMP(NOW(6))")
     return sa.literal_column("(julianday('now') - 2440587.5) * 86400.0")
+
+
+@dataclass(frozen=True, slots=True)
+class _Booked:
+    """A booked turn as the store wrote it: what `SQLRateStore.give_back` compares."""
+
+    lane: str
+    chat: str
+    at: float
+    lane_tat: float | None  # the lane's next start as this turn left it (None: not moved)
+    chat_tat: float | None
 
 
 def lock_wait_ended(dialect: str, orig: object) -> bool:
@@ -208,7 +224,16 @@ class SQLRateStore:
             if turn.booked:
                 await self._write(conn, {lane: rows[lane], chat: rows[chat]})
             await conn.commit()
-        return turn
+        if turn.at is None:
+            return turn
+        booked = _Booked(
+            lane,
+            chat,
+            turn.at,
+            rows[lane].tat if request.lane_interval > 0 else None,
+            rows[chat].tat if request.chat_interval > 0 else None,
+        )
+        return dataclasses.replace(turn, handle=booked)
 
     async def flood_wait(self, bot: str, chat: str, retry_after: float) -> None:
         """Record a 429: delay ``chat``, or the whole bot when another chat is waiting."""
@@ -220,7 +245,22 @@ class SQLRateStore:
             await conn.commit()
 
     async def give_back(self, turn: Turn) -> None:
-        """A no-op: a start taken from a shared timeline is not handed back."""
+        """Give back a booked turn no send used: the lane's and the chat's next starts go
+        back to its start, each only if no later turn has moved it on (compare-and-set)."""
+        booked = turn.handle
+        if not isinstance(booked, _Booked):
+            return
+        async with self._bounded() as conn:
+            _, rows = await self._lock(conn, [booked.lane, booked.chat])
+            back: dict[str, ScopeState] = {}
+            for scope, left in ((booked.lane, booked.lane_tat), (booked.chat, booked.chat_tat)):
+                row = rows[scope]
+                if left is not None and abs(row.tat - left) < _SAME_TIME:
+                    row.tat = booked.at
+                    back[scope] = row
+            if back:
+                await self._write(conn, back)
+            await conn.commit()
 
     # -- rows ---------------------------------------------------------------------------
 
