@@ -341,12 +341,12 @@ async def sql_engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
 
 
 async def test_a_row_held_by_another_session_fails_the_turn_closed(sql_engine: Any) -> None:
-    """While another session holds the bot's row, a turn gives up after lock_timeout with
-    RateStoreUnavailableError naming the store and the wait; once the row is free, turns
-    are booked again."""
+    """While another session holds the bot's row, a turn gives up after lock_timeout
+    (busy_timeout on SQLite) with RateStoreUnavailableError naming the store and the wait;
+    once the row is free, turns are booked again."""
     backend, engine = sql_engine
     table = backend.unique_table()
-    store = SQLRateStore(engine, table_name=table, lock_timeout=0.3)
+    store = SQLRateStore(engine, table_name=table, lock_timeout=0.3, busy_timeout=0.3)
     try:
         await store.create_schema()
         await store.take_turn(request("5"))
@@ -356,7 +356,8 @@ async def test_a_row_held_by_another_session_fails_the_turn_closed(sql_engine: A
         after = await store.take_turn(request("6"))
     finally:
         drop_table(backend, table)
-    assert f"{store!r} waited lock_timeout (0.3 s)" in str(info.value)
+    option = "busy_timeout" if backend.dialect == "sqlite" else "lock_timeout"
+    assert f"{store!r} waited {option} (0.3 s)" in str(info.value)
     assert after.booked
 
 
@@ -377,14 +378,16 @@ async def test_a_held_rate_row_stops_send_many_with_nothing_claimed_or_sent(
     stops send_many with RateStoreUnavailableError after one wait: the sends queued behind
     the first fail with it instead of waiting again. Nothing is claimed, nothing reaches
     Telegram, and the error names the store and the wait. (The store is on the ledger's
-    database; on SQLite in a file of its own, since a session holding a SQLite row holds
-    the whole file, the ledger's too, whose wait its own busy_timeout bounds.)"""
+    database; on SQLite in a file of its own, with a busy_timeout of 2 s, since a session
+    holding a SQLite row holds the whole file, the ledger's too.)"""
     if async_backend.dialect == "sqlite":
         engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'rate.sqlite3'}")
+        wait = "busy_timeout"
     else:
         engine = ledger.engine
+        wait = "lock_timeout"
     table = async_backend.unique_table()
-    store = CountingStore(engine, table_name=table)
+    store = CountingStore(engine, table_name=table, busy_timeout=DEFAULT_LOCK_TIMEOUT)
     items = [Notification(chat, "c1", Message("x")) for chat in (1, 2, 3)]
     try:
         await store.create_schema()
@@ -406,7 +409,7 @@ async def test_a_held_rate_row_stops_send_many_with_nothing_claimed_or_sent(
             drop_table(async_backend, table)
         else:
             await engine.dispose()
-    assert f"waited lock_timeout ({DEFAULT_LOCK_TIMEOUT:g} s)" in str(info.value)
+    assert f"waited {wait} ({DEFAULT_LOCK_TIMEOUT:g} s)" in str(info.value)
     assert 1 == store.turns
     assert [] == bot_api_server.requests
     assert [] == rows
@@ -433,11 +436,13 @@ async def test_a_turn_gives_a_mysql_session_its_own_lock_wait_back(tmp_path: Pat
     assert server == session
 
 
+@pytest.mark.parametrize("field", ["lock_timeout", "busy_timeout"])
 @pytest.mark.parametrize("value", [0, -1.0, math.inf, math.nan, "2", True])
-def test_a_bad_lock_timeout_names_the_field(value: object) -> None:
-    """lock_timeout is a positive finite number of seconds, or None."""
+def test_a_bad_lock_timeout_names_the_field(field: str, value: object) -> None:
+    """lock_timeout and busy_timeout are positive finite numbers of seconds (lock_timeout
+    may be None: no bound)."""
     engine = create_async_engine("sqlite+aiosqlite://")
     with pytest.raises(ValidationError) as info:
-        SQLRateStore(engine, lock_timeout=value)  # type: ignore[arg-type]
-    assert "lock_timeout" == info.value.field
+        SQLRateStore(engine, **{field: value})  # type: ignore[arg-type]
+    assert field == info.value.field
     assert SQLRateStore(engine, lock_timeout=None).lock_timeout is None
