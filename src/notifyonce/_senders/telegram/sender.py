@@ -7,7 +7,7 @@ import hashlib
 import logging
 import re
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +22,7 @@ from notifyonce._errors import (
     ValidationError,
     ValidationTypeError,
 )
-from notifyonce._media import Media
+from notifyonce._media import Album, Copy, Media
 from notifyonce._message import Message, Receipt
 from notifyonce._observe import note_flood
 from notifyonce._senders.http import (
@@ -54,8 +54,9 @@ from notifyonce._senders.telegram.chat import chat_id as _chat_id
 from notifyonce._senders.telegram.chat import message_fields
 from notifyonce._senders.telegram.chat import validate_recipient as _validate_recipient
 from notifyonce._senders.telegram.classify import Delivered, Migrated, classify_response
-from notifyonce._senders.telegram.files import FileIdStore, UploadOnce, read_upload
+from notifyonce._senders.telegram.files import FileIdStore, UploadOnce, file_key, read_upload
 from notifyonce._senders.telegram.payload import (
+    Upload,
     check_message,
     encode,
     jsonable,
@@ -102,6 +103,13 @@ _MAX_LEAD = 0.25
 _BOT_PREFIX = re.compile(r"bot[0-9]+:")
 
 
+def _aligned(album: Album, files: list[Upload]) -> list[Upload]:
+    """``files`` placed beside the album's items (an item sent by file_id or URL gets an
+    empty stand-in), so that each upload is compared with its own item's key."""
+    uploads = iter(files)
+    return [next(uploads) if item.uploads else ("", "", b"") for item in album.items]
+
+
 def check_token(token: object) -> str:
     """``token`` if it has a bot token's shape; the error never shows the token."""
     if not isinstance(token, str):
@@ -145,17 +153,19 @@ def _payload(message: Message) -> dict[str, Any]:
     return payload
 
 
-def prepare(recipient: object, message: object) -> tuple[str, dict[str, Any]]:
+def prepare(recipient: object, message: object, *, file: bool = True) -> tuple[str, dict[str, Any]]:
     """The checked recipient and ``sendMessage`` payload; a ValidationError otherwise.
 
     Everything that can fail before the request is written fails here: a malformed chat
-    id, a text or caption too long for Telegram, a media file gone missing or grown past
-    the upload limit, a value the JSON encoder cannot handle.
+    id, markup Telegram cannot parse, a text or caption too long for Telegram, a value the
+    JSON encoder cannot handle, and (``file``) a media file gone missing or grown past the
+    upload limit. A send passes ``file=False``: there a file problem is the message's, not
+    a reason to refuse its recipient (see ``files.unreadable``).
     """
     recipient = _validate_recipient(recipient)
     if not isinstance(message, Message):
         raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
-    check_message(message)
+    check_message(message, file=file)
     payload = _payload(message)
     # Encoded once by field, so an error can say which field cannot be encoded.
     options = jsonable(dict(message.options), "options")
@@ -325,7 +335,7 @@ class TelegramSender(HTTPSenderBase):
             TransientSendError: Not delivered; ``retry_after`` says when to try again.
             UncertainSendError: May have been delivered.
         """
-        target, payload = prepare(recipient, message)
+        target, payload = prepare(recipient, message, file=False)
         try:
             if message.media is None:
                 return await self._send(target, payload, self._budget(budget))
@@ -338,16 +348,57 @@ class TelegramSender(HTTPSenderBase):
         del message, payload
         raise scrubbed(error)
 
+    async def edit_text(
+        self,
+        recipient: str | int,
+        message_id: int,
+        text: str,
+        *,
+        parse_mode: str | None = None,
+        budget: float | None = None,
+    ) -> bool:
+        """Replace the text of a message this bot sent (``editMessageText``), within the
+        sender's rate limit like any send.
+
+        Returns:
+            True when edited; False when Telegram answered "message is not modified" (the
+            text was already that).
+
+        Raises:
+            ValidationError: A malformed chat id, a message id below 1, an empty text.
+            SendError: As `send` (the message is gone, a flood wait, ...).
+        """
+        target = _validate_recipient(recipient)
+        if isinstance(message_id, bool) or not isinstance(message_id, int) or message_id < 1:
+            raise ValidationError("message_id", "must be a positive message id")
+        check_message(Message(text, parse_mode=parse_mode))
+        payload: dict[str, Any] = {"message_id": message_id, "text": text}
+        if parse_mode is not None:
+            payload["parse_mode"] = parse_mode
+        try:
+            await self._send(target, payload, self._budget(budget), "editMessageText")
+        except PermanentSendError as exc:
+            if "message is not modified" not in exc.description.lower():
+                error: SendError = exc
+            else:
+                return False
+        else:
+            return True
+        del payload, text
+        raise scrubbed(error)
+
     def check(self, recipient: str | int, message: Message) -> None:
         """Raise [`ValidationError`][notifyonce.ValidationError] if Telegram would refuse this send
         for its recipient or message alone (nothing is sent).
 
-        A malformed chat id, a text longer than Telegram's 4096 characters or a caption
-        longer than 1024 (counted as Telegram counts them), a media file missing or over
-        the upload limit, or options the JSON encoder cannot handle. The Notifier calls it
-        before claiming, so such a notification burns no slot.
+        A malformed chat id, HTML or Markdown that Telegram cannot parse (in the
+        message's ``parse_mode``), a text longer than Telegram's 4096 characters or a
+        caption longer than 1024 (counted as Telegram counts them), a media file missing or
+        over the upload limit (unless this sender already has its file_id), or options the
+        JSON encoder cannot handle. The Notifier calls it before claiming, so such a
+        notification burns no slot.
         """
-        prepare(recipient, message)
+        prepare(recipient, message, file=not self._files.knows(getattr(message, "media", None)))
 
     @contextlib.asynccontextmanager
     async def turn(self, recipient: str | int) -> AsyncIterator[None]:
@@ -417,9 +468,18 @@ class TelegramSender(HTTPSenderBase):
         return False
 
     async def _send_media(
-        self, target: str, payload: dict[str, Any], media: Media, budget: float
+        self, target: str, payload: dict[str, Any], media: Media | Copy | Album, budget: float
     ) -> Receipt:
-        """Send ``media`` by file_id or URL, or upload it once (see ``UploadOnce``)."""
+        """Send ``media`` by file_id or URL, or upload it once (see ``UploadOnce``); copy
+        a message with ``copyMessage``."""
+        if isinstance(media, Copy):
+            source = {
+                "from_chat_id": _chat_id(str(media.from_chat_id)),
+                "message_id": media.message_id,
+            }
+            return await self._send(target, {**payload, **source}, budget, "copyMessage")
+        if isinstance(media, Album):
+            return await self._send_album(target, payload, media, budget)
         method = _METHODS[media.kind]
         if not media.uploads:
             return await self._send(target, {**payload, media.kind: media.source}, budget, method)
@@ -437,11 +497,65 @@ class TelegramSender(HTTPSenderBase):
         async def upload() -> tuple[Receipt, str | None]:
             data = await read_upload(media)
             file = (media.kind, media.upload_name(), data)
-            receipt = await self._send(target, dict(payload), remaining(), method, file)
+            receipt = await self._send(target, dict(payload), remaining(), method, [file])
             # The file changed since it was hashed: its id does not belong to this key.
             fresh = key.endswith(hashlib.sha256(data).hexdigest())
             return receipt, receipt.file_id if fresh else None
 
+        return await self._files.send(key, remaining, reuse, upload)
+
+    async def _send_album(
+        self, target: str, payload: dict[str, Any], album: Album, budget: float
+    ) -> Receipt:
+        """Send ``album`` with ``sendMediaGroup``: by the file_ids of its items once
+        known, else in one request uploading every file (see ``UploadOnce``); the album's
+        ids are kept under one key, so concurrent first sends upload once."""
+        deadline = self._clock() + budget
+        caption = {k: v for k, v in payload.items() if k in ("caption", "parse_mode")}
+        rest = {k: v for k, v in payload.items() if k not in caption}
+        if "caption_entities" in rest:
+            caption["caption_entities"] = rest.pop("caption_entities")
+        keys = [await self._files.key(i) if i.uploads else str(i.source) for i in album.items]
+
+        def remaining() -> float:
+            return deadline - self._clock()
+
+        def group(sources: list[str]) -> list[dict[str, Any]]:
+            pairs = zip(album.items, sources, strict=True)
+            media = [{"type": item.kind, "media": source} for item, source in pairs]
+            media[0].update(caption)
+            return media
+
+        async def send(sources: list[str], files: list[Upload]) -> Receipt:
+            fields = {**rest, "media": group(sources)}
+            return await self._send(target, fields, remaining(), "sendMediaGroup", files)
+
+        async def reuse(joined: str) -> tuple[Receipt, str | None]:
+            receipt = await send(joined.split(","), [])
+            return receipt, receipt.file_id
+
+        async def upload() -> tuple[Receipt, str | None]:
+            sources, files = [], []
+            for number, item in enumerate(album.items):
+                if item.uploads:
+                    field = f"file{number}"
+                    files.append((field, item.upload_name(), await read_upload(item)))
+                    sources.append(f"attach://{field}")
+                else:
+                    sources.append(str(item.source))
+            receipt = await send(sources, files)
+            fresh = all(
+                not item.uploads or key.endswith(hashlib.sha256(file[2]).hexdigest())
+                for item, key, file in zip(album.items, keys, _aligned(album, files), strict=True)
+            )
+            joined = receipt.file_id
+            ok = fresh and joined is not None and len(joined.split(",")) == len(album.items)
+            return receipt, joined if ok else None
+
+        if not album.uploads:
+            return await send(keys, [])
+        digest = hashlib.sha256("\x00".join(keys).encode()).hexdigest()
+        key = file_key(self._files.bot, album.kind, digest)
         return await self._files.send(key, remaining, reuse, upload)
 
     async def _send(
@@ -450,7 +564,7 @@ class TelegramSender(HTTPSenderBase):
         payload: dict[str, Any],
         budget: float,
         method: str = "sendMessage",
-        upload: tuple[str, str, bytes] | None = None,
+        upload: Sequence[Upload] = (),
     ) -> Receipt:
         client = self._get_client()
         if self._lane == PAID_LANE:
@@ -514,17 +628,17 @@ class TelegramSender(HTTPSenderBase):
         payload: dict[str, Any],
         remaining: float,
         method: str = "sendMessage",
-        upload: tuple[str, str, bytes] | None = None,
+        upload: Sequence[Upload] = (),
     ) -> tuple[Delivered | Migrated | SendError, BaseException | None, bool]:
         """One HTTP request; returns (outcome, exception to chain, certain transport failure).
 
-        ``upload`` is (the file's field, its file name, its bytes): the request is then a
-        multipart form, built again for every attempt (the chat id may have moved).
+        ``upload`` holds files, each (its field, its file name, its bytes): the request is
+        then a multipart form, built again for every attempt (the chat id may have moved).
         """
-        if upload is None:
+        if not upload:
             body, content_type = encode(payload), "application/json"
         else:
-            body, content_type = multipart(payload, *upload)
+            body, content_type = multipart(payload, upload)
         response, cause, certain = await self._post(
             client,
             self._secrets.url + method,

@@ -1,0 +1,117 @@
+"""A broadcast's progress where the admin is: one message in a chat, edited in place.
+
+The message is posted with the campaign's own sender (so within the bot's rate limit)
+at the first progress snapshot, edited at most once every ``every`` seconds, and edited a
+last time with the summary. A failure to post or edit is logged and never stops the
+campaign.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from notifyonce._errors import SendError, ValidationError
+from notifyonce._message import Message
+
+if TYPE_CHECKING:
+    from notifyonce._broadcast import Broadcast, BroadcastProgress
+
+__all__ = ["ProgressMessage", "render_progress"]
+
+logger = logging.getLogger("notifyonce.broadcast")
+
+
+class _EditingSender(Protocol):
+    async def send(self, recipient: str, message: Message) -> Any: ...
+
+    async def edit_text(self, recipient: str, message_id: int, text: str) -> bool: ...
+
+
+def render_progress(name: str, p: BroadcastProgress) -> str:
+    """The progress message's text: the campaign, how far, the counts; the summary at the
+    end."""
+    total = f" of {p.total:,}" if p.total is not None else ""
+    state = "finished" if p.finished else "running"
+    lines = [
+        f"Broadcast {name}: {state}, {p.done:,}{total} handled in {p.elapsed:.0f} s",
+        f"sent {p.sent:,} · failed {p.failed:,} · unknown {p.unknown:,} · "
+        f"already done {p.duplicate:,} · to retry {p.retry:,}",
+    ]
+    if not p.finished and p.eta is not None:
+        lines.append(f"{p.rate:,.0f}/s, about {p.eta:.0f} s left")
+    if p.finished and p.unknown:
+        lines.append("unknown: may or may not have arrived; they are not sent again")
+    if p.finished and p.retry:
+        lines.append("run the campaign again to retry the rest")
+    return "\n".join(lines)
+
+
+class ProgressMessage:
+    """Shows a [`Broadcast`][notifyonce.Broadcast]'s progress in a chat (an admin's): one
+    message, posted at the first snapshot and edited in place, ending with the summary.
+
+    Pass it as ``Broadcast(..., progress_chat=ProgressMessage(sender, admin_chat))``;
+    ``notifyonce broadcast --progress-chat ID`` does the same.
+
+    Args:
+        sender: A sender that can edit what it sent, e.g. the campaign's
+            [`TelegramSender`][notifyonce.telegram.TelegramSender] (its rate limit then
+            paces the edits with the campaign's sends).
+        chat: The chat to post in.
+        every: The fewest seconds between two edits (Telegram limits edits of one
+            message); the final summary is always shown.
+        clock: Monotonic clock (tests inject a fake one).
+
+    Attributes:
+        message_id: The progress message's id once posted.
+        edits: How many times it was edited (an unchanged text is not counted).
+    """
+
+    def __init__(
+        self,
+        sender: _EditingSender,
+        chat: int | str,
+        *,
+        every: float = 3.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not callable(getattr(sender, "edit_text", None)):
+            raise ValidationError("sender", "must be able to edit its messages (edit_text)")
+        if isinstance(every, bool) or not isinstance(every, (int, float)) or every < 0:
+            raise ValidationError("every", "must be a number of seconds, at least 0")
+        self.sender = sender
+        self.chat = str(chat)
+        self.every = float(every)
+        self.clock = clock
+        self.message_id: int | None = None
+        self.edits = 0
+        self._shown: float | None = None
+
+    async def follow(self, broadcast: Broadcast) -> None:
+        """Show ``broadcast``'s snapshots until its last one (the summary)."""
+        name = f"{broadcast.action}/{broadcast.campaign}"
+        final = False
+        async for snapshot in broadcast.watch():
+            final = snapshot.finished
+            due = self._shown is None or self.clock() - self._shown >= self.every
+            if final or due:
+                await self.show(render_progress(name, snapshot))
+        last = broadcast._last
+        if not final and last is not None and last.finished:  # it ended before we watched
+            await self.show(render_progress(name, last))
+
+    async def show(self, text: str) -> None:
+        """Post ``text``, or put it in the message posted before; a failure is logged."""
+        self._shown = self.clock()
+        try:
+            if self.message_id is None:
+                receipt = await self.sender.send(self.chat, Message(text))
+                mid = getattr(receipt, "message_id", None)
+                self.message_id = mid if isinstance(mid, int) else None
+            elif await self.sender.edit_text(self.chat, self.message_id, text):
+                self.edits += 1
+        except SendError as exc:
+            logger.warning("could not show the progress in the admin chat (%s)", exc)

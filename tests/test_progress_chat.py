@@ -1,0 +1,84 @@
+"""A broadcast's progress in the admin's chat: one message, edited in place at most once
+every few seconds, ending with the summary; "message is not modified" is no error."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from notifyonce import AsyncLedger, Broadcast, BroadcastProgress, Message, Notifier, ProgressMessage
+from notifyonce.telegram import RateLimit, TelegramSender
+from notifyonce.testing import BotAPIServer, FakeSender
+
+TOKEN = "424242:PROGRESS-secret"
+ADMIN = 777
+FAST = RateLimit(bot_per_second=500.0, private_chat_per_second=50.0)
+RUN_TIMEOUT = 60.0
+
+
+class StepClock:
+    """A monotonic clock that moves one second each time it is read."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+async def test_the_admin_chat_gets_one_message_edited_in_place_ending_with_the_summary(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer
+) -> None:
+    """A 300-chat campaign with progress snapshots every 10 ms: the admin chat gets one
+    sendMessage, its edits are at most one per 3 s of the progress clock (a clock that
+    moves a second a read), and the message ends as the summary."""
+    chats = list(range(1000, 1300))
+    snapshots: list[BroadcastProgress] = []
+    async with TelegramSender(TOKEN, base_url=bot_api_server.url, rate_limit=FAST) as sender:
+        shown = ProgressMessage(sender, ADMIN, every=3.0, clock=StepClock())
+        run = Broadcast(
+            Notifier(ledger, sender, concurrency=8),
+            "news",
+            "c1",
+            Message("hi"),
+            chats,
+            every=0.01,
+            progress_chat=shown,
+            on_progress=snapshots.append,
+        )
+        report = await asyncio.wait_for(run.run(), RUN_TIMEOUT)
+    to_admin = [r for r in bot_api_server.requests if r.chat_id == str(ADMIN)]
+    assert "sendMessage" == to_admin[0].method
+    assert {"editMessageText"} == {r.method for r in to_admin[1:]}
+    assert shown.message_id is not None
+    text = bot_api_server.message_text(ADMIN, shown.message_id)
+    assert text is not None
+    assert text.startswith("Broadcast news/c1: finished, 300 of 300 handled")
+    assert "sent 300 · failed 0 · unknown 0" in text
+    assert 300 == report.progress.sent
+    # Every edit waited for 3 reads of the progress clock after the one before it (one
+    # read per snapshot looked at): far fewer edits than snapshots, and never more.
+    assert 1 <= shown.edits <= len(snapshots) // 3 + 1
+    # An edit to the text the message already had ("not modified") is not counted.
+    assert shown.edits == sum(1 for r in to_admin[1:] if r.reply.delivers)
+
+
+async def test_an_unchanged_text_is_not_an_error(bot_api_server: BotAPIServer) -> None:
+    """Editing a message to the text it has is answered "message is not modified": the
+    sender returns False instead of raising; a missing message is an error."""
+    async with TelegramSender(TOKEN, base_url=bot_api_server.url, rate_limit=None) as sender:
+        receipt = await sender.send(str(ADMIN), Message("50%"))
+        assert isinstance(receipt.message_id, int)
+        assert await sender.edit_text(ADMIN, receipt.message_id, "60%")
+        assert not await sender.edit_text(ADMIN, receipt.message_id, "60%")
+        with pytest.raises(Exception, match="message to edit not found"):
+            await sender.edit_text(ADMIN, 999_999, "70%")
+    assert "60%" == bot_api_server.message_text(ADMIN, receipt.message_id)
+
+
+def test_a_sender_that_cannot_edit_is_refused() -> None:
+    """ProgressMessage needs a sender with edit_text."""
+    with pytest.raises(ValueError, match="sender"):
+        ProgressMessage(FakeSender(), ADMIN)  # type: ignore[arg-type]
