@@ -6,8 +6,10 @@ import contextlib
 import hashlib
 import logging
 import re
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -40,6 +42,7 @@ from notifyonce._senders.http import (
 from notifyonce._senders.rate.stores import (
     BOT_LANE,
     PAID_LANE,
+    Grant,
     MemoryRateStore,
     RateStore,
     SharedRateLimiter,
@@ -75,11 +78,28 @@ logger = logging.getLogger("notifyonce.telegram")
 # "<bot id>:<secret>", as @BotFather gives it: the bot id is digits, the secret letters,
 # digits, "-" and "_".
 _TOKEN = re.compile(r"[0-9]+:[A-Za-z0-9_-]+")
-# A turn taken by TelegramSender.turn for (sender, chat) in this task, not yet used by a
-# send. Task-local: concurrent sends of one sender never share a turn.
-_GRANTED: ContextVar[tuple[int, str, float] | None] = ContextVar("notifyonce_turn", default=None)
+
+
+@dataclass(slots=True, eq=False)
+class _Held:
+    """A turn TelegramSender.turn holds for the send to ``target`` in its block."""
+
+    sender: int  # id() of the sender that took it
+    target: str
+    grant: Grant
+    handed: float  # when it was handed to the caller, on the sender's clock
+    used: bool = False  # mutable: a send in a copy of the context (gather) uses it up too
+
+
+# The turn held in this task. Task-local: concurrent sends of one sender never share a turn.
+_GRANTED: ContextVar[_Held | None] = ContextVar("notifyonce_turn", default=None)
 # The longest a turn is waited for (seconds): the cap on a flood wait.
 _TURN_MAX_WAIT = 3600.0
+# A turn is booked as far ahead as the caller's steps between it and its send took lately
+# (the longest of the last _LEAD_SAMPLES, at most _MAX_LEAD seconds), and handed over that
+# much before its start: a claim then runs before the start instead of after it.
+_LEAD_SAMPLES = 16
+_MAX_LEAD = 0.25
 _BOT_PREFIX = re.compile(r"bot[0-9]+:")
 
 
@@ -277,6 +297,8 @@ class TelegramSender(HTTPSenderBase):
         self._files = UploadOnce(bot_key(token), file_store)
         self._lane = PAID_LANE if allow_paid_broadcast else BOT_LANE
         self.max_flood_wait = check_seconds("max_flood_wait", max_flood_wait)
+        # Seconds between a turn handed over and its send, lately (see _MAX_LEAD).
+        self._steps: deque[float] = deque(maxlen=_LEAD_SAMPLES)
 
     def __repr__(self) -> str:
         return f"TelegramSender(base_url={self.base_url!r}, token=<redacted>)"
@@ -384,7 +406,11 @@ class TelegramSender(HTTPSenderBase):
 
         The Notifier claims a slot only inside its recipient's turn, so claims never wait
         in the limiter: a crash then costs the sends under way, not every claim queued
-        behind the rate limit. Without a limiter this waits for nothing.
+        behind the rate limit. The turn is handed over as long before its start as the
+        steps between a turn and its send (the claim) took lately, at most 0.25 s; the
+        send then leaves at the start booked for it, waiting if the claim was quicker. A
+        turn no send used (the slot was someone else's, the run stopped) is given back.
+        Without a limiter this waits for nothing.
 
         Raises:
             RateStoreUnavailableError: The rate store failed (nothing may be sent).
@@ -396,32 +422,50 @@ class TelegramSender(HTTPSenderBase):
             yield
             return
         target = _validate_recipient(recipient)
-        needed = await self._limiter.acquire(
-            target, max_wait=_TURN_MAX_WAIT, lane=self._lane, flood_limit=self.max_flood_wait
+        grant = await self._limiter.acquire(
+            target,
+            max_wait=_TURN_MAX_WAIT,
+            lane=self._lane,
+            flood_limit=self.max_flood_wait,
+            ready_in=min(max(self._steps, default=0.0), _MAX_LEAD),
         )
-        if needed is not None:
+        if not isinstance(grant, Grant):
             raise TransientSendError(
-                f"rate limit: the next turn is {needed:.0f} s away", retry_after=needed
+                f"rate limit: the next turn is {grant:.0f} s away", retry_after=grant
             )
-        granted = _GRANTED.set((id(self), target, self._clock()))
+        held = _Held(id(self), target, grant, self._clock())
+        token = _GRANTED.set(held)
         try:
             yield
         finally:
-            _GRANTED.reset(granted)
+            _GRANTED.reset(token)
+            if not held.used:
+                await self._limiter.give_back(grant)
 
-    def _granted(self, target: str) -> bool:
-        """Whether this task holds a fresh, unused turn for ``target`` (and use it up).
+    async def _use_turn(self, target: str) -> bool:
+        """Use up the turn this task holds for ``target``, if any; False when there is none
+        to use and the send must take one.
 
-        A turn is good only as long as a late wake-up would be: a send that leaves later
-        than that (the claim in between was slow) could bunch with the next turns, so it
-        takes a new one instead.
+        The send leaves at the turn's start: it waits for it if the steps since the turn
+        was handed over were quicker. Later than the limiter's tolerance it could bunch
+        with the next turns' sends: the turn is given back (in a shared store only if no
+        turn was booked after it) and the send takes a new one.
         """
-        granted = _GRANTED.get()
-        if granted is None or granted[:2] != (id(self), target):
+        held = _GRANTED.get()
+        if held is None or held.used or (held.sender, held.target) != (id(self), target):
             return False
-        _GRANTED.set(None)
+        held.used = True
         assert self._limiter is not None
-        return self._clock() - granted[2] <= self._limiter.tolerance
+        now = self._clock()
+        self._steps.append(now - held.handed)
+        early = held.grant.due - now
+        if early > 0:
+            await self._sleep(early)
+            return True
+        if -early <= self._limiter.tolerance:
+            return True
+        await self._limiter.give_back(held.grant)
+        return False
 
     async def _send_media(
         self, target: str, payload: dict[str, Any], media: Media | Copy | Album, budget: float
@@ -532,17 +576,17 @@ class TelegramSender(HTTPSenderBase):
         while True:
             payload["chat_id"] = _chat_id(target)
             remaining = deadline - self._clock()
-            if self._limiter is not None and not self._granted(target):
-                needed = await self._limiter.acquire(
+            if self._limiter is not None and not await self._use_turn(target):
+                grant = await self._limiter.acquire(
                     target,
                     max_wait=max(remaining, 0.0),
                     lane=self._lane,
                     flood_limit=self.max_flood_wait,
                 )
-                if needed is not None:
+                if not isinstance(grant, Grant):
                     raise TransientSendError(
-                        f"rate limit: the next slot is {needed:.2f} s away, beyond the budget",
-                        retry_after=needed,
+                        f"rate limit: the next slot is {grant:.2f} s away, beyond the budget",
+                        retry_after=grant,
                     )
                 remaining = deadline - self._clock()
             if remaining <= 0:
