@@ -103,6 +103,7 @@ async def _fill(ledger: AsyncLedger, s: Seeded) -> None:
     # The running campaign: some sent, one released after a 429, some held.
     await check_message(ledger, s.broadcast, s.running, message, allow_changed=False, dry_run=False)
     await _record_total(ledger, s.broadcast, s.running, s.running_total)
+    await _keep_progress_message(ledger, s.broadcast, s.running)
     for chat in range(200, 206):
         claim = await ledger.claim_slot(s.broadcast, chat, s.running)
         assert claim is not None
@@ -118,6 +119,13 @@ async def _record_total(ledger: AsyncLedger, action: str, campaign: str, total: 
     from notifyonce._campaign import record_total
 
     await record_total(ledger, action, campaign, total)
+
+
+async def _keep_progress_message(ledger: AsyncLedger, action: str, campaign: str) -> None:
+    """The running campaign shows its progress in an admin chat (its own ledger row)."""
+    from notifyonce._campaign import keep_progress_message
+
+    await keep_progress_message(ledger, action, campaign, "777", 12)
 
 
 def sync_engine_for(backend: Backend) -> sa.Engine:

@@ -230,8 +230,8 @@ async def test_dry_run_sends_nothing(ledger: AsyncLedger) -> None:
 
 
 def test_bad_arguments_are_refused_before_anything(ledger: AsyncLedger) -> None:
-    """Bad campaign, recipients or interval, or the action where campaigns keep their
-    message, raise ValidationError naming the field."""
+    """Bad campaign, recipients or interval, or the actions where campaigns keep their
+    message and their progress message, raise ValidationError naming the field."""
     notifier = Notifier(ledger, FakeSender())
     for kwargs, fieldname in (
         ({"campaign": ""}, "cycle"),
@@ -239,6 +239,7 @@ def test_bad_arguments_are_refused_before_anything(ledger: AsyncLedger) -> None:
         ({"recipients": "12345"}, "recipients"),
         ({"every": 0}, "every"),
         ({"action": "notifyonce.campaign"}, "action"),
+        ({"action": "notifyonce.progress"}, "action"),
     ):
         args = {"action": "news", "campaign": "c1", "recipients": [1], **kwargs}
         with pytest.raises(ValidationError) as info:

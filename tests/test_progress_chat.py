@@ -4,10 +4,19 @@ every few seconds, ending with the summary; "message is not modified" is no erro
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
-from notifyonce import AsyncLedger, Broadcast, BroadcastProgress, Message, Notifier, ProgressMessage
+from notifyonce import (
+    AsyncLedger,
+    Broadcast,
+    BroadcastProgress,
+    BroadcastReport,
+    Message,
+    Notifier,
+    ProgressMessage,
+)
 from notifyonce.telegram import RateLimit, TelegramSender
 from notifyonce.testing import BotAPIServer, FakeSender
 
@@ -28,15 +37,15 @@ class StepClock:
         return self.now
 
 
-async def test_the_admin_chat_gets_one_message_edited_in_place_ending_with_the_summary(
-    ledger: AsyncLedger, bot_api_server: BotAPIServer
-) -> None:
-    """A 300-chat campaign with progress snapshots every 10 ms: the admin chat gets one
-    sendMessage, its edits are at most one per 3 s of the progress clock (a clock that
-    moves a second a read), and the message ends as the summary."""
-    chats = list(range(1000, 1300))
-    snapshots: list[BroadcastProgress] = []
-    async with TelegramSender(TOKEN, base_url=bot_api_server.url, rate_limit=FAST) as sender:
+async def _campaign_run(
+    ledger: AsyncLedger,
+    server: BotAPIServer,
+    chats: list[int],
+    on_progress: Callable[[BroadcastProgress], None] | None = None,
+) -> tuple[ProgressMessage, BroadcastReport]:
+    """One run of campaign news/c1 to ``chats`` with its progress in the admin chat
+    (snapshots every 10 ms; the progress clock moves a second a read)."""
+    async with TelegramSender(TOKEN, base_url=server.url, rate_limit=FAST) as sender:
         shown = ProgressMessage(sender, ADMIN, every=3.0, clock=StepClock())
         run = Broadcast(
             Notifier(ledger, sender, concurrency=8),
@@ -46,9 +55,22 @@ async def test_the_admin_chat_gets_one_message_edited_in_place_ending_with_the_s
             chats,
             every=0.01,
             progress_chat=shown,
-            on_progress=snapshots.append,
+            on_progress=on_progress,
         )
         report = await asyncio.wait_for(run.run(), RUN_TIMEOUT)
+    return shown, report
+
+
+async def test_the_admin_chat_gets_one_message_edited_in_place_ending_with_the_summary(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer
+) -> None:
+    """A 300-chat campaign with progress snapshots every 10 ms: the admin chat gets one
+    sendMessage, its edits are at most one per 3 s of the progress clock (a clock that
+    moves a second a read), and the message ends as the summary."""
+    snapshots: list[BroadcastProgress] = []
+    shown, report = await _campaign_run(
+        ledger, bot_api_server, list(range(1000, 1300)), snapshots.append
+    )
     to_admin = [r for r in bot_api_server.requests if r.chat_id == str(ADMIN)]
     assert "sendMessage" == to_admin[0].method
     assert {"editMessageText"} == {r.method for r in to_admin[1:]}
@@ -82,3 +104,55 @@ def test_a_sender_that_cannot_edit_is_refused() -> None:
     """ProgressMessage needs a sender with edit_text."""
     with pytest.raises(ValueError, match="sender"):
         ProgressMessage(FakeSender(), ADMIN)  # type: ignore[arg-type]
+
+
+async def test_a_resumed_campaign_edits_the_message_of_its_first_run(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer
+) -> None:
+    """A campaign run twice (the second run resumes it, with more chats) shows one message
+    in the admin chat: the second run finds it in the ledger and edits it, ending with its
+    own summary. Deleted in the chat, it is posted anew and the next run edits that one."""
+    first, _ = await _campaign_run(ledger, bot_api_server, list(range(1000, 1100)))
+    second, _ = await _campaign_run(ledger, bot_api_server, list(range(1000, 1200)))
+
+    to_admin = [r for r in bot_api_server.requests if r.chat_id == str(ADMIN)]
+    assert ["sendMessage"] == [r.method for r in to_admin if r.method != "editMessageText"]
+    assert (1, 0) == (first.posts, second.posts)
+    assert first.message_id is not None
+    assert first.message_id == second.message_id
+    assert second.edits >= 1
+    text = bot_api_server.message_text(ADMIN, first.message_id)
+    assert text is not None
+    assert text.startswith("Broadcast news/c1: finished, 200 of 200 handled")
+    assert "sent 100 · failed 0 · unknown 0 · already done 100" in text
+
+    bot_api_server.delete_message(ADMIN, first.message_id)
+    third, _ = await _campaign_run(ledger, bot_api_server, list(range(1000, 1250)))
+    fourth, _ = await _campaign_run(ledger, bot_api_server, list(range(1000, 1300)))
+    assert (1, 0) == (third.posts, fourth.posts)
+    assert third.message_id not in (None, first.message_id)
+    assert third.message_id == fourth.message_id
+    assert third.message_id is not None
+    text = bot_api_server.message_text(ADMIN, third.message_id)
+    assert text is not None
+    assert text.startswith("Broadcast news/c1: finished, 300 of 300 handled")
+    posts = [r for r in bot_api_server.requests if r.chat_id == str(ADMIN)]
+    assert 2 == sum(1 for r in posts if r.method == "sendMessage")
+
+
+async def test_a_resumed_campaign_shown_in_another_chat_posts_there(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer
+) -> None:
+    """Message ids count per chat: a run showing its progress in another chat than the
+    first run's posts a message there, and never edits that chat's message of the same id."""
+    first, _ = await _campaign_run(ledger, bot_api_server, [1000, 1001])
+    assert first.message_id is not None
+    async with TelegramSender(TOKEN, base_url=bot_api_server.url, rate_limit=FAST) as sender:
+        other = ProgressMessage(sender, ADMIN + 1, every=3.0, clock=StepClock())
+        run = Broadcast(
+            Notifier(ledger, sender), "news", "c1", Message("hi"), [1002], progress_chat=other
+        )
+        await asyncio.wait_for(run.run(), RUN_TIMEOUT)
+    assert 1 == other.posts
+    there = [r.method for r in bot_api_server.requests if r.chat_id == str(ADMIN + 1)]
+    assert "sendMessage" == there[0], "no edit of another chat's message tried first"

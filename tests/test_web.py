@@ -129,6 +129,7 @@ async def test_overview_counts_each_action_and_campaign_per_status(console: Cons
     assert finished.endswith("0 5 1 0 0 details")
     assert running.endswith("1 3 0 1 1 running: progress")
     assert "notifyonce.campaign" not in page
+    assert "notifyonce.progress" not in page
 
 
 async def test_counts_stop_at_the_cap(console: Console, monkeypatch: pytest.MonkeyPatch) -> None:

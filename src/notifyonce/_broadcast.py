@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import sqlalchemy as sa
 
 from notifyonce._campaign import (
-    CAMPAIGN_ACTION,
     CANCEL_POLL,
+    RESERVED_ACTIONS,
     cancel_requested,
     check_message,
     clear_cancel,
@@ -378,9 +378,9 @@ class Broadcast:
         progress_chat: ProgressMessage | None = None,
     ) -> None:
         self.action = normalize_action(action)
-        if self.action == CAMPAIGN_ACTION:
+        if self.action in RESERVED_ACTIONS:
             raise ValidationError(
-                "action", f"{CAMPAIGN_ACTION!r} is where campaigns keep their message"
+                "action", f"{self.action!r} is where campaigns keep their own records"
             )
         if not isinstance(campaign, str):
             raise ValidationTypeError("campaign", f"must be a str, got {type(campaign).__name__}")

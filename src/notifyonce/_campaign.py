@@ -18,6 +18,14 @@ a campaign's row otherwise leaves empty) set to ``CANCEL_NOTE`` and the time, by
 ``UPDATE`` through the unique key. A running broadcast reads it every few seconds (one
 look-up of that key) and stops gently; a later run refuses to start until it is told to
 resume, which clears it.
+
+The campaign's progress message in an admin's chat (see ``_progress_chat``) is remembered
+in a row of its own, under the action ``notifyonce.progress`` (same subject and cycle as
+the campaign row; ``message_id`` holds ``<chat>:<message id>``), so a resumed run edits
+the message the first run posted instead of posting another. Not in the campaign row:
+its columns are spoken for (above), and a campaign whose message is a function of the chat
+has no campaign row at all, yet can show its progress. The chat is kept with the id
+because message ids count per chat: the same id in another chat is another message.
 """
 
 from __future__ import annotations
@@ -45,11 +53,15 @@ __all__ = [
     "CAMPAIGN_ACTION",
     "CANCEL_NOTE",
     "CANCEL_POLL",
+    "PROGRESS_ACTION",
+    "RESERVED_ACTIONS",
     "cancel_requested",
     "cancel_statement",
     "check_message",
     "clear_cancel",
     "fingerprint",
+    "keep_progress_message",
+    "progress_message",
     "record_total",
     "request_cancel",
 ]
@@ -57,6 +69,9 @@ __all__ = [
 logger = logging.getLogger("notifyonce.broadcast")
 
 CAMPAIGN_ACTION = "notifyonce.campaign"
+PROGRESS_ACTION = "notifyonce.progress"
+#: Actions of the ledger's own rows, which no broadcast may use (and the console hides).
+RESERVED_ACTIONS = frozenset({CAMPAIGN_ACTION, PROGRESS_ACTION})
 _PREFIX = "msg-sha256:"
 #: What a cancel request stored in a campaign's row starts with (the time follows).
 CANCEL_NOTE = "cancelled from the console"
@@ -119,22 +134,7 @@ async def check_message(
     try:
         stored = await _stored(ledger, where)
         if stored is None and not dry_run:
-            now = ledger.now()
-            row = {
-                "action": key.action,
-                "subject": key.subject,
-                "cycle": key.cycle,
-                "cycle_at": None,
-                "status": SlotStatus.SENT.value,
-                "attempt": 1,
-                "token": 0,
-                "lease_until": now,
-                "created_at": now,
-                "updated_at": now,
-                "sent_at": None,  # not a delivery: spacing must not count it
-                "last_error": None,
-                "message_id": wanted,
-            }
+            row = _own_row(key, ledger.now(), wanted)
             try:
                 async with ledger.engine.begin() as conn:
                     await conn.execute(sa.insert(table).values(row))
@@ -169,9 +169,32 @@ async def check_message(
         ) from exc
 
 
-def _row(table: sa.Table, action: str, campaign: str) -> tuple[SlotKey, sa.ColumnElement[bool]]:
-    """The campaign row's key and the filter that finds it through the unique key."""
-    key = make_key(CAMPAIGN_ACTION, action, campaign)
+def _own_row(key: SlotKey, now: dt.datetime, value: str) -> dict[str, Any]:
+    """A new row of the campaign's own (its message, its progress message): settled, not
+    a delivery, ``value`` where a message id goes."""
+    return {
+        "action": key.action,
+        "subject": key.subject,
+        "cycle": key.cycle,
+        "cycle_at": None,
+        "status": SlotStatus.SENT.value,
+        "attempt": 1,
+        "token": 0,
+        "lease_until": now,
+        "created_at": now,
+        "updated_at": now,
+        "sent_at": None,  # not a delivery: spacing must not count it
+        "last_error": None,
+        "message_id": value,
+    }
+
+
+def _row(
+    table: sa.Table, action: str, campaign: str, kind: str = CAMPAIGN_ACTION
+) -> tuple[SlotKey, sa.ColumnElement[bool]]:
+    """The campaign row's key (or its progress row's, ``kind=PROGRESS_ACTION``) and the
+    filter that finds it through the unique key."""
+    key = make_key(kind, action, campaign)
     where = sa.and_(
         table.c.action == key.action, table.c.subject == key.subject, table.c.cycle == key.cycle
     )
@@ -200,6 +223,59 @@ async def record_total(ledger: AsyncLedger, action: str, campaign: str, total: i
     except SQLAlchemyError as exc:
         logger.warning(
             "campaign %s/%s: its number of recipients could not be recorded (%s)",
+            action,
+            campaign,
+            type(exc).__name__,
+        )
+
+
+# -- the progress message in an admin's chat --------------------------------------------
+
+
+async def progress_message(
+    ledger: AsyncLedger, action: str, campaign: str
+) -> tuple[str, int] | None:
+    """The chat and message id of the campaign's progress message an earlier run posted,
+    or None (none yet, or the ledger could not tell: then a new one is posted)."""
+    _, where = _row(ledger.table, action, campaign, PROGRESS_ACTION)
+    try:
+        async with ledger.engine.connect() as conn:
+            query = sa.select(ledger.table.c.message_id).where(where)
+            value = (await conn.execute(query)).scalar_one_or_none()
+    except SQLAlchemyError as exc:
+        logger.warning(
+            "campaign %s/%s: its progress message could not be looked up (%s)",
+            action,
+            campaign,
+            type(exc).__name__,
+        )
+        return None
+    chat, _, number = str(value or "").rpartition(":")
+    return (chat, int(number)) if chat and number.isdigit() else None
+
+
+async def keep_progress_message(
+    ledger: AsyncLedger, action: str, campaign: str, chat: str, message_id: int
+) -> None:
+    """Remember the campaign's progress message (a new row, or the row of an earlier one
+    that is gone). Best effort: a failure is logged, and a resumed run then posts anew."""
+    table = ledger.table
+    key, where = _row(table, action, campaign, PROGRESS_ACTION)
+    value = f"{chat}:{message_id}"
+    now = ledger.now()
+    row = _own_row(key, now, value)
+    try:
+        try:
+            async with ledger.engine.begin() as conn:
+                await conn.execute(sa.insert(table).values(row))
+        except IntegrityError:  # an earlier run's message, gone since
+            async with ledger.engine.begin() as conn:
+                await conn.execute(
+                    sa.update(table).where(where).values(message_id=value, updated_at=now)
+                )
+    except SQLAlchemyError as exc:
+        logger.warning(
+            "campaign %s/%s: its progress message could not be recorded (%s)",
             action,
             campaign,
             type(exc).__name__,

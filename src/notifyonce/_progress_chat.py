@@ -4,6 +4,11 @@ The message is posted with the campaign's own sender (so within the bot's rate l
 at the first progress snapshot, edited at most once every ``every`` seconds, and edited a
 last time with the summary. A failure to post or edit is logged and never stops the
 campaign.
+
+The message's chat and id are kept in the ledger (see ``_campaign``) as soon as it is
+posted, so a run resumed after a crash or a cancel edits the same message instead of
+posting another; a message the admin deleted (its edit refused for good) is posted anew
+and remembered instead.
 """
 
 from __future__ import annotations
@@ -13,11 +18,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from notifyonce._errors import SendError, ValidationError
+from notifyonce._campaign import keep_progress_message, progress_message
+from notifyonce._errors import PermanentSendError, SendError, ValidationError
 from notifyonce._message import Message
 
 if TYPE_CHECKING:
     from notifyonce._broadcast import Broadcast, BroadcastProgress
+    from notifyonce._ledger.ledger import AsyncLedger
 
 __all__ = ["ProgressMessage", "render_progress"]
 
@@ -53,6 +60,10 @@ class ProgressMessage:
     """Shows a [`Broadcast`][notifyonce.Broadcast]'s progress in a chat (an admin's): one
     message, posted at the first snapshot and edited in place, ending with the summary.
 
+    The message is remembered in the campaign's ledger, so a later run of the campaign
+    (resumed after a crash or a cancel) edits it too; if it is gone (deleted in the
+    chat), a new one is posted and remembered.
+
     Pass it as ``Broadcast(..., progress_chat=ProgressMessage(sender, admin_chat))``;
     ``notifyonce broadcast --progress-chat ID`` does the same.
 
@@ -66,8 +77,9 @@ class ProgressMessage:
         clock: Monotonic clock (tests inject a fake one).
 
     Attributes:
-        message_id: The progress message's id once posted.
+        message_id: The progress message's id once posted (or found in the ledger).
         edits: How many times it was edited (an unchanged text is not counted).
+        posts: How many messages it posted (1, or 0 when it edited an earlier run's).
     """
 
     def __init__(
@@ -88,11 +100,20 @@ class ProgressMessage:
         self.clock = clock
         self.message_id: int | None = None
         self.edits = 0
+        self.posts = 0
         self._shown: float | None = None
+        # Where the message is remembered: the campaign's ledger, action and campaign id.
+        self._keep: tuple[AsyncLedger, str, str] | None = None
 
     async def follow(self, broadcast: Broadcast) -> None:
         """Show ``broadcast``'s snapshots until its last one (the summary)."""
         name = f"{broadcast.action}/{broadcast.campaign}"
+        if not broadcast.notifier.dry_run:
+            self._keep = (broadcast.notifier.ledger, broadcast.action, broadcast.campaign)
+            if self.message_id is None:
+                earlier = await progress_message(*self._keep)
+                if earlier is not None and earlier[0] == self.chat:
+                    self.message_id = earlier[1]
         final = False
         async for snapshot in broadcast.watch():
             final = snapshot.finished
@@ -104,14 +125,23 @@ class ProgressMessage:
             await self.show(render_progress(name, last))
 
     async def show(self, text: str) -> None:
-        """Post ``text``, or put it in the message posted before; a failure is logged."""
+        """Post ``text``, or put it in the message posted before (a message gone is posted
+        anew); a failure is logged."""
         self._shown = self.clock()
         try:
-            if self.message_id is None:
-                receipt = await self.sender.send(self.chat, Message(text))
-                mid = getattr(receipt, "message_id", None)
-                self.message_id = mid if isinstance(mid, int) else None
-            elif await self.sender.edit_text(self.chat, self.message_id, text):
-                self.edits += 1
+            if self.message_id is not None:
+                try:
+                    if await self.sender.edit_text(self.chat, self.message_id, text):
+                        self.edits += 1
+                    return
+                except PermanentSendError as exc:
+                    logger.warning("the progress message is gone (%s); posting a new one", exc)
+                    self.message_id = None
+            receipt = await self.sender.send(self.chat, Message(text))
+            self.posts += 1
+            mid = getattr(receipt, "message_id", None)
+            self.message_id = mid if isinstance(mid, int) else None
+            if self.message_id is not None and self._keep is not None:
+                await keep_progress_message(*self._keep, self.chat, self.message_id)
         except SendError as exc:
             logger.warning("could not show the progress in the admin chat (%s)", exc)

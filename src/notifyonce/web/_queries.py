@@ -23,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from notifyonce._campaign import CAMPAIGN_ACTION, cancel_note
+from notifyonce._campaign import CAMPAIGN_ACTION, RESERVED_ACTIONS, cancel_note
 from notifyonce._ledger.table import SlotStatus
 
 __all__ = [
@@ -246,7 +246,7 @@ def _actions(conn: Connection, t: sa.Table, limit: int) -> list[str]:
         last = conn.execute(stmt).scalar_one_or_none()
         if last is None:
             break
-        if last != CAMPAIGN_ACTION:
+        if last not in RESERVED_ACTIONS:
             found.append(last)
     return found
 
@@ -386,7 +386,7 @@ def subject_history(conn: Connection, t: sa.Table, subject: str, limit: int = 20
     """Every slot of one subject across actions and cycles, latest change first."""
     stmt = (
         sa.select(*_slot_columns(t))
-        .where(t.c.subject == subject, t.c.action != CAMPAIGN_ACTION)
+        .where(t.c.subject == subject, t.c.action.not_in(sorted(RESERVED_ACTIONS)))
         .order_by(t.c.updated_at.desc(), t.c.id.desc())
         .limit(limit)
     )
