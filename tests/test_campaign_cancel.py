@@ -174,3 +174,30 @@ async def test_a_resumed_run_stops_again_on_a_new_request(
     assert report.progress.sent < 198
     assert report.progress.sent == len(slow.sent)
     assert Counter({"sent": 1 + report.progress.sent}) == await _statuses(ledger, "c1")
+
+
+async def test_chats_read_into_a_batch_not_handed_on_yet_come_back_as_to_retry(
+    ledger: AsyncLedger, other: AsyncEngine, async_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream is read in batches: a stop while a batch is still being read (here the
+    source waits for ever after 10 chats) reports those 10 as to retry, not nothing."""
+    monkeypatch.setattr(broadcast_module, "_CANCEL_POLL", 0.01)
+    await Broadcast(Notifier(ledger, FakeSender()), "news", "c1", NEWS, [0]).run()
+    console = AsyncLedger(other, table_name=async_table)
+    never = asyncio.Event()
+
+    async def chats() -> AsyncIterator[int]:
+        for chat in range(1, 11):
+            yield chat
+        assert await request_cancel(console, "news", "c1")
+        await never.wait()  # a source stalled mid-batch
+        yield 11  # pragma: no cover - never reached
+
+    sender = FakeSender()
+    report = await asyncio.wait_for(
+        Broadcast(Notifier(ledger, sender), "news", "c1", NEWS, chats()).run(), 60
+    )
+    assert report.cancelled
+    assert (0, 10) == (report.progress.sent, report.progress.retry)
+    assert [] == sender.sent
+    assert Counter({"sent": 1}) == await _statuses(ledger, "c1")

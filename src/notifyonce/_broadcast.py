@@ -493,9 +493,9 @@ class Broadcast:
         self._task = asyncio.ensure_future(runner.send_many(self.action, self._notifications()))
         if self._cancel_requested:
             self._task.cancel()
-        tickers = [asyncio.ensure_future(self._tick())]
-        if not self.notifier.dry_run:
-            tickers.append(asyncio.ensure_future(self._watch_cancel()))
+        ticker = asyncio.ensure_future(self._tick())
+        done = asyncio.Event()
+        watcher = None if self.notifier.dry_run else asyncio.ensure_future(self._watch_cancel(done))
         shown = (
             None
             if self.progress_chat is None
@@ -504,10 +504,14 @@ class Broadcast:
         try:
             await _finish(self._task)
         finally:
-            for ticker in tickers:
-                ticker.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await ticker
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
+            if watcher is not None:
+                # Told to end, not cancelled: a read under way finishes and gives its
+                # connection back (cut short, SQLite's could keep the file locked).
+                done.set()
+                await _finish(watcher)
             self._publish(finished=True)
             if shown is not None:
                 # The summary goes out within the sender's budget; never past a cancel.
@@ -558,11 +562,14 @@ class Broadcast:
     def _attach(self, run: Run) -> None:
         self._run = run
 
-    async def _watch_cancel(self) -> None:
-        """Read the campaign's cancel request every ``_CANCEL_POLL`` seconds; stop the run
-        gently when there is one. A failed read is logged and tried again."""
+    async def _watch_cancel(self, done: asyncio.Event) -> None:
+        """Read the campaign's cancel request every ``_CANCEL_POLL`` seconds until ``done``;
+        stop the run gently when there is one. A failed read is logged and tried again."""
         while True:
-            await asyncio.sleep(_CANCEL_POLL)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(done.wait(), _CANCEL_POLL)
+            if done.is_set():
+                return
             try:
                 note = await cancel_requested(self.notifier.ledger, self.action, self.campaign)
             except LedgerError as exc:
@@ -720,7 +727,7 @@ def _both(
     return call
 
 
-async def _finish(task: asyncio.Task[Report]) -> None:
+async def _finish(task: asyncio.Task[Any]) -> None:
     """Wait for ``task``; if we are cancelled meanwhile, cancel it, let it settle its
     claims, then raise the cancellation."""
     try:

@@ -230,6 +230,8 @@ class Run:
         # a run stopped by a bot-wide flood wait gives back untried.
         self.waiting: dict[int, _Item] = {}
         self.read = 0
+        # Notifications read from the source into a batch not handed to the intake yet.
+        self.unread: list[Notification] = []
         # Keys between intake and their final result, and keys this run released: a later
         # copy of either in the same run is a duplicate (it must not win the slot again).
         self.held: set[tuple[str, str]] = set()
@@ -377,7 +379,7 @@ class Run:
         index = 0
         keys, checked, maker = self.keys, self.n._checked, KeyMaker(self.action)
         waiting = self.waiting
-        async for batch in _batches(source, self.n.batch_size):
+        async for batch in _batches(source, self.n.batch_size, self.unread):
             items = []
             for notification in batch:
                 key = checked(maker, notification) if keys is None else keys[index]
@@ -519,8 +521,8 @@ class Run:
     ) -> None:
         """After a stop that returns a report: what was never tried comes back ``RETRY``.
 
-        Nothing of it was claimed. The unread rest of a list is reported too; the unread
-        rest of a stream is left unread.
+        Nothing of it was claimed. The unread rest of a list is reported too; of a stream,
+        what was read into a batch not handed on yet, and the rest is left unread.
         """
         error = f"not tried: {self.report.stopped}"
         for item in sorted(self.waiting.values(), key=lambda item: item.index):
@@ -529,6 +531,15 @@ class Run:
             for index in range(self.read, len(self.keys)):
                 item = _Item(index, self.keys[index], source[index])
                 self.finish(item, Outcome.RETRY, error=error)
+            return
+        maker = KeyMaker(self.action)
+        for index, notification in enumerate(self.unread, start=self.read):
+            try:
+                key = self.n._checked(maker, notification)
+            except ValidationError:
+                continue  # never checked: the run that reads it reports it
+            self.finish(_Item(index, key, notification), Outcome.RETRY, error=error)
+        self.unread.clear()
 
     def _too_late(self, claim: Claim) -> Decision | None:
         """Release a claim with too little lease left: another worker may take it soon."""
@@ -876,20 +887,27 @@ def _distinct(keys: Iterable[SlotKey]) -> list[SlotKey]:
 
 
 async def _batches(
-    source: Iterable[Notification] | AsyncIterable[Notification], size: int
+    source: Iterable[Notification] | AsyncIterable[Notification],
+    size: int,
+    pending: list[Notification],
 ) -> AsyncIterator[list[Notification]]:
-    batch: list[Notification] = []
+    """``source`` in lists of ``size``; what is read and not handed out yet waits in
+    ``pending``, so a run stopped meanwhile can report it."""
     if isinstance(source, AsyncIterable):
         async for item in source:
-            batch.append(item)
-            if len(batch) >= size:
-                yield batch
-                batch = []
+            pending.append(item)
+            if len(pending) >= size:
+                yield _taken(pending)
     else:
         for item in source:
-            batch.append(item)
-            if len(batch) >= size:
-                yield batch
-                batch = []
-    if batch:
-        yield batch
+            pending.append(item)
+            if len(pending) >= size:
+                yield _taken(pending)
+    if pending:
+        yield _taken(pending)
+
+
+def _taken(pending: list[Notification]) -> list[Notification]:
+    batch = pending[:]
+    pending.clear()
+    return batch
