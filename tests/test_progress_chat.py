@@ -4,6 +4,7 @@ every few seconds, ending with the summary; "message is not modified" is no erro
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Callable
 
 import pytest
@@ -18,7 +19,7 @@ from notifyonce import (
     ProgressMessage,
 )
 from notifyonce.telegram import RateLimit, TelegramSender
-from notifyonce.testing import BotAPIServer, FakeSender
+from notifyonce.testing import BotAPIServer, FakeSender, Reply
 
 TOKEN = "424242:PROGRESS-secret"
 ADMIN = 777
@@ -156,3 +157,30 @@ async def test_a_resumed_campaign_shown_in_another_chat_posts_there(
     assert 1 == other.posts
     there = [r.method for r in bot_api_server.requests if r.chat_id == str(ADMIN + 1)]
     assert "sendMessage" == there[0], "no edit of another chat's message tried first"
+
+
+@pytest.mark.parametrize("lost", [3, 12])
+async def test_the_summary_lists_the_unknown_chats_or_sends_them_as_a_file(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer, lost: int
+) -> None:
+    """Chats whose answer was lost end unknown: the admin's summary names them when they
+    are few (at most 10), and a file of them follows it when they are more."""
+    chats = list(range(1, 41))
+    for chat in chats[:lost]:
+        bot_api_server.script(str(chat), [Reply.drop_after_delivery()])
+    shown, report = await _campaign_run(ledger, bot_api_server, chats)
+    assert lost == len(report.unknown)
+    final = bot_api_server.message_text(ADMIN, shown.message_id or 0)
+    assert final is not None
+    files = [u for u in bot_api_server.uploads if u.chat_id == str(ADMIN)]
+    if lost <= 10:
+        assert final.endswith("unknown chats: " + ", ".join(report.unknown))
+        assert [] == files
+    else:
+        assert final.endswith(f"the {lost} unknown chats are in the file below")
+        listing = ("\n".join(report.unknown) + "\n").encode()
+        (upload,) = files
+        assert ("sendDocument", hashlib.sha256(listing).hexdigest()) == (
+            upload.method,
+            upload.sha256,
+        )

@@ -18,8 +18,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from notifyonce._campaign import keep_progress_message, progress_message
 from notifyonce._errors import PermanentSendError, SendError, ValidationError
+from notifyonce._media import Document
 from notifyonce._message import Message
 
 if TYPE_CHECKING:
@@ -29,6 +32,9 @@ if TYPE_CHECKING:
 __all__ = ["ProgressMessage", "render_progress"]
 
 logger = logging.getLogger("notifyonce.broadcast")
+
+# Unknown chats up to this many are listed in the summary itself; more go as a file.
+UNKNOWN_INLINE = 10
 
 
 class _EditingSender(Protocol):
@@ -118,11 +124,37 @@ class ProgressMessage:
         async for snapshot in broadcast.watch():
             final = snapshot.finished
             due = self._shown is None or self.clock() - self._shown >= self.every
-            if final or due:
+            if final:
+                await self._summary(broadcast, render_progress(name, snapshot))
+            elif due:
                 await self.show(render_progress(name, snapshot))
         last = broadcast._last
         if not final and last is not None and last.finished:  # it ended before we watched
-            await self.show(render_progress(name, last))
+            await self._summary(broadcast, render_progress(name, last))
+
+    async def _summary(self, broadcast: Broadcast, text: str) -> None:
+        """The summary; with the campaign's unknown chats (the admin's to check by hand)
+        listed in it when they are few, or as a file beside it when they are many."""
+        unknown: list[str] = []
+        if not broadcast.notifier.dry_run:
+            try:
+                unknown, _ = await broadcast._standing()
+            except SQLAlchemyError as exc:
+                logger.warning("the unknown chats could not be listed (%s)", type(exc).__name__)
+        if 0 < len(unknown) <= UNKNOWN_INLINE:
+            text += "\nunknown chats: " + ", ".join(unknown)
+        elif unknown:
+            text += f"\nthe {len(unknown):,} unknown chats are in the file below"
+        await self.show(text)
+        if len(unknown) > UNKNOWN_INLINE:
+            name = f"{broadcast.action}-{broadcast.campaign}-unknown.txt"
+            listing = Document(("\n".join(unknown) + "\n").encode(), filename=name)
+            try:
+                await self.sender.send(
+                    self.chat, Message(f"{len(unknown):,} unknown chats", media=listing)
+                )
+            except (SendError, ValidationError) as exc:
+                logger.warning("could not send the unknown chats to the admin chat (%s)", exc)
 
     async def show(self, text: str) -> None:
         """Post ``text``, or put it in the message posted before (a message gone is posted
