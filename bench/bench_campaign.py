@@ -62,7 +62,8 @@ class StatementCounter:
 
     def __enter__(self) -> StatementCounter:
         counter = self
-        for cls, name in ((execute.DriverLink, "_execute"),):
+        # asyncpg's link sends through _call, every other driver's through _execute.
+        for cls, name in ((execute.DriverLink, "_execute"), (execute.AsyncpgLink, "_call")):
             original = getattr(cls, name)
 
             def counted(self: Any, *args: Any, _original: Any = original) -> Any:

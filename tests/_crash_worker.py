@@ -4,6 +4,11 @@ It sends the same notifications as every other worker, through TelegramSender to
 local Bot API server, repeating until every slot of the action is settled or its time is up.
 Each worker sends as its own bot id (``config["bot_id"]``), so the server can tell whose
 request is in flight.
+
+With ``config["album"]`` (a list of photo paths) it is instead one run of an album
+broadcast, as ``notifyonce broadcast`` runs a single photo (which has no album option):
+the recipients file, file ids kept beside the ledger, the progress in an admin chat; it
+exits 1 when chats of the campaign have an unknown outcome, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -13,19 +18,25 @@ import datetime as dt
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from notifyonce import (
+    Album,
     AsyncLedger,
+    Broadcast,
     DeliveryMode,
     Message,
     Notification,
     Notifier,
+    Photo,
+    ProgressMessage,
     SlotStatus,
+    recipients_from_file,
 )
-from notifyonce.telegram import RateLimit, TelegramSender
+from notifyonce.telegram import RateLimit, SQLFileIdStore, TelegramSender
 
 ACTION = "crash_test"
 CYCLE = "cycle-1"
@@ -70,5 +81,34 @@ async def main(config: dict[str, Any]) -> int:
         await engine.dispose()
 
 
+async def album_broadcast(config: dict[str, Any]) -> int:
+    """One run of the album campaign ``config["campaign"]`` of action ``news``."""
+    engine = create_async_engine(str(config["db_url"]))
+    table = str(config["table"])
+    ledger = AsyncLedger(engine, table_name=table, lease=dt.timedelta(seconds=config["lease"]))
+    files = SQLFileIdStore(engine, table_name=f"{table}_file_ids")
+    sender = TelegramSender(
+        str(config["token"]), base_url=str(config["server"]), rate_limit=None, file_store=files
+    )
+    album = Album([Photo(Path(path)) for path in config["album"]])
+    try:
+        report = await Broadcast(
+            Notifier(ledger, sender, concurrency=int(config["concurrency"])),
+            "news",
+            str(config["campaign"]),
+            Message(str(config["caption"]), media=album),
+            recipients_from_file(str(config["recipients"])),
+            every=0.2,
+            progress_chat=ProgressMessage(sender, int(config["progress_chat"])),
+        ).run()
+    finally:
+        await sender.aclose()
+        await engine.dispose()
+    print(f"{report.progress.sent} sent, {len(report.unknown)} unknown")
+    return 1 if report.unknown else 0
+
+
 if __name__ == "__main__":
-    raise SystemExit(asyncio.run(main(json.loads(sys.argv[1]))))
+    settings = json.loads(sys.argv[1])
+    run = album_broadcast if "album" in settings else main
+    raise SystemExit(asyncio.run(run(settings)))

@@ -25,8 +25,8 @@ SENDER_LIBRARIES = {"httpx", "httpcore", "aiohttp", "aiogram", "telegram", "appr
 # The public modules that re-export the senders' wing; each checks for its extra up front.
 SENDER_SHIMS = {"telegram", "webhook", "aiogram", "ptb", "apprise", "ratelimit", "testing"}
 WINGS = ("_ledger", "_schedule", "_senders")
-# _media (what a Message carries) and _observe (what a run tells an observer; the senders
-# report flood waits through it) are vocabulary too, where they exist.
+# _media and _buttons (what a Message carries) and _observe (what a run tells an observer;
+# the senders report flood waits through it) are vocabulary too, where they exist.
 VOCABULARY = (
     "_errors",
     "_outcome",
@@ -35,6 +35,7 @@ VOCABULARY = (
     "_quiet",
     "_version",
     "_media",
+    "_buttons",
     "_observe",
     "_drivers",
 )

@@ -171,6 +171,20 @@ async def test_answers_are_classified(
         assert 3.0 == result.retry_after
 
 
+async def test_a_refusal_of_the_message_is_marked_about_it(
+    wrap: Wrapped, bot_api_server: BotAPIServer
+) -> None:
+    """Through aiogram and python-telegram-bot too, "can't parse entities" is a refusal of
+    the message (the Notifier gives its slot back), "chat not found" one of the chat."""
+    bot_api_server.script("42", [Reply.error(400, "Bad Request: can't parse entities: x")])
+    bot_api_server.script("43", [Reply.chat_not_found()])
+    refused = await attempt(wrap(bot_api_server.url), "42")
+    missing = await attempt(wrap(bot_api_server.url), "43")
+    assert isinstance(refused, PermanentSendError)
+    assert isinstance(missing, PermanentSendError)
+    assert (True, False) == (refused.about_message, missing.about_message)
+
+
 async def test_envelope_server_error_is_transient(
     wrap: Wrapped, bot_api_server: BotAPIServer
 ) -> None:
@@ -339,6 +353,28 @@ async def test_a_photo_is_uploaded_once_then_sent_by_its_file_id(
     assert {"<b>New</b> tariff"} == {d.text for d in deliveries}
     assert [upload.file_id] * 2 == [d.params["photo"] for d in deliveries[1:]]
     assert {"HTML"} == {d.params["parse_mode"] for d in deliveries}
+
+
+async def test_a_photo_file_deleted_after_its_upload_goes_by_its_file_id(
+    wrap: Wrapped, bot_api_server: BotAPIServer, tmp_path: Any
+) -> None:
+    """A photo on disk, deleted once it was uploaded, is checked and sent by its file_id;
+    to a sender that never uploaded it, it is the message's problem, naming the file."""
+    from notifyonce import Photo
+
+    path = tmp_path / "tariff.jpg"
+    await asyncio.to_thread(path.write_bytes, IMAGE)
+    sender = wrap(bot_api_server.url)
+    message = Message("", media=Photo(path))
+    first = await sender.send("1", message)
+    await asyncio.to_thread(path.unlink)
+    sender.check("2", message)
+    assert first.file_id == (await sender.send("2", message)).file_id
+    with pytest.raises(TransientSendError) as caught:
+        await wrap(bot_api_server.url).send("4", message)
+    assert caught.value.about_message
+    assert str(path) in str(caught.value)
+    assert 1 == len(bot_api_server.uploads)
 
 
 async def test_documents_and_videos_from_a_path_or_by_url(

@@ -24,7 +24,7 @@ from notifyonce import (
     recipients_from_file,
     recipients_from_query,
 )
-from notifyonce.testing import FakeSender
+from notifyonce.testing import BotAPIServer, FakeSender
 
 NEWS = Message("A new tariff is out")
 
@@ -230,8 +230,8 @@ async def test_dry_run_sends_nothing(ledger: AsyncLedger) -> None:
 
 
 def test_bad_arguments_are_refused_before_anything(ledger: AsyncLedger) -> None:
-    """Bad campaign, recipients or interval, or the action where campaigns keep their
-    message, raise ValidationError naming the field."""
+    """Bad campaign, recipients or interval, or the actions where campaigns keep their
+    message and their progress message, raise ValidationError naming the field."""
     notifier = Notifier(ledger, FakeSender())
     for kwargs, fieldname in (
         ({"campaign": ""}, "cycle"),
@@ -239,6 +239,7 @@ def test_bad_arguments_are_refused_before_anything(ledger: AsyncLedger) -> None:
         ({"recipients": "12345"}, "recipients"),
         ({"every": 0}, "every"),
         ({"action": "notifyonce.campaign"}, "action"),
+        ({"action": "notifyonce.progress"}, "action"),
     ):
         args = {"action": "news", "campaign": "c1", "recipients": [1], **kwargs}
         with pytest.raises(ValidationError) as info:
@@ -319,3 +320,41 @@ async def test_a_dry_run_compares_the_message_but_records_nothing(ledger: AsyncL
     await Broadcast(Notifier(ledger, FakeSender()), "news", "c1", NEWS, [1]).run()
     with pytest.raises(ValidationError, match="differs from the message"):
         await Broadcast(dry, "news", "c1", Message("other"), [1, 2]).run()
+
+
+async def test_a_broadcast_keeps_its_number_of_recipients_for_the_console(
+    ledger: AsyncLedger,
+) -> None:
+    """The campaign's row holds the total the run knew (a list's length), for the ETA of
+    the operator console; a dry run records none."""
+    from notifyonce._campaign import CAMPAIGN_ACTION
+
+    notifier = Notifier(ledger, FakeSender())
+    await Broadcast(notifier, "news", "c1", NEWS, list(range(1, 8))).run()
+    await Broadcast(Notifier(ledger, FakeSender(), dry_run=True), "news", "c2", NEWS, [1]).run()
+    t = ledger.table
+    async with ledger.engine.connect() as conn:
+        rows = (
+            await conn.execute(sa.select(t.c.cycle, t.c.token).where(t.c.action == CAMPAIGN_ACTION))
+        ).all()
+    assert [("c1", 7)] == [(r.cycle, r.token) for r in rows]
+
+
+async def test_a_message_telegram_cannot_parse_is_refused_once_not_on_every_line(
+    ledger: AsyncLedger, tmp_path: Path, bot_api_server: BotAPIServer
+) -> None:
+    """Checking a recipients file with a TelegramSender, a text whose HTML Telegram cannot
+    parse is the message's problem: raised once, naming the text, not 50 bad lines."""
+    from notifyonce.telegram import TelegramSender
+
+    path = tmp_path / "chats.txt"
+    path.write_text("".join(f"{i}\n" for i in range(1, 51)))
+    message = Message("1 < 2", parse_mode="HTML")
+    async with TelegramSender("123:abc", base_url=bot_api_server.url, rate_limit=None) as sender:
+        with pytest.raises(ValidationError) as info:
+            await Broadcast(
+                Notifier(ledger, sender), "news", "c1", message, recipients_from_file(path)
+            ).run()
+    assert "text" == info.value.field
+    assert "line 1, column 3" in info.value.problem
+    assert [] == bot_api_server.requests

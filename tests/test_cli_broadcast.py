@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import re
 import shutil
@@ -14,12 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from notifyonce import BroadcastProgress
+from notifyonce import BroadcastProgress, BroadcastReport, Ledger, Report
+from notifyonce._campaign import cancel_statement
 from notifyonce._cli import main
-from notifyonce._cli_broadcast import render_bar, render_line, render_lines
+from notifyonce._cli_broadcast import render_bar, render_line, render_lines, summary
 from notifyonce.testing import BotAPIServer, Reply
 
 from ._databases import IN_CI
@@ -366,6 +370,46 @@ def test_a_changed_text_is_refused_unless_allowed(workdir: Path, server: BotAPIS
     ]
 
 
+def test_a_campaign_cancelled_from_the_console_resumes_only_when_told(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """After a cancel request a run (and a dry run) exits 2 naming the campaign and the
+    flag, sending nothing; --resume-cancelled withdraws it and sends the rest."""
+    chats = workdir / "chats.txt"
+    chats.write_text("1\n2\n")
+    assert 0 == run(command(workdir, server)).returncode
+    engine = sa.create_engine(os.environ["NOTIFYONCE_DATABASE_URL"])
+    try:
+        table = Ledger(engine).table
+        with engine.begin() as conn:
+            now = dt.datetime.now(dt.timezone.utc)
+            conn.execute(cancel_statement(table, "news", "c1", now, cancel=True))
+    finally:
+        engine.dispose()
+    chats.write_text("1\n2\n3\n")
+    for extra in ((), ("--dry-run",)):
+        refused = run(command(workdir, server, *extra))
+        assert 2 == refused.returncode
+        assert "campaign news/c1 was cancelled from the console at" in refused.stderr
+        assert "--resume-cancelled" in refused.stderr
+    assert 2 == len(server.deliveries)
+    resumed = run(command(workdir, server, "--resume-cancelled"))
+    assert 0 == resumed.returncode, resumed.stderr
+    assert ["3"] == [d.chat_id for d in server.deliveries[2:]]
+    assert 0 == run(command(workdir, server)).returncode  # the request is gone
+
+
+def test_the_summary_of_a_run_cancelled_from_the_console() -> None:
+    """The summary says the run was cancelled from the console and names the flag."""
+    note = "cancelled from the console at 2026-12-01 12:00:00 UTC"
+    progress = BroadcastProgress(sent=5, retry=3, elapsed=1.0, finished=True)
+    report = BroadcastReport("news", "c1", progress, Report(stopped=note), cancelled=True)
+    text = summary(report)
+    assert text.startswith("broadcast news/c1 cancelled in")
+    assert f"{note}: the sends under way finished" in text
+    assert "--resume-cancelled" in text
+
+
 def test_the_bot_api_url_comes_from_the_environment(
     workdir: Path, server: BotAPIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -430,3 +474,195 @@ def test_a_bot_wide_flood_wait_stops_the_broadcast_and_says_how_to_resume(
     assert "stopped early: rate limit: the bot's flood wait ends in" in done.stdout
     delivered = [d.chat_id for d in server.deliveries]
     assert len(delivered) == len(set(delivered)) < 1000
+
+
+def test_a_text_telegram_refuses_for_every_chat_stops_the_broadcast_burning_nothing(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """Every chat answered 400 can't parse entities: the broadcast stops after three with
+    none failed, exits 1 and says why; the fixed text, allowed as a change, reaches all 50
+    once."""
+    server.script(None, [Reply.error(400, "Bad Request: can't parse entities: x")] * 50)
+    first = run(command(workdir, server, "--concurrency", "2"))
+    assert 1 == first.returncode, first.stderr
+    assert "broadcast news/c1 stopped" in first.stdout, first.stdout
+    assert "0 sent, 0 failed" in first.stdout
+    assert "stopped early: 3 sends were refused for their message" in first.stdout
+    assert TEXT not in first.stdout + first.stderr
+    server.reset()
+    (workdir / "text.txt").write_text(TEXT + "!\n")
+    again = run(command(workdir, server, "--allow-changed-message"))
+    assert 0 == again.returncode, again.stderr
+    assert Counter({str(i): 1 for i in range(1, 51)}) == Counter(
+        d.chat_id for d in server.deliveries
+    )
+
+
+# -- campaigns as bot owners run them: --copy-from a post ----------------------------
+
+ADMIN = 777
+
+
+def copy_command(workdir: Path, server: BotAPIServer, source: str, *extra: str) -> list[str]:
+    args = command(workdir, server, "--copy-from", source, *extra)
+    at = args.index("--text-file")
+    del args[at : at + 2]
+    return args
+
+
+def test_copy_from_copies_the_post_to_every_chat_once(workdir: Path, server: BotAPIServer) -> None:
+    """--copy-from CHAT:MESSAGE_ID copies the admin's post to the 50 chats; a second run
+    sends nothing."""
+    post = server.post(ADMIN, "secret-post-91ab")
+    first = run(copy_command(workdir, server, f"{ADMIN}:{post}"))
+    assert 0 == first.returncode, first.stderr
+    again = run(copy_command(workdir, server, f"{ADMIN}:{post}"))
+    assert 0 == again.returncode, again.stderr
+    assert "50 already done" in again.stdout
+    assert {"copyMessage"} == {d.method for d in server.deliveries}
+    assert Counter({str(i): 1 for i in range(1, 51)}) == Counter(
+        d.chat_id for d in server.deliveries
+    )
+    assert "secret-post-91ab" not in first.stdout + first.stderr
+
+
+def test_a_deleted_post_stops_the_broadcast_with_no_chat_failed(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """The post was deleted: the broadcast stops at the first refusal, exits 1, says why,
+    and records no chat as failed."""
+    post = server.post(ADMIN, "gone")
+    server.delete_message(ADMIN, post)
+    done = run(copy_command(workdir, server, f"{ADMIN}:{post}"))
+    assert 1 == done.returncode, done.stderr
+    assert "stopped early: the message was refused: Bad Request: message to copy" in (done.stdout)
+    assert ", 0 failed," in done.stdout
+    assert len(server.requests) <= 16  # at most the sends under way (--concurrency 16)
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        ("0:5", "--copy-from: from_chat_id must not be 0"),
+        ("777:0", "--copy-from: message_id must be a positive message id"),
+        ("777", "--copy-from: expected CHAT:MESSAGE_ID"),
+        ("777:x", "--copy-from: the message id must be a number"),
+    ],
+)
+def test_a_malformed_copy_from_is_a_usage_error_before_anything_is_claimed(
+    workdir: Path,
+    server: BotAPIServer,
+    capsys: pytest.CaptureFixture[str],
+    source: str,
+    problem: str,
+) -> None:
+    """A copy from chat 0 or of message 0 exits 2 naming the field; nothing is sent."""
+    args = copy_command(workdir, server, source)[3:]
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert 2 == exited.value.code
+    assert problem in capsys.readouterr().err
+    assert [] == server.requests
+
+
+def test_buttons_file_puts_the_keyboard_under_every_message(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """--buttons-file's rows of URL and callback buttons go out with every message."""
+    rows = [
+        [{"text": "Shop", "url": "https://example.com/shop"}],
+        [{"text": "Later", "callback_data": "later"}, {"text": "Stop", "callback_data": "stop"}],
+    ]
+    (workdir / "buttons.json").write_text(json.dumps(rows))
+    done = run(command(workdir, server, "--buttons-file", str(workdir / "buttons.json")))
+    assert 0 == done.returncode, done.stderr
+    assert 50 == len(server.deliveries)
+    assert all({"inline_keyboard": rows} == d.params["reply_markup"] for d in server.deliveries)
+
+
+@pytest.mark.parametrize(
+    ("rows", "problem"),
+    [
+        (
+            [[{"text": "Shop", "url": "https://e.x"}], [{"text": "Bare"}]],
+            "row 2, column 1: has neither",
+        ),
+        (
+            [[{"text": "A", "url": "https://e.x"}, {"url": "https://e.x"}]],
+            "row 1, column 2: has no text",
+        ),
+        ([[{"text": "A", "url": "ftp://e.x"}]], "row 1, column 1: the url must start"),
+        ([[{"text": "A", "callback_data": "x" * 65}]], "row 1, column 1: callback_data must be"),
+        ([[{"text": "A", "url": "https://e.x", "callback_data": "a"}]], "has both"),
+        ([], "has no rows"),
+        ({"rows": []}, "only 'inline_keyboard'"),
+    ],
+)
+def test_a_bad_button_is_named_by_row_and_column_before_anything_is_claimed(
+    workdir: Path,
+    server: BotAPIServer,
+    capsys: pytest.CaptureFixture[str],
+    rows: object,
+    problem: str,
+) -> None:
+    """A button without a url or callback_data (and the like) exits 2 naming its row and
+    column; nothing is claimed or sent."""
+    (workdir / "buttons.json").write_text(json.dumps(rows))
+    args = command(workdir, server, "--buttons-file", str(workdir / "buttons.json"))[3:]
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert 2 == exited.value.code
+    err = capsys.readouterr().err
+    assert "--buttons-file: " in err
+    assert problem in err
+    assert [] == server.requests
+    assert 0 == main(["stats"])
+    assert "news" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("2026-12-24T10:00", "has no UTC offset"),
+        ("Christmas", "not an ISO 8601 time"),
+    ],
+)
+def test_at_needs_an_iso_time_with_its_offset(
+    workdir: Path,
+    server: BotAPIServer,
+    capsys: pytest.CaptureFixture[str],
+    value: str,
+    problem: str,
+) -> None:
+    """--at without a UTC offset, or not a time, exits 2 naming --at; nothing is sent."""
+    with pytest.raises(SystemExit) as exited:
+        main(command(workdir, server, "--at", value)[3:])
+    assert 2 == exited.value.code
+    err = capsys.readouterr().err
+    assert "--at" in err
+    assert problem in err
+    assert [] == server.requests
+
+
+def test_at_a_time_past_starts_at_once(workdir: Path, server: BotAPIServer) -> None:
+    """--at a time already past (Z for UTC) sends at once, each chat once."""
+    done = run(command(workdir, server, "--at", "2026-01-01T00:00Z"))
+    assert 0 == done.returncode, done.stderr
+    assert "waiting until 2026-01-01T00:00:00+00:00" in done.stderr
+    assert 50 == len({d.chat_id for d in server.deliveries}) == len(server.deliveries)
+
+
+def test_progress_chat_shows_one_message_ending_with_the_summary(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """--progress-chat posts the progress once to the admin chat, edits it in place, and
+    leaves the summary there."""
+    done = run(command(workdir, server, "--progress-chat", str(ADMIN)))
+    assert 0 == done.returncode, done.stderr
+    to_admin = [r for r in server.requests if r.chat_id == str(ADMIN)]
+    assert "sendMessage" == to_admin[0].method
+    assert {"editMessageText"} >= {r.method for r in to_admin[1:]}
+    (posted,) = [d for d in server.deliveries if d.chat_id == str(ADMIN)]
+    text = server.message_text(ADMIN, posted.message_id)
+    assert text is not None
+    assert text.startswith("Broadcast news/c1: finished, 50 of 50 handled")

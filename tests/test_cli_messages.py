@@ -72,8 +72,8 @@ def test_migrate_says_when_nothing_changed(
     first = capsys.readouterr().out
     assert 0 == main(["migrate"])
     second = capsys.readouterr().out
-    assert "ledger table 'notifyonce_slots' upgraded from nothing to notifyonce_0004\n" == first
-    assert "ledger table 'notifyonce_slots' is already at notifyonce_0004: nothing to do\n" == (
+    assert "ledger table 'notifyonce_slots' upgraded from nothing to notifyonce_0005\n" == first
+    assert "ledger table 'notifyonce_slots' is already at notifyonce_0005: nothing to do\n" == (
         second
     )
 

@@ -32,6 +32,7 @@ from notifyonce import (
     ValidationTypeError,
     _dispatch,
 )
+from notifyonce.ratelimit import MemoryRateStore, Turn, TurnRequest
 from notifyonce.testing import FakeSender
 
 from ._clocks import WallClock
@@ -673,3 +674,45 @@ async def test_an_in_memory_sqlite_ledger_takes_a_whole_run() -> None:
         assert 1000 == report.counts[Outcome.SENT]
     finally:
         await engine.dispose()
+
+
+class CountingTurns(MemoryRateStore):
+    """The in-memory rate store, counting the turns it booked and those given back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.booked = 0
+        self.given_back = 0
+
+    async def take_turn(self, request: TurnRequest) -> Turn:
+        turn = await super().take_turn(request)
+        self.booked += turn.booked
+        return turn
+
+    async def give_back(self, turn: Turn) -> None:
+        self.given_back += 1
+        await super().give_back(turn)
+
+
+async def test_a_slow_claim_costs_no_second_turn(ledger: AsyncLedger) -> None:
+    """Each claim statement 30 ms slower than the rate limit's tolerance (a busy
+    database): every message still costs one rate-limit turn, none booked again after
+    its claim."""
+    from notifyonce.telegram import TelegramSender
+    from notifyonce.testing import BotAPIServer
+
+    claim_keys = ledger._claim_keys
+
+    async def slow_claims(keys: Any, options: Any, *args: Any) -> list[Claim]:
+        await asyncio.sleep(0.03)
+        return await claim_keys(keys, options, *args)
+
+    ledger._claim_keys = slow_claims  # type: ignore[method-assign]
+    store = CountingTurns()
+    with BotAPIServer() as server:
+        async with TelegramSender("123:abc", base_url=server.url, rate_store=store) as sender:
+            run = Notifier(ledger, sender, concurrency=4)
+            report = await run.send_many(ACTION, items(40, start=1))
+        assert 40 == len(server.deliveries)
+    assert 40 == report.counts[Outcome.SENT]
+    assert 40 == store.booked - store.given_back

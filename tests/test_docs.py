@@ -31,6 +31,7 @@ PUBLIC_MODULES = [
     "notifyonce.apprise",
     "notifyonce.testing",
     "notifyonce.migrations",
+    "notifyonce.web",
 ]
 
 
@@ -104,6 +105,7 @@ EXTRA_MODULES = {
     "notifyonce.ptb": "ptb",
     "notifyonce.apprise": "apprise",
     "notifyonce.otel": "otel",
+    "notifyonce.web": "web",
 }
 PIP_LINE = re.compile(r"pip install ([^\n`]+)")
 

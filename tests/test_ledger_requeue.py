@@ -143,3 +143,18 @@ async def test_a_datetime_near_the_end_of_time_is_refused_without_sql(env: Env) 
         await env.make().claim_slot("a", 1, near_min)
     assert "cycle" == info.value.field
     assert 0 == env.count()
+
+
+async def test_requeue_and_slots_of_one_cycle_leave_the_other_cycles(env: Env) -> None:
+    """cycle= narrows requeue and slots to one cycle: the subject's slot of the next
+    cycle keeps its status (the console requeues the slots chosen on a page this way)."""
+    ledger = env.make()
+    for cycle in (DEADLINE, DEADLINE + HOUR):
+        claim = await ledger.claim_slot("a", 1, cycle)
+        await ledger.mark_unknown(claim, "read timeout")
+    listed = await ledger.slots(status="unknown", action="a", cycle=DEADLINE)
+    keys = await ledger.requeue("a", status="unknown", subjects=[1], cycle=DEADLINE)
+    assert ["2026-12-01T18:00:00Z"] == [r.key.cycle for r in listed]
+    assert ["2026-12-01T18:00:00Z"] == [k.cycle for k in keys]
+    assert SlotStatus.RELEASED == (await ledger.get("a", 1, DEADLINE)).status
+    assert SlotStatus.UNKNOWN == (await ledger.get("a", 1, DEADLINE + HOUR)).status

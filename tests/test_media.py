@@ -187,7 +187,7 @@ def test_media_payload_has_the_caption_and_its_formatting() -> None:
 def test_multipart_body_round_trips_through_the_servers_parser() -> None:
     """Fields (JSON for non-str) and the file's name and bytes arrive as they were sent."""
     fields = {"chat_id": -100123, "caption": "Привет", "reply_markup": {"a": [1]}, "x": True}
-    body, content_type = multipart(fields, "photo", "tariff.jpg", IMAGE)
+    body, content_type = multipart(fields, [("photo", "tariff.jpg", IMAGE)])
     params, files = parse_form(content_type, body)
     assert {"chat_id": "-100123", "caption": "Привет", "reply_markup": {"a": [1]}} == {
         k: params[k] for k in ("chat_id", "caption", "reply_markup")

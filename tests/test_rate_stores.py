@@ -4,6 +4,7 @@ failing closed, the paid lane and per-bot budgets."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import math
@@ -15,25 +16,36 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from notifyonce import Message, TransientSendError, ValidationError
+from notifyonce import (
+    AsyncLedger,
+    Message,
+    Notification,
+    Notifier,
+    TransientSendError,
+    ValidationError,
+)
 from notifyonce._senders.rate.stores import ScopeState, decide_flood, turn_from
 from notifyonce.ratelimit import (
+    DEFAULT_LOCK_TIMEOUT,
     MemoryRateStore,
     RateLimit,
     RateStore,
     RateStoreUnavailableError,
     RedisRateStore,
     SQLRateStore,
+    Turn,
     TurnRequest,
     bot_key,
 )
 from notifyonce.telegram import TelegramSender
+from notifyonce.testing import BotAPIServer
 
-from ._databases import drop_table, make_backend, redis_url
+from ._databases import Backend, drop_table, make_backend, redis_url
 from ._fakes import FakeClock
 from .conftest import ASYNC_BACKENDS
 
@@ -185,6 +197,43 @@ async def test_beyond_max_wait_nothing_is_booked(shared_store: RateStore) -> Non
     assert refused.wait - took() - 0.001 <= taken.wait <= refused.wait + 0.001
 
 
+async def test_a_turn_given_back_frees_its_start_and_its_chat(shared_store: RateStore) -> None:
+    """A turn no send used, given back: the next turn of its chat takes the same start at
+    once, instead of waiting for the chat's next second."""
+    first = await shared_store.take_turn(request("5"))
+    await shared_store.give_back(first)
+    again = await shared_store.take_turn(request("5"))
+    assert (True, True) == (first.booked, again.booked)
+    assert again.wait < 0.5
+
+
+async def test_a_turn_given_back_after_a_later_one_keeps_the_later_start(
+    shared_store: RateStore,
+) -> None:
+    """Compare-and-set: once a later turn was booked, giving back an earlier one frees its
+    chat but leaves the bot's next start where the later turn put it."""
+    took = stopwatch()
+    first = await shared_store.take_turn(request("5"))
+    second = await shared_store.take_turn(request("6"))
+    await shared_store.give_back(first)
+    third = await shared_store.take_turn(request("7"))
+    fourth = await shared_store.take_turn(request("5"))
+    assert all(turn.booked for turn in (first, second, third, fourth))
+    waits = [second.wait, third.wait, fourth.wait]
+    # 1, 2 and 3 s after the first start, less the time the calls took since.
+    late = took()
+    assert [] == [w for n, w in enumerate(waits, 1) if not n - late - 0.01 <= w <= n + 0.01]
+
+
+async def test_a_turn_is_booked_ready_in_ahead(shared_store: RateStore) -> None:
+    """A request that cannot leave for ready_in seconds gets its start no earlier."""
+    ahead = TurnRequest(bot="1", chat="5", lane="bot", limit=SLOW_BOT, max_wait=1e6, ready_in=0.5)
+    took = stopwatch()
+    turn = await shared_store.take_turn(ahead)
+    assert turn.booked
+    assert 0.5 - took() <= turn.wait <= 0.5
+
+
 # -- the sender on a store ---------------------------------------------------------------
 
 OK = {"ok": True, "result": {"message_id": 1, "date": 0, "chat": {"id": 1, "type": "private"}}}
@@ -278,3 +327,141 @@ async def test_purge_deletes_only_idle_rows(shared_store: RateStore) -> None:
     assert 1 == await shared_store.purge(idle=0.0)  # the chat's row; the bot's start is ahead
     second = await shared_store.take_turn(request("6", unpaced_chats))
     assert second.wait >= 1.0 - took()
+
+
+# -- a lock held by another session ------------------------------------------------------
+
+# A turn that waited out a held lock ends far sooner than this: it only guards the test
+# run against the old behaviour, a wait for ever.
+LOCK_GUARD = 30.0
+
+
+@contextlib.asynccontextmanager
+async def row_held(engine: AsyncEngine, table: str, scope: str) -> AsyncIterator[None]:
+    """Another session updates ``scope``'s row and keeps its transaction open (on SQLite
+    that holds the database's write lock)."""
+    async with engine.connect() as holder:
+        await holder.execute(
+            sa.text(f"UPDATE {table} SET tat = tat WHERE scope = :scope"), {"scope": scope}
+        )
+        try:
+            yield
+        finally:
+            await holder.rollback()
+
+
+@pytest.fixture(params=ASYNC_BACKENDS)
+async def sql_engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    """(backend, engine) on each database, for a store and a session that holds its rows."""
+    backend = make_backend(request.param, tmp_path)
+    engine = create_async_engine(backend.async_url)
+    yield backend, engine
+    await engine.dispose()
+
+
+async def test_a_row_held_by_another_session_fails_the_turn_closed(sql_engine: Any) -> None:
+    """While another session holds the bot's row, a turn gives up after lock_timeout
+    (busy_timeout on SQLite) with RateStoreUnavailableError naming the store and the wait;
+    once the row is free, turns are booked again."""
+    backend, engine = sql_engine
+    table = backend.unique_table()
+    store = SQLRateStore(engine, table_name=table, lock_timeout=0.3, busy_timeout=0.3)
+    try:
+        await store.create_schema()
+        await store.take_turn(request("5"))
+        async with row_held(engine, table, "b:1"):
+            with pytest.raises(RateStoreUnavailableError) as info:
+                await asyncio.wait_for(store.take_turn(request("6")), LOCK_GUARD)
+        after = await store.take_turn(request("6"))
+    finally:
+        drop_table(backend, table)
+    option = "busy_timeout" if backend.dialect == "sqlite" else "lock_timeout"
+    assert f"{store!r} waited {option} (0.3 s)" in str(info.value)
+    assert after.booked
+
+
+class CountingStore(SQLRateStore):
+    """An SQLRateStore that counts the turns asked of the database."""
+
+    turns = 0
+
+    async def take_turn(self, request: TurnRequest) -> Turn:
+        self.turns += 1
+        return await super().take_turn(request)
+
+
+async def test_a_held_rate_row_stops_send_many_with_nothing_claimed_or_sent(
+    ledger: AsyncLedger, async_backend: Backend, bot_api_server: BotAPIServer, tmp_path: Path
+) -> None:
+    """With the default lock_timeout, a rate store whose bot row another session holds
+    stops send_many with RateStoreUnavailableError after one wait: the sends queued behind
+    the first fail with it instead of waiting again. Nothing is claimed, nothing reaches
+    Telegram, and the error names the store and the wait. (The store is on the ledger's
+    database; on SQLite in a file of its own, with a busy_timeout of 2 s, since a session
+    holding a SQLite row holds the whole file, the ledger's too.)"""
+    if async_backend.dialect == "sqlite":
+        engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'rate.sqlite3'}")
+        wait = "busy_timeout"
+    else:
+        engine = ledger.engine
+        wait = "lock_timeout"
+    table = async_backend.unique_table()
+    store = CountingStore(engine, table_name=table, busy_timeout=DEFAULT_LOCK_TIMEOUT)
+    items = [Notification(chat, "c1", Message("x")) for chat in (1, 2, 3)]
+    try:
+        await store.create_schema()
+        await store.take_turn(request("1", bot="424242"))
+        async with (
+            TelegramSender(
+                "424242:LOCKED-secret", base_url=bot_api_server.url, rate_store=store
+            ) as sender,
+            row_held(engine, table, "b:424242"),
+        ):
+            run = Notifier(ledger, sender, concurrency=3).send_many("remind", items)
+            store.turns = 0
+            with pytest.raises(RateStoreUnavailableError) as info:
+                await asyncio.wait_for(run, LOCK_GUARD)
+        async with ledger.engine.connect() as conn:
+            rows = (await conn.execute(sa.select(ledger.table.c.status))).scalars().all()
+    finally:
+        if engine is ledger.engine:
+            drop_table(async_backend, table)
+        else:
+            await engine.dispose()
+    assert f"waited {wait} ({DEFAULT_LOCK_TIMEOUT:g} s)" in str(info.value)
+    assert 1 == store.turns
+    assert [] == bot_api_server.requests
+    assert [] == rows
+
+
+@pytest.mark.mariadb
+async def test_a_turn_gives_a_mysql_session_its_own_lock_wait_back(tmp_path: Path) -> None:
+    """On MySQL the turn's lock wait is the session's for the turn only: the connection
+    goes back to the pool (and to the ledger) with the server's own setting."""
+    backend = make_backend("mariadb", tmp_path)
+    engine = create_async_engine(backend.async_url, pool_size=1, max_overflow=0)
+    table = backend.unique_table()
+    store = SQLRateStore(engine, table_name=table, lock_timeout=1.0)
+    try:
+        await store.create_schema()
+        await store.take_turn(request("5"))
+        wait = "innodb_lock_wait_timeout"
+        query = sa.text(f"SELECT @@SESSION.{wait}, @@GLOBAL.{wait}")
+        async with engine.connect() as conn:
+            session, server = (await conn.execute(query)).one()
+    finally:
+        await engine.dispose()
+        drop_table(backend, table)
+    assert server == session
+
+
+@pytest.mark.parametrize("field", ["lock_timeout", "busy_timeout"])
+@pytest.mark.parametrize("value", [0, -1.0, math.inf, math.nan, "2", True])
+def test_a_bad_lock_timeout_names_the_field(field: str, value: object) -> None:
+    """lock_timeout and busy_timeout are positive finite numbers of seconds (lock_timeout
+    may be None: no bound)."""
+    engine = create_async_engine("sqlite+aiosqlite://")
+    with pytest.raises(ValidationError) as info:
+        SQLRateStore(engine, **{field: value})  # type: ignore[arg-type]
+    assert field == info.value.field
+    assert SQLRateStore(engine, lock_timeout=None).lock_timeout is None

@@ -89,3 +89,39 @@ def test_a_proxys_retry_after_is_read_as_the_webhook_reads_it() -> None:
     seconds = wait(later)
     assert seconds is not None
     assert 100 < seconds <= 121
+
+
+def test_refusals_of_the_message_are_marked_about_it() -> None:
+    """The 400s that every chat would get for the same message (its markup, length,
+    keyboard or media) and a 413 are about the message; a chat's own refusals are not."""
+
+    def refusal(code: int, description: str) -> SendError:
+        body = json.dumps({"ok": False, "error_code": code, "description": description})
+        outcome = classify_response(code, httpx.Headers(), body.encode())
+        assert isinstance(outcome, SendError)
+        return outcome
+
+    about_the_message = [
+        'Bad Request: can\'t parse entities: Unsupported start tag "p" at byte offset 0',
+        "Bad Request: message is too long",
+        "Bad Request: message text is empty",
+        "Bad Request: message caption is too long",
+        "Bad Request: unsupported parse_mode",
+        "Bad Request: can't parse reply keyboard markup JSON object",
+        "Bad Request: BUTTON_URL_INVALID",
+        "Bad Request: wrong file identifier/HTTP URL specified",
+        "Bad Request: failed to get HTTP URL content",
+    ]
+    about_the_chat = [
+        "Bad Request: chat not found",
+        "Bad Request: not enough rights to send photos to the chat",
+        "Bad Request: message thread not found",
+        "Bad Request: PEER_ID_INVALID",
+    ]
+    for description in about_the_message:
+        assert refusal(400, description).about_message, description
+    for description in about_the_chat:
+        assert not refusal(400, description).about_message, description
+    assert not refusal(403, "Forbidden: bot was blocked by the user").about_message
+    assert refusal(413, "Request Entity Too Large").about_message
+    assert not refusal(429, "Too Many Requests: retry after 3").about_message

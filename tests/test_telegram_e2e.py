@@ -67,6 +67,66 @@ async def test_connection_closed_by_server_while_idle_is_replaced(
     assert 2 == bot_api_server.connections_opened
 
 
+def close_while_busy(server: BotAPIServer) -> None:
+    """The server closes its idle keep-alive connections while this loop is busy: the
+    closing reaches the client's socket, and the loop, held by synchronous work, never
+    runs to notice it before the next send."""
+    time.sleep(0.02)  # blocking, as a CPU-bound stretch of the caller's loop is
+    server.close_connections()  # returns once the server has closed them
+    time.sleep(0.05)
+
+
+async def test_a_connection_the_server_closed_while_the_loop_was_busy_is_not_reused(
+    bot_api_server: BotAPIServer, http_client: httpx.AsyncClient | None
+) -> None:
+    """Six sends, the server closing the idle connection before each while the loop is
+    busy: each goes out once on a new connection, none is raised as uncertain."""
+    async with sender_for(bot_api_server, max_retries=0, client=http_client) as sender:
+        for n in range(6):
+            close_while_busy(bot_api_server)
+            await sender.send(str(100 + n), Message(f"reminder {n}"))
+    assert 6 == len(bot_api_server.deliveries)
+    assert 6 == len(bot_api_server.requests)
+    assert 6 == bot_api_server.connections_opened
+
+
+class BusyBeforeSending(TelegramSender):
+    """A sender whose loop is busy right before each send after the first, while the
+    server closes its idle connections."""
+
+    def __init__(self, server: BotAPIServer) -> None:
+        super().__init__(TOKEN, base_url=server.url, rate_limit=None)
+        self.server = server
+        self.sends = 0
+
+    async def send(
+        self, recipient: str | int, message: Message, *, budget: float | None = None
+    ) -> Receipt:
+        self.sends += 1
+        if self.sends > 1:
+            close_while_busy(self.server)
+        return await super().send(recipient, message, budget=budget)
+
+
+async def test_at_most_once_records_no_unknown_for_a_connection_closed_while_idle(
+    sqlite_ledger: object, bot_api_server: BotAPIServer
+) -> None:
+    """At most once through the sender's own client: six runs, the server closing the
+    idle connection while the loop is busy before each send, end six SENT, none unknown,
+    and the server read each request once."""
+    from notifyonce import AsyncLedger, DeliveryMode, Notification, Notifier, Outcome
+
+    assert isinstance(sqlite_ledger, AsyncLedger)
+    outcomes: list[Outcome] = []
+    async with BusyBeforeSending(bot_api_server) as sender:
+        notifier = Notifier(sqlite_ledger, sender, mode=DeliveryMode.AT_MOST_ONCE)
+        for chat in range(1, 7):
+            report = await notifier.send_many("remind", [Notification(chat, "c1", Message("hi"))])
+            outcomes += [result.outcome for result in report.results]
+    assert [Outcome.SENT] * 6 == outcomes
+    assert [str(chat) for chat in range(1, 7)] == [r.chat_id for r in bot_api_server.requests]
+
+
 async def test_drop_after_delivery_is_uncertain_and_not_resent(
     bot_api_server: BotAPIServer, http_client: httpx.AsyncClient | None
 ) -> None:

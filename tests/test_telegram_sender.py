@@ -26,6 +26,7 @@ from notifyonce import (
     ValidationError,
     ValidationTypeError,
 )
+from notifyonce.ratelimit import MemoryRateStore
 from notifyonce.telegram import RateLimit, TelegramSender
 
 from ._fakes import FakeClock, Script
@@ -497,3 +498,43 @@ def test_importing_notifyonce_does_not_need_httpx() -> None:
     imported, error = out.stdout.splitlines()
     assert "['httpx']" == imported  # only the None placeholder that blocks the import
     assert 'pip install "notifyonce[telegram]"' in error
+
+
+def timed_sender(clock: FakeClock, sent_at: list[float]) -> TelegramSender:
+    """A sender on the default limits and ``clock``, noting when each request leaves."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent_at.append(clock.now)
+        return httpx.Response(200, json=OK_BODY)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    store = MemoryRateStore(clock=clock)
+    return TelegramSender(TOKEN, client=client, rate_store=store, clock=clock, sleep=clock.sleep)
+
+
+async def test_a_turn_is_handed_over_as_early_as_claims_take_and_sent_at_its_start() -> None:
+    """After a claim (what the caller does between a turn and its send) took 50 ms, the
+    next turn is handed over 50 ms before its start and its send leaves at that start. The
+    first, sent 50 ms late, gave its turn back and left at once on a new one, its chat not
+    held for a second by the turn it gave back."""
+    clock, sent_at, handed = FakeClock(), [], []
+    async with timed_sender(clock, sent_at) as sender:
+        for chat, claim in (("1", 0.05), ("2", 0.01)):
+            async with sender.turn(chat):
+                handed.append(clock.now)
+                clock.now += claim
+                await sender.send(chat, Message("x"))
+    assert [0.0, 0.05] == pytest.approx(handed)
+    assert [0.05, 0.10] == pytest.approx(sent_at)
+
+
+async def test_a_turn_no_send_used_is_given_back() -> None:
+    """A turn left without a send (the claim found the slot taken) is given back: the next
+    turn to the same chat is not held for the chat's second."""
+    clock, sent_at = FakeClock(), []
+    async with timed_sender(clock, sent_at) as sender:
+        async with sender.turn("7"):
+            pass
+        async with sender.turn("7"):
+            await sender.send("7", Message("x"))
+    assert [0.0] == pytest.approx(sent_at)

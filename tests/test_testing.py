@@ -276,6 +276,8 @@ def test_public_names() -> None:
         "SQLFileIdStore",
         "SenderClosedError",
         "TelegramSender",
+        "escape_html",
+        "escape_markdown_v2",
     ] == notifyonce.telegram.__all__
     assert [
         "OK",

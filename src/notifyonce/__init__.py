@@ -14,10 +14,12 @@ from notifyonce._broadcast import (
     recipients_from_file,
     recipients_from_query,
 )
+from notifyonce._buttons import inline_keyboard
 from notifyonce._errors import (
     FloodWaitError,
     LedgerError,
     LedgerUnavailableError,
+    MessageRefusedError,
     NotifyOnceError,
     PermanentSendError,
     ScheduleError,
@@ -33,11 +35,12 @@ from notifyonce._ledger.claim import Claim
 from notifyonce._ledger.ledger import AsyncLedger, Ledger
 from notifyonce._ledger.records import LedgerStats, SlotRecord, SweepResult
 from notifyonce._ledger.table import SlotStatus
-from notifyonce._media import Document, Photo, Video
+from notifyonce._media import Album, Copy, Document, Photo, Video
 from notifyonce._message import Message, Receipt, Sender
 from notifyonce._notifier import Notification, Notifier, Report, Result, TickReport
 from notifyonce._observe import Observer, SendEvent, report_flood_wait
 from notifyonce._outcome import DeliveryMode, Outcome
+from notifyonce._progress_chat import ProgressMessage
 from notifyonce._quiet import QuietHours
 from notifyonce._schedule.schedule import Schedule
 from notifyonce._schedule.selection import (
@@ -51,6 +54,7 @@ from notifyonce._senders.channels import Channel, ChannelReceipt, FallbackSender
 from notifyonce._version import __version__
 
 __all__ = [
+    "Album",
     "AsyncLedger",
     "Broadcast",
     "BroadcastProgress",
@@ -58,6 +62,7 @@ __all__ = [
     "Channel",
     "ChannelReceipt",
     "Claim",
+    "Copy",
     "Cycle",
     "DeadlineRange",
     "DeliveryMode",
@@ -70,6 +75,7 @@ __all__ = [
     "LedgerStats",
     "LedgerUnavailableError",
     "Message",
+    "MessageRefusedError",
     "Notification",
     "Notifier",
     "NotifyOnceError",
@@ -77,6 +83,7 @@ __all__ = [
     "Outcome",
     "PermanentSendError",
     "Photo",
+    "ProgressMessage",
     "QuietHours",
     "Receipt",
     "RecipientSource",
@@ -102,6 +109,7 @@ __all__ = [
     "Window",
     "__version__",
     "deadline_filter",
+    "inline_keyboard",
     "make_key",
     "recipients_from_file",
     "recipients_from_query",

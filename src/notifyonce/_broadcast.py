@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import datetime as dt
+import logging
 import os
 import time
 from collections import deque
@@ -23,8 +25,15 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import sqlalchemy as sa
 
-from notifyonce._campaign import CAMPAIGN_ACTION, check_message
-from notifyonce._errors import ValidationError, ValidationTypeError
+from notifyonce._campaign import (
+    CANCEL_POLL,
+    RESERVED_ACTIONS,
+    cancel_requested,
+    check_message,
+    clear_cancel,
+    record_total,
+)
+from notifyonce._errors import LedgerError, ValidationError, ValidationTypeError
 from notifyonce._keys import Subject, normalize_action, normalize_cycle, normalize_subject
 from notifyonce._ledger.table import SlotStatus
 from notifyonce._message import Message
@@ -34,7 +43,9 @@ from notifyonce._results import Notification, Report, Result
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
+    from notifyonce._dispatch import Run
     from notifyonce._notifier import Notifier
+    from notifyonce._progress_chat import ProgressMessage
 
 __all__ = [
     "Broadcast",
@@ -50,6 +61,14 @@ Recipients: TypeAlias = "Iterable[Subject] | AsyncIterable[Subject] | RecipientS
 # Progress rate over this many recent seconds: a resumed campaign skips its finished chats
 # in a burst, which must not make the ETA of the rest look short.
 _RATE_WINDOW = 10.0
+# Seconds between two reads of the campaign's cancel request (one look-up of the unique
+# key each): about how long a cancel from the console takes to stop a run.
+_CANCEL_POLL = CANCEL_POLL
+
+# The longest a scheduled run sleeps before it reads the clock again.
+_START_STEP = 1.0
+
+logger = logging.getLogger("notifyonce.broadcast")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,9 +147,11 @@ class BroadcastReport:
             lease expired): send them again only after checking by hand.
         held: Chats of the campaign still claimed by another run (or by a crashed one
             whose lease has not expired yet); a later run settles them.
-        cancelled: True when [`Broadcast.cancel`][notifyonce.Broadcast.cancel] stopped the run; run
-            it again to
-            resume.
+        cancelled: True when [`Broadcast.cancel`][notifyonce.Broadcast.cancel] stopped the run
+            (run it again to resume), or when a cancel request from the operator console
+            did: then ``report.stopped`` says so and when, the sends under way were
+            finished and recorded, the chats not tried came back ``RETRY``, and the
+            campaign runs again only with ``resume_cancelled=True``.
     """
 
     action: str
@@ -169,6 +190,8 @@ class RecipientSource:
 
 # Bad recipient lines named in the error (the count says how many more there are).
 _BAD_LINES_SHOWN = 5
+# The fields of a recipient's own problems; a sender's check may also refuse the message.
+_RECIPIENT_FIELDS = frozenset({"subject", "recipient"})
 
 
 class _FileRecipients(RecipientSource):
@@ -195,7 +218,9 @@ class _FileRecipients(RecipientSource):
 
     async def check(self, rule: Callable[[Subject], None]) -> int:
         """Every line checked (and counted) before the first send: a bad line is reported
-        with its number, and nothing is sent, instead of stopping the broadcast there."""
+        with its number, and nothing is sent, instead of stopping the broadcast there. A
+        problem of the message itself (its text, its media) is raised as it is, once: it
+        is no line's."""
         count, bad, problems = 0, 0, list[str]()
         for number, text in self._lines():
             count += 1
@@ -203,6 +228,8 @@ class _FileRecipients(RecipientSource):
                 normalize_subject(text)
                 rule(int(text) if _is_int(text) else text)
             except ValidationError as exc:
+                if exc.field not in _RECIPIENT_FIELDS:
+                    raise
                 bad += 1
                 if len(problems) < _BAD_LINES_SHOWN:
                     problems.append(f"line {number} ({text[:40]!r}): {exc.field} {exc.problem}")
@@ -302,6 +329,18 @@ class Broadcast:
             with another message is refused (`run` raises ValidationError, nothing is
             sent) unless this is True, when the chats not handled yet get the new one. A
             message given as a function of the chat is not compared.
+        resume_cancelled: A campaign cancelled from the operator console refuses to run
+            again (`run` raises ValidationError, nothing is sent) unless this is True;
+            then the cancel request is withdrawn and the chats not handled yet get the
+            message. While the run lasts, a cancel request from the console stops it
+            within a few seconds, gently (see `BroadcastReport.cancelled`).
+        start_at: An aware datetime: `run` waits until then (by the ledger's clock, the
+            database server's on PostgreSQL and MySQL) before the first send; a time
+            past starts at once. Two schedulers that start the same campaign at that
+            moment send each chat once: each chat's slot is claimed by one of them.
+            `cancel` ends the wait.
+        progress_chat: A [`ProgressMessage`][notifyonce.ProgressMessage]: the progress
+            as one message in an admin's chat, edited in place, ending with the summary.
 
     Examples:
         >>> import asyncio
@@ -334,11 +373,14 @@ class Broadcast:
         on_progress: Callable[[BroadcastProgress], None] | None = None,
         every: float = 1.0,
         allow_changed_message: bool = False,
+        resume_cancelled: bool = False,
+        start_at: dt.datetime | None = None,
+        progress_chat: ProgressMessage | None = None,
     ) -> None:
         self.action = normalize_action(action)
-        if self.action == CAMPAIGN_ACTION:
+        if self.action in RESERVED_ACTIONS:
             raise ValidationError(
-                "action", f"{CAMPAIGN_ACTION!r} is where campaigns keep their message"
+                "action", f"{self.action!r} is where campaigns keep their own records"
             )
         if not isinstance(campaign, str):
             raise ValidationTypeError("campaign", f"must be a str, got {type(campaign).__name__}")
@@ -366,6 +408,22 @@ class Broadcast:
         if not isinstance(allow_changed_message, bool):
             raise ValidationTypeError("allow_changed_message", "must be a bool")
         self.allow_changed_message = allow_changed_message
+        if not isinstance(resume_cancelled, bool):
+            raise ValidationTypeError("resume_cancelled", "must be a bool")
+        self.resume_cancelled = resume_cancelled
+        self._run: Run | None = None
+        self._stopped_by: str | None = None  # the console's cancel request that stopped it
+        if start_at is not None:
+            if not isinstance(start_at, dt.datetime):
+                raise ValidationTypeError(
+                    "start_at", f"must be a datetime or None, got {type(start_at).__name__}"
+                )
+            if start_at.utcoffset() is None:
+                raise ValidationError(
+                    "start_at", "is a naive datetime; pass an aware one (with its UTC offset)"
+                )
+        self.start_at = start_at
+        self.progress_chat = progress_chat
         self._counts = dict.fromkeys(Outcome, 0)
         self._started: float | None = None
         self._samples: deque[tuple[float, int]] = deque()
@@ -385,7 +443,8 @@ class Broadcast:
         Raises:
             ValidationError: A bad recipient or message (nothing of that batch written),
                 or a message other than the one the campaign started with (nothing sent;
-                see ``allow_changed_message``).
+                see ``allow_changed_message``), or a campaign cancelled from the operator
+                console (nothing sent; see ``resume_cancelled``).
             SenderConfigError: The sender is set up wrong; the run's claims were freed.
             LedgerError: The ledger failed; what was under way was recorded where possible.
             asyncio.CancelledError: The task running this was cancelled (after the claims
@@ -393,6 +452,8 @@ class Broadcast:
         """
         if self._task is not None:
             raise RuntimeError("this Broadcast is already running or ran; build a new one")
+        resumed = await self._check_cancelled()
+        await self._wait_for_start()
         if isinstance(self.message, Message):
             await check_message(
                 self.notifier.ledger,
@@ -410,9 +471,21 @@ class Broadcast:
         elif total is None and isinstance(self.recipients, Sized):
             total = len(self.recipients)
         self.total = total
+        if total is not None and isinstance(self.message, Message) and not self.notifier.dry_run:
+            await record_total(self.notifier.ledger, self.action, self.campaign, total)
+        if resumed is not None and not self.notifier.dry_run:
+            # Withdrawn only now, once every check before the first send has passed.
+            await clear_cancel(self.notifier.ledger, self.action, self.campaign)
+            logger.warning(
+                "campaign %s/%s was %s; resumed, the request is withdrawn",
+                self.action,
+                self.campaign,
+                resumed,
+            )
         runner = copy.copy(self.notifier)  # the caller's Notifier keeps its own hook
         chained = self.notifier.on_result
         runner.on_result = self._count if chained is None else _both(self._count, chained)
+        runner._on_run = self._attach
         self._started = time.monotonic()
         # The start is the first sample, so the first snapshot already has a rate (the
         # recipients handled since the start), not 0/s and no ETA.
@@ -421,20 +494,48 @@ class Broadcast:
         if self._cancel_requested:
             self._task.cancel()
         ticker = asyncio.ensure_future(self._tick())
+        done = asyncio.Event()
+        watcher = None if self.notifier.dry_run else asyncio.ensure_future(self._watch_cancel(done))
+        shown = (
+            None
+            if self.progress_chat is None
+            else asyncio.ensure_future(self.progress_chat.follow(self))
+        )
         try:
             await _finish(self._task)
         finally:
             ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await ticker
+            if watcher is not None:
+                # Told to end, not cancelled: a read under way finishes and gives its
+                # connection back (cut short, SQLite's could keep the file locked).
+                done.set()
+                await _finish(watcher)
             self._publish(finished=True)
-        cancelled = self._task.cancelled()
-        report = Report(counts=dict(self._counts)) if cancelled else self._task.result()
+            if shown is not None:
+                # The summary goes out within the sender's budget; never past a cancel.
+                with contextlib.suppress(asyncio.CancelledError):
+                    await shown
+        killed = self._task.cancelled()
+        report = Report(counts=dict(self._counts)) if killed else self._task.result()
+        cancelled = killed or self._stopped_by is not None
         unknown, held = await self._standing()
         assert self._last is not None
         return BroadcastReport(
             self.action, self.campaign, self._last, report, unknown, held, cancelled
         )
+
+    async def _wait_for_start(self) -> None:
+        """Sleep until ``start_at`` by the ledger's clock, a second at a time at most (so
+        a clock corrected meanwhile, and `cancel`, are heeded), unless cancelled."""
+        if self.start_at is None:
+            return
+        while not self._cancel_requested:
+            left = (self.start_at - self.notifier._now()).total_seconds()
+            if left <= 0:
+                return
+            await asyncio.sleep(min(left, _START_STEP))
 
     def cancel(self) -> None:
         """Stop the run: no new sends; sends under way are cut short and recorded as
@@ -444,6 +545,51 @@ class Broadcast:
         self._cancel_requested = True
         if self._task is not None:
             self._task.cancel()
+
+    async def _check_cancelled(self) -> str | None:
+        """Refuse to start a campaign cancelled from the console, unless told to resume it;
+        the request to withdraw then (None when there is none)."""
+        note = await cancel_requested(self.notifier.ledger, self.action, self.campaign)
+        if note is not None and not self.resume_cancelled:
+            raise ValidationError(
+                "campaign",
+                f"campaign {self.action}/{self.campaign} was {note}; nothing was sent. To "
+                "send to the chats not handled yet, run it again with "
+                "resume_cancelled=True (--resume-cancelled)",
+            )
+        return note
+
+    def _attach(self, run: Run) -> None:
+        self._run = run
+
+    async def _watch_cancel(self, done: asyncio.Event) -> None:
+        """Read the campaign's cancel request every ``_CANCEL_POLL`` seconds until ``done``;
+        stop the run gently when there is one. A failed read is logged and tried again."""
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(done.wait(), _CANCEL_POLL)
+            if done.is_set():
+                return
+            try:
+                note = await cancel_requested(self.notifier.ledger, self.action, self.campaign)
+            except LedgerError as exc:
+                logger.warning(
+                    "campaign %s/%s: its cancel request could not be read (%s)",
+                    self.action,
+                    self.campaign,
+                    type(exc.__cause__ or exc).__name__,
+                )
+                continue
+            if note is not None and self._run is not None:
+                logger.warning(
+                    "campaign %s/%s was %s: stopping; the sends under way finish",
+                    self.action,
+                    self.campaign,
+                    note,
+                )
+                self._stopped_by = note
+                self._run.halt(note)
+                return
 
     def progress(self) -> BroadcastProgress:
         """The progress right now."""
@@ -581,7 +727,7 @@ def _both(
     return call
 
 
-async def _finish(task: asyncio.Task[Report]) -> None:
+async def _finish(task: asyncio.Task[Any]) -> None:
     """Wait for ``task``; if we are cancelled meanwhile, cancel it, let it settle its
     claims, then raise the cancellation."""
     try:

@@ -9,35 +9,74 @@ The fingerprint lives in the ledger table itself, in one row per campaign under 
 ``notifyonce.campaign`` (subject: the broadcast's action; cycle: the campaign id; status
 ``sent``; the fingerprint where a message id goes). It is written in one statement, so it
 is there or not, never half; a purge with ``opaque_finished_before`` removes it with the
-campaign's slots.
+campaign's slots. When the broadcast knows how many recipients it has, the row's ``token``
+(a fencing token no claim of this row ever uses) keeps that number, for the operator
+console's remaining count and ETA; 0 means not known.
+
+The same row carries a cancel request from the operator console: its ``last_error`` (which
+a campaign's row otherwise leaves empty) set to ``CANCEL_NOTE`` and the time, by one
+``UPDATE`` through the unique key. A running broadcast reads it every few seconds (one
+look-up of that key) and stops gently; a later run refuses to start until it is told to
+resume, which clears it.
+
+The campaign's progress message in an admin's chat (see ``_progress_chat``) is remembered
+in a row of its own, under the action ``notifyonce.progress`` (same subject and cycle as
+the campaign row; ``message_id`` holds ``<chat>:<message id>``), so a resumed run edits
+the message the first run posted instead of posting another. Not in the campaign row:
+its columns are spoken for (above), and a campaign whose message is a function of the chat
+has no campaign row at all, yet can show its progress. The chat is kept with the id
+because message ids count per chat: the same id in another chat is another message.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import hashlib
 import logging
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from notifyonce._errors import LedgerError, ValidationError
-from notifyonce._keys import make_key
+from notifyonce._keys import SlotKey, make_key
 from notifyonce._ledger.table import SlotStatus
-from notifyonce._media import file_sha256
+from notifyonce._media import Album, Copy, Media, file_sha256
 
 if TYPE_CHECKING:
     from notifyonce._ledger.ledger import AsyncLedger
     from notifyonce._message import Message
 
-__all__ = ["CAMPAIGN_ACTION", "check_message", "fingerprint"]
+__all__ = [
+    "CAMPAIGN_ACTION",
+    "CANCEL_NOTE",
+    "CANCEL_POLL",
+    "PROGRESS_ACTION",
+    "RESERVED_ACTIONS",
+    "cancel_requested",
+    "cancel_statement",
+    "check_message",
+    "clear_cancel",
+    "fingerprint",
+    "keep_progress_message",
+    "progress_message",
+    "record_total",
+    "request_cancel",
+]
 
 logger = logging.getLogger("notifyonce.broadcast")
 
 CAMPAIGN_ACTION = "notifyonce.campaign"
+PROGRESS_ACTION = "notifyonce.progress"
+#: Actions of the ledger's own rows, which no broadcast may use (and the console hides).
+RESERVED_ACTIONS = frozenset({CAMPAIGN_ACTION, PROGRESS_ACTION})
 _PREFIX = "msg-sha256:"
+#: What a cancel request stored in a campaign's row starts with (the time follows).
+CANCEL_NOTE = "cancelled from the console"
+#: Seconds between a running broadcast's reads of its cancel request.
+CANCEL_POLL = 2.0
 
 
 async def fingerprint(message: Message) -> str:
@@ -48,22 +87,29 @@ async def fingerprint(message: Message) -> str:
     """
     parts = [message.text, message.parse_mode or ""]
     media = message.media
-    if media is not None:
-        source = media.source
-        if isinstance(source, bytes):
-            content = media._digest or hashlib.sha256(source).hexdigest()
-        elif isinstance(source, os.PathLike):
-            try:
-                content = await asyncio.to_thread(file_sha256, os.fspath(source))
-            except OSError as exc:
-                raise ValidationError(
-                    media.kind, f"cannot be read ({type(exc).__name__})"
-                ) from None
-        else:
-            content = source  # a file_id or a URL names the content
-        parts += [media.kind, content]
+    if isinstance(media, Copy):
+        parts += [media.kind, f"{media.from_chat_id}/{media.message_id}"]
+    elif isinstance(media, Album):
+        parts.append(media.kind)
+        for item in media.items:
+            parts += [item.kind, await _content(item)]
+    elif media is not None:
+        parts += [media.kind, await _content(media)]
     digest = hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass"))
     return _PREFIX + digest.hexdigest()
+
+
+async def _content(media: Media) -> str:
+    """What names a file's content: the sha256 of its bytes, or its file_id or URL."""
+    source = media.source
+    if isinstance(source, bytes):
+        return media._digest or hashlib.sha256(source).hexdigest()
+    if isinstance(source, os.PathLike):
+        try:
+            return await asyncio.to_thread(file_sha256, os.fspath(source))
+        except OSError as exc:
+            raise ValidationError(media.kind, f"cannot be read ({type(exc).__name__})") from None
+    return source  # a file_id or a URL names the content
 
 
 async def check_message(
@@ -82,31 +128,13 @@ async def check_message(
         ValidationError: The message differs from the one the campaign started with.
         LedgerError: The database failed.
     """
-    key = make_key(CAMPAIGN_ACTION, action, campaign)
     table = ledger.table
-    where = sa.and_(
-        table.c.action == key.action, table.c.subject == key.subject, table.c.cycle == key.cycle
-    )
+    key, where = _row(table, action, campaign)
     wanted = await fingerprint(message)
     try:
         stored = await _stored(ledger, where)
         if stored is None and not dry_run:
-            now = ledger.now()
-            row = {
-                "action": key.action,
-                "subject": key.subject,
-                "cycle": key.cycle,
-                "cycle_at": None,
-                "status": SlotStatus.SENT.value,
-                "attempt": 1,
-                "token": 0,
-                "lease_until": now,
-                "created_at": now,
-                "updated_at": now,
-                "sent_at": None,  # not a delivery: spacing must not count it
-                "last_error": None,
-                "message_id": wanted,
-            }
+            row = _own_row(key, ledger.now(), wanted)
             try:
                 async with ledger.engine.begin() as conn:
                     await conn.execute(sa.insert(table).values(row))
@@ -141,9 +169,198 @@ async def check_message(
         ) from exc
 
 
+def _own_row(key: SlotKey, now: dt.datetime, value: str) -> dict[str, Any]:
+    """A new row of the campaign's own (its message, its progress message): settled, not
+    a delivery, ``value`` where a message id goes."""
+    return {
+        "action": key.action,
+        "subject": key.subject,
+        "cycle": key.cycle,
+        "cycle_at": None,
+        "status": SlotStatus.SENT.value,
+        "attempt": 1,
+        "token": 0,
+        "lease_until": now,
+        "created_at": now,
+        "updated_at": now,
+        "sent_at": None,  # not a delivery: spacing must not count it
+        "last_error": None,
+        "message_id": value,
+    }
+
+
+def _row(
+    table: sa.Table, action: str, campaign: str, kind: str = CAMPAIGN_ACTION
+) -> tuple[SlotKey, sa.ColumnElement[bool]]:
+    """The campaign row's key (or its progress row's, ``kind=PROGRESS_ACTION``) and the
+    filter that finds it through the unique key."""
+    key = make_key(kind, action, campaign)
+    where = sa.and_(
+        table.c.action == key.action, table.c.subject == key.subject, table.c.cycle == key.cycle
+    )
+    return key, where
+
+
 async def _stored(ledger: AsyncLedger, where: sa.ColumnElement[bool]) -> str | None:
     """The fingerprint recorded for the campaign, or None when there is none yet."""
     query = sa.select(ledger.table.c.message_id).where(where)
     async with ledger.engine.connect() as conn:
         value = (await conn.execute(query)).scalar_one_or_none()
     return value if isinstance(value, str) and value.startswith(_PREFIX) else None
+
+
+async def record_total(ledger: AsyncLedger, action: str, campaign: str, total: int) -> None:
+    """Keep the campaign's number of recipients in its row (see the module's docs).
+
+    Best effort: the number only feeds the operator console's ETA, so a failure is
+    logged and the broadcast goes on.
+    """
+    table = ledger.table
+    _, where = _row(table, action, campaign)
+    try:
+        async with ledger.engine.begin() as conn:
+            await conn.execute(sa.update(table).where(where).values(token=max(total, 0)))
+    except SQLAlchemyError as exc:
+        logger.warning(
+            "campaign %s/%s: its number of recipients could not be recorded (%s)",
+            action,
+            campaign,
+            type(exc).__name__,
+        )
+
+
+# -- the progress message in an admin's chat --------------------------------------------
+
+
+async def progress_message(
+    ledger: AsyncLedger, action: str, campaign: str
+) -> tuple[str, int] | None:
+    """The chat and message id of the campaign's progress message an earlier run posted,
+    or None (none yet, or the ledger could not tell: then a new one is posted)."""
+    _, where = _row(ledger.table, action, campaign, PROGRESS_ACTION)
+    try:
+        async with ledger.engine.connect() as conn:
+            query = sa.select(ledger.table.c.message_id).where(where)
+            value = (await conn.execute(query)).scalar_one_or_none()
+    except SQLAlchemyError as exc:
+        logger.warning(
+            "campaign %s/%s: its progress message could not be looked up (%s)",
+            action,
+            campaign,
+            type(exc).__name__,
+        )
+        return None
+    chat, _, number = str(value or "").rpartition(":")
+    return (chat, int(number)) if chat and number.isdigit() else None
+
+
+async def keep_progress_message(
+    ledger: AsyncLedger, action: str, campaign: str, chat: str, message_id: int
+) -> None:
+    """Remember the campaign's progress message (a new row, or the row of an earlier one
+    that is gone). Best effort: a failure is logged, and a resumed run then posts anew."""
+    table = ledger.table
+    key, where = _row(table, action, campaign, PROGRESS_ACTION)
+    value = f"{chat}:{message_id}"
+    now = ledger.now()
+    row = _own_row(key, now, value)
+    try:
+        try:
+            async with ledger.engine.begin() as conn:
+                await conn.execute(sa.insert(table).values(row))
+        except IntegrityError:  # an earlier run's message, gone since
+            async with ledger.engine.begin() as conn:
+                await conn.execute(
+                    sa.update(table).where(where).values(message_id=value, updated_at=now)
+                )
+    except SQLAlchemyError as exc:
+        logger.warning(
+            "campaign %s/%s: its progress message could not be recorded (%s)",
+            action,
+            campaign,
+            type(exc).__name__,
+        )
+
+
+# -- cancel requests ------------------------------------------------------------------------
+
+
+def cancel_statement(
+    table: sa.Table, action: str, campaign: str, now: dt.datetime, *, cancel: bool
+) -> sa.Update:
+    """The one ``UPDATE`` that sets (``cancel``) or clears a campaign's cancel request.
+
+    Clearing touches only a cancel request, never another text in the column; setting it
+    again keeps the first request's time. Its rowcount says whether the campaign's row was
+    there (a campaign is known once its first run recorded its message).
+    """
+    _, where = _row(table, action, campaign)
+    column = table.c.last_error
+    requested = column.like(CANCEL_NOTE + "%")
+    if cancel:
+        note = f"{CANCEL_NOTE} at {now.astimezone(dt.timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+        value: Any = sa.case((requested, column), else_=sa.literal(note))
+        return sa.update(table).where(where).values(last_error=value, updated_at=now)
+    return sa.update(table).where(where, requested).values(last_error=None, updated_at=now)
+
+
+def cancel_query(table: sa.Table, action: str, campaign: str) -> sa.Select[tuple[str | None]]:
+    """The campaign row's ``last_error``: one look-up of the unique key."""
+    _, where = _row(table, action, campaign)
+    return sa.select(table.c.last_error).where(where)
+
+
+def cancel_note(value: object) -> str | None:
+    """The cancel request in a campaign row's ``last_error``, or None."""
+    return value if isinstance(value, str) and value.startswith(CANCEL_NOTE) else None
+
+
+async def request_cancel(ledger: AsyncLedger, action: str, campaign: str) -> bool:
+    """Ask every run of the campaign to stop, and later runs to refuse to start.
+
+    Returns:
+        False when the ledger has no such campaign (no run recorded its message yet).
+
+    Raises:
+        LedgerError: The database failed.
+    """
+    return await _update(ledger, action, campaign, cancel=True)
+
+
+async def clear_cancel(ledger: AsyncLedger, action: str, campaign: str) -> bool:
+    """Withdraw the campaign's cancel request; False when there was none.
+
+    Raises:
+        LedgerError: The database failed.
+    """
+    return await _update(ledger, action, campaign, cancel=False)
+
+
+async def cancel_requested(ledger: AsyncLedger, action: str, campaign: str) -> str | None:
+    """The campaign's cancel request (``"cancelled from the console at <time> UTC"``), or
+    None: one look-up of the ledger's unique key.
+
+    Raises:
+        LedgerError: The database failed.
+    """
+    try:
+        async with ledger.engine.connect() as conn:
+            value = (await conn.execute(cancel_query(ledger.table, action, campaign))).scalar()
+    except SQLAlchemyError as exc:
+        raise LedgerError(
+            f"the campaign's cancel request could not be read ({type(exc).__name__})"
+        ) from exc
+    return cancel_note(value)
+
+
+async def _update(ledger: AsyncLedger, action: str, campaign: str, *, cancel: bool) -> bool:
+    statement = cancel_statement(ledger.table, action, campaign, ledger.now(), cancel=cancel)
+    try:
+        async with ledger.engine.begin() as conn:
+            result = await conn.execute(statement)
+    except SQLAlchemyError as exc:
+        what = "set" if cancel else "cleared"
+        raise LedgerError(
+            f"the campaign's cancel request could not be {what} ({type(exc).__name__})"
+        ) from exc
+    return bool(result.rowcount)

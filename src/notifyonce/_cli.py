@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from notifyonce import _cli_broadcast, _cli_serve
+from notifyonce import _cli_broadcast, _cli_serve, _cli_web
 from notifyonce._errors import LedgerError, ScheduleError, ValidationError
 from notifyonce._ledger.table import SlotStatus
 from notifyonce._outcome import DeliveryMode
@@ -219,6 +219,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_operator_commands(commands, db)
     _cli_broadcast.add_parser(commands, db)
     _cli_serve.add_parser(commands)
+    _cli_web.add_parser(commands, db)
     return parser
 
 
@@ -570,6 +571,7 @@ _COMMANDS = {
     "requeue": _requeue,
     "broadcast": _cli_broadcast.run,
     "serve-test-api": _cli_serve.run,
+    "web": _cli_web.run,
 }
 
 

@@ -4,8 +4,11 @@ Exit codes (as the other commands, plus 1 and 130 for what a broadcast leaves be
 
 - 0: every recipient was handled (sent, refused for good, or done by an earlier run).
 - 1: the run ended but chats need attention: outcomes unknown (listed; never resent),
-  sends to retry, or slots still claimed by another run; or it stopped early for a
-  bot-wide flood wait (the chats not tried count as to retry). Running it again resumes.
+  sends to retry, or slots still claimed by another run; or it stopped early, for a
+  bot-wide flood wait or a message Telegram refused for every chat (the chats not tried
+  count as to retry). Running it again resumes. Also when it was cancelled from the
+  operator console: the sends under way finished, the chats not tried count as to retry;
+  it resumes only with ``--resume-cancelled``.
 - 2: usage error: bad arguments, no token, an unreadable file, a rejected bot token.
 - 3: the database could not be reached or failed.
 - 130: interrupted (Ctrl-C or SIGTERM): no new sends started, the sends under way were
@@ -35,7 +38,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from notifyonce._broadcast import Broadcast, BroadcastProgress, BroadcastReport
-    from notifyonce._media import Media
+    from notifyonce._media import Copy, Media
     from notifyonce._message import Message, Receipt, Sender
 
 __all__ = ["add_parser", "render_bar", "render_line", "render_lines", "run"]
@@ -76,7 +79,8 @@ def add_parser(
         "again after a crash or Ctrl-C sends only to the chats not handled yet. With "
         "--photo, --document or --video the file is sent with the text as its caption; "
         "it is uploaded once and sent by Telegram's file_id after that, also by a "
-        "resumed run. The bot token is read from "
+        "resumed run. With --copy-from a message already in Telegram (an admin's post) "
+        "is copied to every chat. The bot token is read from "
         f"${ENV_TOKEN} (or the variable --token-env names), never from an argument.",
         epilog="Exit codes: 0 all handled, 1 chats need attention (unknown outcomes are "
         "listed), 2 usage error, 3 database error, 130 interrupted (run again to resume).",
@@ -97,10 +101,23 @@ def add_parser(
     media.add_argument("--photo", metavar="PATH", help="send this image (up to 10 MB)")
     media.add_argument("--document", metavar="PATH", help="send this file (up to 50 MB)")
     media.add_argument("--video", metavar="PATH", help="send this video (up to 50 MB)")
+    media.add_argument(
+        "--copy-from",
+        metavar="CHAT:MESSAGE_ID",
+        help="copy this message (any content: text, photo, poll...) to every chat with "
+        "copyMessage, e.g. an admin's post: -100123:42; --caption-file overrides its caption",
+    )
     parser.add_argument(
         "--caption-file",
         metavar="PATH",
         help="the media's caption (instead of --text-file; up to 1024 characters)",
+    )
+    parser.add_argument(
+        "--buttons-file",
+        metavar="PATH",
+        help="inline buttons under the message: a JSON list of rows, each a list of "
+        '{"text": ..., "url": ...} or {"text": ..., "callback_data": ...}; checked before '
+        "anything is claimed",
     )
     parser.add_argument(
         "--parse-mode",
@@ -143,6 +160,12 @@ def add_parser(
         help="resume a campaign although its text or media differ from what it started "
         "with: the chats not handled yet get the new message",
     )
+    parser.add_argument(
+        "--resume-cancelled",
+        action="store_true",
+        help="run a campaign that was cancelled from the operator console (notifyonce web) "
+        "again: withdraw the cancel and send to the chats not handled yet",
+    )
     parser.add_argument("--concurrency", type=int, default=16, help="sends in flight at most")
     parser.add_argument(
         "--rate",
@@ -163,6 +186,21 @@ def add_parser(
         metavar="DURATION",
         help="how long a claim is held before a crashed run's sends count as unknown",
     )
+    parser.add_argument(
+        "--at",
+        type=_start_time,
+        default=None,
+        metavar="TIME",
+        help="wait until this time before the first send, e.g. 2026-12-24T10:00+01:00 (with "
+        "its UTC offset); two schedulers starting the campaign then send each chat once",
+    )
+    parser.add_argument(
+        "--progress-chat",
+        metavar="CHAT_ID",
+        default=None,
+        help="also show the progress in this chat (an admin's): one message, edited in place "
+        "at most every 3 s, ending with the summary",
+    )
     parser.add_argument("--dry-run", action="store_true", help="send nothing; count what would go")
     parser.add_argument(
         "--progress-every",
@@ -171,6 +209,24 @@ def add_parser(
         metavar="SECONDS",
         help="seconds between progress updates (default: 0.2 on a terminal, else 5)",
     )
+
+
+def _start_time(value: str) -> dt.datetime:
+    """--at: an ISO 8601 time with its UTC offset (``Z`` for UTC)."""
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            "not an ISO 8601 time: expected e.g. 2026-12-24T10:00+01:00"
+        ) from None
+    if when.utcoffset() is None:
+        raise argparse.ArgumentTypeError(
+            "has no UTC offset: add it, e.g. 2026-12-24T10:00+01:00 (or Z for UTC)"
+        )
+    return when
 
 
 def run(args: argparse.Namespace) -> int:
@@ -202,22 +258,53 @@ def run(args: argparse.Namespace) -> int:
 def _message(args: argparse.Namespace) -> Message:
     from notifyonce._cli import _UsageError
     from notifyonce._message import Message
+    from notifyonce._senders.telegram.payload import check_message
 
     media = _media(args)
     if media is None and args.caption_file:
-        raise _UsageError("--caption-file: needs --photo, --document or --video")
+        raise _UsageError("--caption-file: needs --photo, --document, --video or --copy-from")
     if media is not None and args.caption_file and args.text_file:
         raise _UsageError("--caption-file: give the caption once, not also as --text-file")
     option = "--caption-file" if args.caption_file else "--text-file"
     path = args.caption_file or args.text_file
     if path is None and media is None:
-        raise _UsageError("--text-file: required (or send media: --photo, --document, --video)")
+        raise _UsageError(
+            "--text-file: required (or send media: --photo, --document, --video, --copy-from)"
+        )
+    if media is not None and media.kind == "copy" and args.text_file:
+        raise _UsageError(
+            "--text-file: a copy keeps the post's text; override a caption with --caption-file"
+        )
     text = "" if path is None else _read_text(option, path)
     if not text and media is None:
         raise _UsageError(f"{option}: the file is empty")
     options = {"allow_paid_broadcast": True} if args.paid else {}
+    buttons = None if args.buttons_file is None else _buttons(args.buttons_file)
     try:
-        return Message(text, parse_mode=args.parse_mode, options=options, media=media)
+        message = Message(
+            text, parse_mode=args.parse_mode, options=options, media=media, reply_markup=buttons
+        )
+        # What Telegram would refuse for every chat (markup it cannot parse, a text too
+        # long) stops here, before the database is opened: a dry run reports it too.
+        check_message(message)
+    except ValidationError as exc:
+        raise _UsageError(f"{option}: {exc.field} {exc.problem}") from None
+    return message
+
+
+def _buttons(path: str) -> dict[str, object]:
+    """The --buttons-file keyboard, checked button by button (named by row and column)."""
+    import json
+
+    from notifyonce._buttons import inline_keyboard
+    from notifyonce._cli import _UsageError
+
+    try:
+        rows = json.loads(_read_text("--buttons-file", path))
+    except ValueError as exc:
+        raise _UsageError(f"--buttons-file: not JSON ({exc})") from None
+    try:
+        return inline_keyboard(rows, "--buttons-file")
     except ValidationError as exc:
         raise _UsageError(f"{exc.field}: {exc.problem}") from None
 
@@ -232,13 +319,16 @@ def _read_text(option: str, path: str) -> str:
         raise _UsageError(f"{option}: cannot read it ({type(exc).__name__})") from None
 
 
-def _media(args: argparse.Namespace) -> Media | None:
-    """The --photo, --document or --video file, checked (exists, readable, size)."""
+def _media(args: argparse.Namespace) -> Media | Copy | None:
+    """The --photo, --document or --video file, checked (exists, readable, size), or the
+    --copy-from message."""
     from pathlib import Path
 
     from notifyonce._cli import _UsageError
     from notifyonce._media import Document, Photo, Video
 
+    if args.copy_from is not None:
+        return _copy_from(args.copy_from)
     for option, kind in (("photo", Photo), ("document", Document), ("video", Video)):
         path = getattr(args, option)
         if path is not None:
@@ -247,6 +337,24 @@ def _media(args: argparse.Namespace) -> Media | None:
             except ValidationError as exc:
                 raise _UsageError(f"--{option}: {exc.problem}") from None
     return None
+
+
+def _copy_from(value: str) -> Copy:
+    """``CHAT:MESSAGE_ID`` as a checked Copy; a usage error naming the part that is wrong."""
+    from notifyonce._cli import _UsageError
+    from notifyonce._media import Copy
+
+    chat, colon, message = value.rpartition(":")
+    if not colon or not chat:
+        raise _UsageError("--copy-from: expected CHAT:MESSAGE_ID, e.g. -100123:42")
+    try:
+        number = int(message)
+    except ValueError:
+        raise _UsageError("--copy-from: the message id must be a number") from None
+    try:
+        return Copy(int(chat) if chat.lstrip("-").isdigit() else chat, number)
+    except ValidationError as exc:
+        raise _UsageError(f"--copy-from: {exc.field} {exc.problem}") from None
 
 
 def _async_url(raw: str) -> str:
@@ -319,6 +427,16 @@ async def _broadcast(
         else:
             source = recipients_from_query(engine, args.recipients_sql)  # the ledger's database
         display = _Display(sys.stderr, tty)
+        progress_chat = None
+        if args.progress_chat is not None and not args.dry_run:
+            from notifyonce._progress_chat import ProgressMessage
+            from notifyonce._senders.telegram.chat import validate_recipient
+
+            try:
+                validate_recipient(args.progress_chat)
+            except ValidationError as exc:
+                raise _UsageError(f"--progress-chat: {exc.problem}") from None
+            progress_chat = ProgressMessage(sender, args.progress_chat)  # type: ignore[arg-type]
         try:
             broadcast = Broadcast(
                 notifier,
@@ -329,7 +447,12 @@ async def _broadcast(
                 on_progress=display.show,
                 every=every,
                 allow_changed_message=args.allow_changed_message,
+                resume_cancelled=args.resume_cancelled,
+                start_at=args.at,
+                progress_chat=progress_chat,
             )
+            if args.at is not None:
+                print(f"waiting until {args.at.isoformat()} to start", file=sys.stderr)
             report = await _run_interruptibly(broadcast)
         finally:
             display.close()
@@ -339,7 +462,7 @@ async def _broadcast(
             await aclose()
         await engine.dispose()
     print(summary(report, dry_run=args.dry_run))
-    if report.cancelled:
+    if report.cancelled and report.report.stopped is None:  # Ctrl-C or SIGTERM
         return EXIT_INTERRUPTED
     p = report.progress
     if report.unknown or report.held or p.retry or p.lease_lost:
@@ -579,8 +702,11 @@ def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
             f"{p.duplicate:,} already done; nothing was sent or recorded"
         )
     rate = p.done / p.elapsed if p.elapsed > 0 else 0.0
+    from_console = report.cancelled and report.report.stopped is not None
     state = (
-        "interrupted"
+        "cancelled"
+        if from_console
+        else "interrupted"
         if report.cancelled
         else "stopped"
         if report.report.stopped is not None
@@ -591,11 +717,17 @@ def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
         f"{p.sent:,} sent, {p.failed:,} failed, {p.unknown:,} unknown, "
         f"{p.duplicate:,} already done, {p.retry:,} to retry"
     ]
-    if report.cancelled:
+    if from_console:
+        lines.append(
+            f"{report.report.stopped}: the sends under way finished; the chats not reached "
+            "stay unsent until the same command runs again with --resume-cancelled"
+        )
+    elif report.cancelled:
         lines.append("run the same command again to resume")
     elif report.report.stopped is not None:
         lines.append(
-            f"stopped early: {report.report.stopped}; run the same command again after it to resume"
+            f"stopped early: {report.report.stopped}; run the same command again to resume "
+            "once that is dealt with"
         )
     if report.unknown:
         chats = plural(

@@ -21,7 +21,9 @@ Why this shape:
   uncertain, a claim that had not is released, and the write of what is known is
   shielded from the cancellation (bounded in time). A ``SenderConfigError``, a ledger
   failure or bad input in a stream stops the run gently instead: no new sends, the ones
-  under way finish and are recorded, then the error is raised.
+  under way finish and are recorded, then the error is raised. A bot-wide flood wait or a
+  ``MessageRefusedError`` (the message itself refused) stops it the same way but returns
+  the report, ``stopped`` saying why and the untried notifications back as ``RETRY``.
 - Claims whose sends take long (retries, flood waits) have their leases renewed, so an
   at-least-once worker elsewhere never takes over a send still under way.
 - An observer (``Notifier(observer=...)``, see ``_observe``) hears of the run, each claim
@@ -43,6 +45,7 @@ from notifyonce._errors import (
     FloodWaitError,
     LedgerError,
     LedgerUnavailableError,
+    MessageRefusedError,
     PermanentSendError,
     SenderConfigError,
     SendError,
@@ -81,6 +84,10 @@ _RECORD_EARLY = 64
 _SETTLE_TIMEOUT = 15.0
 # A claim needs at least this share of its lease left for its send to start.
 _LEASE_MARGIN = 0.1
+# A run stops once this many of its sends were refused for their message (bad entities, a
+# media file gone) while none of its sends was delivered yet: every recipient would be
+# refused alike.
+MESSAGE_REFUSALS_TO_STOP = 3
 # What claim and send durations are measured with, only when there is an observer.
 _clock = time.perf_counter
 
@@ -122,17 +129,22 @@ def decide_uncertain(error: str, mode: DeliveryMode, attempt: int, max_attempts:
 
 
 def decide_error(exc: Exception, mode: DeliveryMode, attempt: int, max_attempts: int) -> Decision:
-    """The decision for an exception raised by ``Sender.send``.
+    """The decision for an exception raised by ``Sender.send`` (a run decides a refusal
+    about the message before any of its sends was delivered itself: see
+    ``Run._message_refused``).
 
     ====================================  ==============================================
     raised                                decision
     ====================================  ==============================================
+    MessageRefusedError                   released: the message's fault, not the slot's
     PermanentSendError                    FAILED, never retried
     TransientSendError, SenderConfigError released: certainly not delivered
     ValidationError                       FAILED: refused before sending, for good
     UncertainSendError, anything else     uncertain (see `decide_uncertain`)
     ====================================  ==============================================
     """
+    if isinstance(exc, MessageRefusedError):
+        return Decision(SlotStatus.RELEASED, Outcome.RETRY, error=describe(exc))
     if isinstance(exc, PermanentSendError):
         return Decision(SlotStatus.FAILED, Outcome.FAILED, error=describe(exc))
     if isinstance(exc, (TransientSendError, SenderConfigError)):
@@ -218,6 +230,8 @@ class Run:
         # a run stopped by a bot-wide flood wait gives back untried.
         self.waiting: dict[int, _Item] = {}
         self.read = 0
+        # Notifications read from the source into a batch not handed to the intake yet.
+        self.unread: list[Notification] = []
         # Keys between intake and their final result, and keys this run released: a later
         # copy of either in the same run is a duplicate (it must not win the slot again).
         self.held: set[tuple[str, str]] = set()
@@ -231,6 +245,10 @@ class Run:
             maxsize=max(notifier.batch_size, notifier.concurrency)
         )
         self.stopping = False
+        # Whether a send of this run was delivered, and how many were refused for their
+        # message before one was: until one is, such a refusal is not its recipient's.
+        self.delivered = False
+        self.message_refusals = 0
         self.error: BaseException | None = None
         self.idle: set[asyncio.Task[None]] = set()
         self.tasks: list[asyncio.Task[None]] = []
@@ -272,6 +290,8 @@ class Run:
             asyncio.ensure_future(self._guard(self._worker())) for _ in range(self.n.concurrency)
         ]
         renewer = asyncio.ensure_future(self._renew_leases())
+        if self.stopping:  # halted before it started
+            self.stop(None, hard=False)
         cancelled = False
         try:
             await asyncio.wait(self.tasks)
@@ -326,6 +346,18 @@ class Run:
             if hard or task in self.idle:
                 task.cancel()
 
+    def halt(self, reason: str) -> None:
+        """Stop gently on a request from outside the run (a broadcast cancelled from the
+        console): as a bot-wide flood wait does, no new sends, the ones under way finish
+        and are recorded, what was not tried comes back ``RETRY``; ``Report.stopped``
+        says ``reason``."""
+        if self.report.stopped is None:
+            self.report.stopped = reason
+        if self.tasks:
+            self.stop(None, hard=False)
+        else:  # not started: ``_execute`` stops at once
+            self.stopping = True
+
     async def _guard(self, body: Any) -> None:
         """Run one pipeline task; a failure stops the run instead of escaping the task."""
         try:
@@ -347,7 +379,7 @@ class Run:
         index = 0
         keys, checked, maker = self.keys, self.n._checked, KeyMaker(self.action)
         waiting = self.waiting
-        async for batch in _batches(source, self.n.batch_size):
+        async for batch in _batches(source, self.n.batch_size, self.unread):
             items = []
             for notification in batch:
                 key = checked(maker, notification) if keys is None else keys[index]
@@ -454,6 +486,8 @@ class Run:
                 if decision is None:
                     started = True
                     decision = await self._send(item, claim)
+                    if decision.status is SlotStatus.SENT:
+                        self.delivered = True
         except BaseException as exc:
             claim = claim or self.owned.pop(item.index, None)
             if claim is None and isinstance(exc, FloodWaitError):
@@ -487,8 +521,8 @@ class Run:
     ) -> None:
         """After a stop that returns a report: what was never tried comes back ``RETRY``.
 
-        Nothing of it was claimed. The unread rest of a list is reported too; the unread
-        rest of a stream is left unread.
+        Nothing of it was claimed. The unread rest of a list is reported too; of a stream,
+        what was read into a batch not handed on yet, and the rest is left unread.
         """
         error = f"not tried: {self.report.stopped}"
         for item in sorted(self.waiting.values(), key=lambda item: item.index):
@@ -497,6 +531,15 @@ class Run:
             for index in range(self.read, len(self.keys)):
                 item = _Item(index, self.keys[index], source[index])
                 self.finish(item, Outcome.RETRY, error=error)
+            return
+        maker = KeyMaker(self.action)
+        for index, notification in enumerate(self.unread, start=self.read):
+            try:
+                key = self.n._checked(maker, notification)
+            except ValidationError:
+                continue  # never checked: the run that reads it reports it
+            self.finish(_Item(index, key, notification), Outcome.RETRY, error=error)
+        self.unread.clear()
 
     def _too_late(self, claim: Claim) -> Decision | None:
         """Release a claim with too little lease left: another worker may take it soon."""
@@ -553,7 +596,38 @@ class Run:
         if isinstance(exc, SenderConfigError):
             # The sender is wrong, not this message: free it, stop the run, raise.
             self.stop(exc, hard=False)
+        elif isinstance(exc, MessageRefusedError):
+            # The post to copy is gone: every recipient would be refused alike, whatever
+            # was delivered before. Give the slot back and stop, rather than fail the
+            # campaign's every other chat.
+            if self.report.stopped is None:
+                logger.warning("stopping the run: the message was refused (%s)", describe(exc))
+                self.report.stopped = f"the message was refused: {exc.description}"
+                self.stop(None, hard=False)
+        elif isinstance(exc, SendError) and exc.about_message and not self.delivered:
+            return self._message_refused(exc)
         return decide_error(exc, self.n.mode, claim.attempt, self.n.max_attempts)
+
+    def _message_refused(self, exc: SendError) -> Decision:
+        """A refusal of the message while no send of the run was delivered: the message is
+        wrong, not its recipient. The slot is given back with its attempt, and the run
+        stops at the `MESSAGE_REFUSALS_TO_STOP`-th, before the rest meet the same refusal.
+
+        Once a send of the run was delivered, the message is known to be good, and such a
+        refusal is about what this recipient's copy holds: it is decided as any other.
+        """
+        self.message_refusals += 1
+        error = describe(exc)
+        if self.message_refusals >= MESSAGE_REFUSALS_TO_STOP and self.report.stopped is None:
+            reason = (
+                f"{self.message_refusals} sends were refused for their message and none was "
+                f"delivered ({error}); their slots were given back: fix the message, then "
+                "send again"
+            )
+            logger.warning("stopping the run: %s", reason)
+            self.report.stopped = reason
+            self.stop(None, hard=False)
+        return Decision(SlotStatus.RELEASED, Outcome.RETRY, error=error)
 
     # -- leases ---------------------------------------------------------------------
 
@@ -813,20 +887,27 @@ def _distinct(keys: Iterable[SlotKey]) -> list[SlotKey]:
 
 
 async def _batches(
-    source: Iterable[Notification] | AsyncIterable[Notification], size: int
+    source: Iterable[Notification] | AsyncIterable[Notification],
+    size: int,
+    pending: list[Notification],
 ) -> AsyncIterator[list[Notification]]:
-    batch: list[Notification] = []
+    """``source`` in lists of ``size``; what is read and not handed out yet waits in
+    ``pending``, so a run stopped meanwhile can report it."""
     if isinstance(source, AsyncIterable):
         async for item in source:
-            batch.append(item)
-            if len(batch) >= size:
-                yield batch
-                batch = []
+            pending.append(item)
+            if len(pending) >= size:
+                yield _taken(pending)
     else:
         for item in source:
-            batch.append(item)
-            if len(batch) >= size:
-                yield batch
-                batch = []
-    if batch:
-        yield batch
+            pending.append(item)
+            if len(pending) >= size:
+                yield _taken(pending)
+    if pending:
+        yield _taken(pending)
+
+
+def _taken(pending: list[Notification]) -> list[Notification]:
+    batch = pending[:]
+    pending.clear()
+    return batch

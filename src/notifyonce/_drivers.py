@@ -1,4 +1,5 @@
-"""Database drivers: which extra installs the driver a URL needs, for the error that says so.
+"""Database drivers: which extra installs the driver a URL needs, for the error that says so,
+and what notifyonce notes on a driver's connection.
 
 SQLAlchemy imports a URL's driver when the engine is made; a driver that is missing is a
 bare ``ModuleNotFoundError`` naming a module the reader may never have heard of.
@@ -6,7 +7,7 @@ bare ``ModuleNotFoundError`` naming a module the reader may never have heard of.
 
 from __future__ import annotations
 
-__all__ = ["DRIVER_EXTRAS", "missing_driver"]
+__all__ = ["DRIVER_EXTRAS", "SQLITE_BUSY_TIMEOUT_INFO", "missing_driver"]
 
 # The driver modules notifyonce's extras install, and the extra that installs each.
 DRIVER_EXTRAS = {
@@ -16,6 +17,10 @@ DRIVER_EXTRAS = {
     "pymysql": "mysql",
     "aiosqlite": "sqlite",
 }
+# The key under which a SQLite connection's ``info`` remembers the busy timeout last set
+# on it (``PRAGMA busy_timeout``). The ledger and the SQL rate store each want their own on
+# a connection they may share: each sets it when the value noted here is not its own.
+SQLITE_BUSY_TIMEOUT_INFO = "notifyonce_busy_timeout_ms"
 # Drivers SQLAlchemy picks for a bare scheme that no extra installs, and the URL scheme
 # of the driver that the extra does install.
 _OTHER_DRIVERS = {

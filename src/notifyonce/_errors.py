@@ -10,6 +10,8 @@ The tree::
     │   └── LedgerUnavailableError               could not reach the database, or lost it mid-call
     └── SendError                                a sender could not deliver
         ├── PermanentSendError                   refused for good: never retried
+        │   └── MessageRefusedError              the message itself is refused, for every
+        │                                        recipient alike: the run stops, slots kept
         ├── TransientSendError                   certainly not delivered: retry later
         │   └── FloodWaitError                   a flood wait longer than the sender waits out
         ├── UncertainSendError                   may have been delivered: never blindly retried
@@ -28,6 +30,7 @@ __all__ = [
     "FloodWaitError",
     "LedgerError",
     "LedgerUnavailableError",
+    "MessageRefusedError",
     "NotifyOnceError",
     "PermanentSendError",
     "ScheduleError",
@@ -104,6 +107,12 @@ class SendError(NotifyOnceError):
         code: The provider's error code (an HTTP status or Telegram's ``error_code``), if any.
         description: The provider's description of the error, if any. Never contains the
             message text or a secret.
+        about_message: True when the refusal is about the message, not its recipient (bad
+            entities, a text too long, a media file gone): every recipient of that message
+            would be refused alike. Nothing was delivered. Until a send of its run
+            succeeds, the Notifier gives such a slot back instead of burning it, and stops
+            the run after three of them (see
+            [`Report.stopped`][notifyonce.Report]).
     """
 
     def __init__(
@@ -111,9 +120,11 @@ class SendError(NotifyOnceError):
         description: str = "",
         *,
         code: int | None = None,
+        about_message: bool = False,
     ) -> None:
         self.code = code
         self.description = description
+        self.about_message = about_message
         text = description or type(self).__name__
         super().__init__(f"[{code}] {text}" if code is not None else text)
 
@@ -122,6 +133,17 @@ class PermanentSendError(SendError):
     """The provider refused the message for good (bot blocked, chat not found, bad token).
 
     Retrying cannot help. The Notifier records the slot as ``failed``.
+    """
+
+
+class MessageRefusedError(PermanentSendError):
+    """The provider refused the message itself, not its recipient: every recipient would
+    be refused alike (the message a copy is made from was deleted or cannot be copied).
+
+    Nothing was delivered. The Notifier burns no recipient's slot for it: the slot is
+    given back (``RETRY``), the run stops (the sends under way finish, the rest come back
+    ``RETRY`` untried) and [`Report.stopped`][notifyonce.Report] says why. Fix the message
+    (or use a new campaign id) and run again.
     """
 
 
@@ -141,8 +163,9 @@ class TransientSendError(SendError):
         *,
         code: int | None = None,
         retry_after: float | None = None,
+        about_message: bool = False,
     ) -> None:
-        super().__init__(description, code=code)
+        super().__init__(description, code=code, about_message=about_message)
         self.retry_after = retry_after
 
 

@@ -13,17 +13,33 @@ import hashlib
 import os
 import re
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar, TypeAlias
 
 from notifyonce._errors import ValidationError, ValidationTypeError
 
-__all__ = ["MB", "Document", "Media", "Photo", "Video", "file_sha256", "file_size", "refuse_media"]
+__all__ = [
+    "ALBUM_SIZES",
+    "MB",
+    "Album",
+    "Copy",
+    "Document",
+    "Media",
+    "Photo",
+    "Video",
+    "file_sha256",
+    "file_size",
+    "refuse_media",
+    "refuse_telegram_only",
+]
 
 MB = 1024 * 1024
 
 # A Bot API file_id: URL-safe base64 and nothing else.
 _FILE_ID = re.compile(r"[A-Za-z0-9_-]{8,}")
+# A chat to copy from: a chat id other than 0, or an @username.
+_FROM_CHAT = re.compile(r"-?[1-9][0-9]{0,19}|@[A-Za-z][A-Za-z0-9_]{2,63}")
 # A filename goes into a multipart header: no quotes, separators or control characters.
 _BAD_FILENAME = re.compile(r'["\\/\x00-\x1f\x7f]')
 
@@ -197,6 +213,58 @@ class Video(_Media):
 Media: TypeAlias = "Photo | Document | Video"
 
 
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """A message already in Telegram, copied to each recipient with ``copyMessage``.
+
+    Whatever the message holds (formatted text, a photo, an album's item, a poll) goes
+    out as is, without a "forwarded from" header. Build it with
+    [`Message.copy`][notifyonce.Message.copy], which also takes a caption override and
+    buttons. Telegram senders only.
+
+    Args:
+        from_chat_id: The chat the message is in (an int, its text, or ``@channelname``);
+            not 0.
+        message_id: The message's id in that chat, a positive int.
+
+    Raises:
+        ValidationError: A chat id of 0 or a malformed one, a message id below 1
+            (the error names the field; nothing is sent).
+
+    Examples:
+        >>> Copy(-1001234567890, 42)
+        Copy(from_chat_id=-1001234567890, message_id=42)
+    """
+
+    from_chat_id: int | str
+    message_id: int
+
+    kind: ClassVar[str] = "copy"
+
+    def __post_init__(self) -> None:
+        chat = self.from_chat_id
+        if isinstance(chat, bool) or not isinstance(chat, (int, str)):
+            raise ValidationTypeError(
+                "from_chat_id", f"must be a chat id (an int) or a str, got {type(chat).__name__}"
+            )
+        if chat == 0 or chat == "0":
+            raise ValidationError("from_chat_id", "must not be 0: give the chat the message is in")
+        if not _FROM_CHAT.fullmatch(str(chat)):
+            raise ValidationError(
+                "from_chat_id", "must be a chat id such as 12345 or -100123, or an @channelname"
+            )
+        mid = self.message_id
+        if isinstance(mid, bool) or not isinstance(mid, int):
+            raise ValidationTypeError("message_id", f"must be an int, got {type(mid).__name__}")
+        if mid <= 0:
+            raise ValidationError("message_id", f"must be a positive message id, got {mid}")
+
+    @property
+    def uploads(self) -> bool:
+        """Always False: a copy names a message, it uploads nothing."""
+        return False
+
+
 def refuse_media(media: object, sender: str) -> None:
     """A ValidationError when a text-only sender is given a message with media."""
     if media is not None:
@@ -204,4 +272,75 @@ def refuse_media(media: object, sender: str) -> None:
             "media",
             f"{sender} sends text only; send photos, documents and videos with "
             "TelegramSender, AiogramSender or PTBSender",
+        )
+
+
+#: How many photos and videos an album holds: Telegram's bounds.
+ALBUM_SIZES = range(2, 11)
+
+
+@dataclass(frozen=True, slots=True)
+class Album:
+    """A media group: 2 to 10 photos and videos sent together with ``sendMediaGroup``, as
+    one notification (one slot). The message's text is the caption of the first item.
+
+    Each file is uploaded once and sent by its ``file_id`` after that, across the
+    campaign and, with a [`SQLFileIdStore`][notifyonce.telegram.SQLFileIdStore], across
+    runs. Telegram sends no buttons under an album. ``TelegramSender`` only.
+
+    Args:
+        items: The [`Photo`][notifyonce.Photo] and [`Video`][notifyonce.Video] objects,
+            in order.
+
+    Raises:
+        ValidationError: Fewer than 2 or more than 10 items, or an item that is not a
+            Photo or a Video (``field == "album"``; nothing is sent).
+
+    Examples:
+        >>> Album([Photo("https://example.com/a.png"), Photo("https://example.com/b.png")])
+        Album(Photo(url=<redacted>), Photo(url=<redacted>))
+        >>> Album([Photo("https://example.com/a.png")])
+        Traceback (most recent call last):
+        ...
+        notifyonce._errors.ValidationError: album: has 1 item; Telegram takes 2 to 10 ...
+    """
+
+    items: tuple[Photo | Video, ...]
+
+    kind: ClassVar[str] = "album"
+
+    def __init__(self, items: Iterable[Photo | Video] | object) -> None:
+        if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+            raise ValidationTypeError("album", "must be a list of photos and videos")
+        found = tuple(items)
+        for number, item in enumerate(found, 1):
+            if not isinstance(item, (Photo, Video)):
+                raise ValidationTypeError(
+                    "album", f"item {number} is a {type(item).__name__}, not a Photo or a Video"
+                )
+        if len(found) not in ALBUM_SIZES:
+            noun = "item" if len(found) == 1 else "items"
+            raise ValidationError(
+                "album",
+                f"has {len(found)} {noun}; Telegram takes 2 to 10 photos and videos in an album",
+            )
+        object.__setattr__(self, "items", found)
+
+    def __repr__(self) -> str:
+        return f"Album({', '.join(repr(item) for item in self.items)})"
+
+    @property
+    def uploads(self) -> bool:
+        """Whether sending it uploads bytes (an item from a file or bytes)."""
+        return any(item.uploads for item in self.items)
+
+
+def refuse_telegram_only(media: object, sender: str) -> None:
+    """A ValidationError when a sender without ``copyMessage`` or ``sendMediaGroup`` is
+    given a copy or an album."""
+    if isinstance(media, (Copy, Album)):
+        raise ValidationError(
+            "media",
+            f"{sender} sends no copies or albums; send a Message.copy or an Album with "
+            "TelegramSender",
         )

@@ -6,8 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, runtime_checkable
 
+from notifyonce._buttons import inline_keyboard
 from notifyonce._errors import ValidationError, ValidationTypeError
-from notifyonce._media import Document, Media, Photo, Video
+from notifyonce._media import Album, Copy, Document, Media, Photo, Video
 
 __all__ = ["Message", "Receipt", "Sender"]
 
@@ -33,6 +34,10 @@ class Message:
             [`Video`][notifyonce.Video] to send, with ``text`` as its caption (which may
             then be empty; ``parse_mode`` and ``options["caption_entities"]`` format it).
             Telegram senders only: the other senders refuse it before anything is claimed.
+            A [`Copy`][notifyonce.Copy] (see `Message.copy`) copies a message already in
+            Telegram, with ``text`` as a caption override (empty: its own caption); an
+            [`Album`][notifyonce.Album] sends 2-10 photos and videos as one media group,
+            ``text`` the first one's caption.
 
     Examples:
         >>> Message("6 hours left", parse_mode="HTML")
@@ -48,17 +53,70 @@ class Message:
     reply_markup: Mapping[str, Any] | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     idempotency_key: str | None = None
-    media: Media | None = None
+    media: Media | Copy | Album | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
             raise ValidationTypeError("text", f"must be a str, got {type(self.text).__name__}")
-        if self.media is not None and not isinstance(self.media, (Photo, Document, Video)):
+        if self.media is not None and not isinstance(
+            self.media, (Photo, Document, Video, Copy, Album)
+        ):
             raise ValidationTypeError(
-                "media", f"must be a Photo, Document, Video or None, got {type(self.media)}"
+                "media",
+                f"must be a Photo, Document, Video, Copy, Album or None, got {type(self.media)}",
             )
         if not self.text.strip() and self.media is None:
             raise ValidationError("text", "must not be empty or blank")
+
+    @classmethod
+    def copy(
+        cls,
+        from_chat_id: int | str,
+        message_id: int,
+        *,
+        caption: str | None = None,
+        parse_mode: str | None = None,
+        buttons: object = None,
+        silent: bool = False,
+        options: Mapping[str, Any] | None = None,
+    ) -> Message:
+        """A copy of a message already in Telegram (any content: formatted text, a photo,
+        a poll), sent to each recipient with ``copyMessage``.
+
+        Args:
+            from_chat_id: The chat the message is in (an admin chat, a channel); not 0.
+            message_id: Its id there (aiogram's ``message.message_id``); at least 1.
+            caption: A caption instead of the message's own (None keeps its own).
+            parse_mode: How Telegram reads ``caption``'s formatting.
+            buttons: Rows of inline buttons, each a mapping with ``text`` and ``url`` or
+                ``callback_data`` (see [`inline_keyboard`][notifyonce.inline_keyboard]).
+            silent: Deliver without a notification sound.
+            options: Further ``copyMessage`` parameters, passed through as is.
+
+        Raises:
+            ValidationError: A field is malformed (a chat id of 0, a message id below 1,
+                a button without a url or callback_data); the error names it, and
+                nothing is claimed or sent.
+
+        Examples:
+            >>> open_site = {"text": "Open", "url": "https://example.com"}
+            >>> Message.copy(-1001234567890, 42, buttons=[[open_site]]).media
+            Copy(from_chat_id=-1001234567890, message_id=42)
+            >>> Message.copy(0, 42)
+            Traceback (most recent call last):
+            ...
+            notifyonce._errors.ValidationError: from_chat_id: must not be 0: give the chat ...
+        """
+        if caption is not None and not isinstance(caption, str):
+            raise ValidationTypeError("caption", f"must be a str or None, got {type(caption)}")
+        return cls(
+            caption or "",
+            parse_mode=parse_mode,
+            silent=silent,
+            reply_markup=None if buttons is None else inline_keyboard(buttons),
+            options={} if options is None else options,
+            media=Copy(from_chat_id, message_id),
+        )
 
     def _keyed(self, idempotency_key: str) -> Message:
         """This message with ``idempotency_key`` set: a copy made without checking again

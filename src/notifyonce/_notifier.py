@@ -7,8 +7,11 @@ what the sender did            at-most-once         at-least-once
 =============================  ===================  ==============================
 delivered                      mark_sent -> SENT    mark_sent -> SENT
 PermanentSendError             mark_failed -> FAILED (never retried)
+MessageRefusedError            release -> RETRY, the run stops (Report.stopped says why)
 TransientSendError             release -> RETRY (certainly not delivered)
 SenderConfigError              release -> RETRY, and the run stops with the error
+about_message, none delivered  release -> RETRY (attempt given back); the 3rd stops
+                               the run (Report.stopped)
 UncertainSendError / other     mark_unknown ->      release -> RETRY while
                                UNKNOWN              attempt < max_attempts,
                                                     then mark_unknown -> UNKNOWN
@@ -220,6 +223,8 @@ class Notifier:
         self._last_sweep: dict[str, float] = {}  # per action: sweeps are scoped to actions
         self._last_ticks: dict[Schedule, dt.datetime] = {}
         self._sweep_lock = asyncio.Lock()
+        # Told of each send_many run as it starts: a Broadcast keeps it to stop it gently.
+        self._on_run: Callable[[Run], None] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -308,7 +313,10 @@ class Notifier:
         )
         report.swept = await self._maybe_sweep(action)
         try:
-            await Run(self, action, report, keep, keys).execute(notifications)
+            run = Run(self, action, report, keep, keys)
+            if self._on_run is not None:
+                self._on_run(run)
+            await run.execute(notifications)
         except SenderConfigError as exc:
             # Once, and plainly: the per-slot lines only say the slots were released.
             logger.error(

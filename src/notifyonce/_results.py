@@ -99,9 +99,11 @@ class Report:
         swept: What the automatic sweep of expired leases changed before this run, if it ran.
         dry_run: True when nothing was claimed, sent or recorded.
         stopped: Why the run stopped before its end, or None when it ran to the end. A
-            bot-wide flood wait longer than the sender waits out stops a run so: the sends
-            under way finish, and the notifications not tried come back as ``RETRY``
-            (those of a list all; a stream is read no further).
+            bot-wide flood wait longer than the sender waits out stops a run so, and so do
+            three refusals about the message (``SendError.about_message``: bad entities,
+            a media file gone) before any send of the run was delivered: the sends under
+            way finish, and the notifications not tried come back as ``RETRY`` (those of a
+            list all; a stream is read no further).
     """
 
     counts: dict[Outcome, int] = field(default_factory=lambda: dict.fromkeys(Outcome, 0))

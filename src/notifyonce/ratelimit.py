@@ -22,7 +22,11 @@ Examples:
 from __future__ import annotations
 
 from notifyonce._senders.rate.redis import RedisRateStore
-from notifyonce._senders.rate.sql import DEFAULT_RATE_TABLE_NAME, SQLRateStore
+from notifyonce._senders.rate.sql import (
+    DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_RATE_TABLE_NAME,
+    SQLRateStore,
+)
 from notifyonce._senders.rate.stores import (
     MemoryRateStore,
     RateStore,
@@ -34,6 +38,7 @@ from notifyonce._senders.rate.stores import (
 from notifyonce._senders.telegram.ratelimit import RateLimit
 
 __all__ = [
+    "DEFAULT_LOCK_TIMEOUT",
     "DEFAULT_RATE_TABLE_NAME",
     "MemoryRateStore",
     "RateLimit",

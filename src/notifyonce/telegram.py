@@ -23,6 +23,7 @@ from notifyonce._senders.http import HTTPOptions, SenderClosedError
 from notifyonce._senders.redaction import RedactedTransportError
 from notifyonce._senders.telegram.file_sql import SQLFileIdStore
 from notifyonce._senders.telegram.files import FileIdStore, MemoryFileIdStore
+from notifyonce._senders.telegram.markup import escape_html, escape_markdown_v2
 from notifyonce._senders.telegram.ratelimit import RateLimit
 from notifyonce._senders.telegram.sender import (
     CONNECT_TIMEOUT,
@@ -47,4 +48,6 @@ __all__ = [
     "SQLFileIdStore",
     "SenderClosedError",
     "TelegramSender",
+    "escape_html",
+    "escape_markdown_v2",
 ]

@@ -17,6 +17,7 @@ import operator
 import secrets
 import struct
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -59,6 +60,8 @@ T = TypeVar("T")
 Clock = Callable[[], dt.datetime]
 
 _CLAIMED = SlotStatus.CLAIMED.value
+# The error a claim undone after its answer was lost leaves on its rows.
+_LOST_ANSWER = "released: the claim's answer was lost (nothing was sent)"
 _SWEEP_NOTE = "lease expired before a result was recorded"
 # Rows per mark statement: about 12 bind parameters a row, so 500 rows stay near 6,000.
 MARK_CHUNK = 500
@@ -95,12 +98,16 @@ class Plan(Generic[T]):
         autocommit: It needs no transaction around it (one statement, or reads only), so
             it may run in autocommit where that saves BEGIN and COMMIT.
         on_link: ``body`` takes a `Link`.
+        undo: What to run, on a connection of its own, when ``body`` fails in a way that
+            may have left its writes committed (a claim whose answer was lost): a best
+            effort, before the failure is raised.
     """
 
     body: Callable[[Any], T]
     write: bool = True
     autocommit: bool = False
     on_link: bool = True
+    undo: Plan[Any] | None = None
 
 
 class Keeper(Protocol):
@@ -122,10 +129,12 @@ class Held:
         self._pooled: Any = None
 
     def take(self) -> Any:
+        """The kept connection, if there is one."""
         pooled, self._pooled = self._pooled, None
         return pooled
 
     def give(self, pooled: Any) -> bool:
+        """Keep ``pooled``; False when one is kept already."""
         if self._pooled is not None:
             return False
         self._pooled = pooled
@@ -138,7 +147,7 @@ class Held:
             pooled.close()
 
 
-class Spare:
+class Spare(Held):
     """One pooled connection kept from a call for the next one in the same moment.
 
     A caller that awaits claims one after the other starts each as the last one returns,
@@ -149,29 +158,25 @@ class Spare:
 
     Only for a queue pool and a driver whose connection goes back to it without awaiting
     anything (asyncpg): a connection the pool would close instead (it is full, or the
-    connection broke) is closed in a task of its own, where closing may await.
+    connection broke) is closed in a task of its own, where closing may await. One kept
+    when the engine is disposed is closed then: the pool it would go back to is gone.
     """
 
     def __init__(self, engine: sa.Engine) -> None:
+        super().__init__()
         self._engine = engine
-        self._pooled: Any = None
         self._closing: set[asyncio.Task[Any]] = set()
+        _watch_disposal(engine, self)
 
     @staticmethod
     def usable(engine: sa.Engine) -> bool:
         """Whether ``engine``'s connections may be kept this way."""
         return engine.dialect.driver == "asyncpg" and isinstance(engine.pool, sa.pool.QueuePool)
 
-    def take(self) -> Any:
-        """The kept connection, if there is one."""
-        pooled, self._pooled = self._pooled, None
-        return pooled
-
     def give(self, pooled: Any) -> bool:
         """Keep ``pooled`` until the event loop turns; False when one is kept already."""
-        if self._pooled is not None:
+        if not super().give(pooled):
             return False
-        self._pooled = pooled
         asyncio.get_running_loop().call_soon(self._release, pooled)
         return True
 
@@ -192,6 +197,29 @@ class Spare:
         task = asyncio.get_running_loop().create_task(greenlet_spawn(pooled.close))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
+
+
+# The Spares of each engine, told when it is disposed: one listener per engine, however
+# many ledgers share it, and neither keeps the other alive.
+_SPARES: weakref.WeakKeyDictionary[sa.Engine, weakref.WeakSet[Spare]] = weakref.WeakKeyDictionary()
+
+
+def _watch_disposal(engine: sa.Engine, spare: Spare) -> None:
+    spares = _SPARES.get(engine)
+    if spares is None:
+        spares = _SPARES[engine] = weakref.WeakSet()
+        sa.event.listen(engine, "engine_disposed", _close_spares)
+    spares.add(spare)
+
+
+def _close_spares(engine: sa.Engine) -> None:
+    # AsyncEngine.dispose runs this in its greenlet, where closing the driver's connection
+    # may await; called from anywhere else, the connection is left to the garbage collector.
+    for spare in list(_SPARES.get(engine, ())):
+        pooled = spare.take()
+        if pooled is not None:
+            with contextlib.suppress(Exception):
+                pooled.invalidate()
 
 
 def _commit(connection: Connection | Any) -> None:
@@ -451,17 +479,26 @@ class LedgerCore:
 
     # ---- claims ----------------------------------------------------------------------
 
+    @staticmethod
+    def claim_batch(keys: Sequence[SlotKey]) -> tuple[list[SlotKey], list[int]]:
+        """``keys`` in index order (so that concurrent batches cannot deadlock) and a fresh
+        fencing token for each: made here, on the client, so that a claim whose answer is
+        lost can still be undone by its tokens (`release_lost`)."""
+        ordered = sorted(keys, key=_sort_key)
+        return ordered, _fresh_tokens(len(ordered))
+
     def claim_keys(
         self,
         link: Link,
         action: str,
         keys: Sequence[SlotKey],
         options: ClaimOptions,
+        tokens: Sequence[int],
     ) -> list[Claim]:
-        """Claim ``keys`` (distinct, one action) in one statement; return the won ones."""
+        """Claim ``keys`` (distinct, one action, in index order) in one statement, with one
+        token each (`claim_batch`); return the won ones."""
         now = self.now()
-        ordered = sorted(keys, key=_sort_key)
-        tokens = _fresh_tokens(len(ordered))
+        ordered = keys
         by_token = dict(zip(tokens, ordered, strict=True))
         params: dict[str, Any] = {
             "action": action,
@@ -480,6 +517,47 @@ class LedgerCore:
             for row_id, token, attempt in won
             if token in by_token
         ]
+
+    def release_lost(
+        self, conn: Connection, keys: Sequence[SlotKey], tokens: Sequence[int]
+    ) -> None:
+        """Release the rows a claim of ``keys`` with ``tokens`` won, if it won any: the
+        claim failed (its connection dropped) after the statement may have committed.
+
+        Each row is found by its key and changed only while it still holds the claim's
+        token; the claim gives its attempt back, since nothing was sent.
+        """
+        t = self.table
+        stmt = (
+            sa.update(t)
+            .where(
+                t.c.action == sa.bindparam("r_action", type_=t.c.action.type),
+                t.c.cycle == sa.bindparam("r_cycle", type_=t.c.cycle.type),
+                t.c.subject == sa.bindparam("r_subject", type_=t.c.subject.type),
+                t.c.token == sa.bindparam("r_token", type_=t.c.token.type),
+                t.c.status == _CLAIMED,
+            )
+            .values(
+                status=SlotStatus.RELEASED.value,
+                attempt=t.c.attempt - 1,
+                updated_at=sa.bindparam("r_now", type_=t.c.updated_at.type),
+                last_error=_LOST_ANSWER,
+            )
+        )
+        now = self.now()
+        conn.execute(
+            stmt,
+            [
+                {
+                    "r_action": key.action,
+                    "r_cycle": key.cycle,
+                    "r_subject": key.subject,
+                    "r_token": token,
+                    "r_now": now,
+                }
+                for key, token in zip(keys, tokens, strict=True)
+            ],
+        )
 
     def not_claimable(
         self, link: Link, action: str, keys: Sequence[SlotKey], options: ClaimOptions
@@ -660,6 +738,7 @@ class LedgerCore:
         statuses: Sequence[SlotStatus],
         since: dt.datetime | None,
         subjects: Sequence[str] | None,
+        cycle: str | None = None,
     ) -> sa.ColumnElement[bool]:
         """The rows ``slots`` lists and ``requeue`` puts back: one filter for both."""
         t = self.table
@@ -670,6 +749,8 @@ class LedgerCore:
             cond = sa.and_(cond, t.c.updated_at >= since)
         if subjects is not None:
             cond = sa.and_(cond, t.c.subject.in_(subjects))
+        if cycle is not None:
+            cond = sa.and_(cond, t.c.cycle == cycle)
         return cond
 
     def slots(
@@ -680,12 +761,13 @@ class LedgerCore:
         since: dt.datetime | None,
         subjects: Sequence[str] | None,
         limit: int,
+        cycle: str | None = None,
     ) -> list[SlotRecord]:
         """Up to ``limit`` rows with these statuses, most recently changed first."""
         t = self.table
         stmt = (
             sa.select(t)
-            .where(self._settled(action, statuses, since, subjects))
+            .where(self._settled(action, statuses, since, subjects, cycle))
             .order_by(t.c.updated_at.desc(), t.c.id.desc())
             .limit(limit)
         )
@@ -699,6 +781,7 @@ class LedgerCore:
         since: dt.datetime | None,
         subjects: Sequence[str] | None,
         dry_run: bool,
+        cycle: str | None = None,
     ) -> list[SlotKey]:
         """Release the rows of ``action`` with these statuses so the next claim wins them.
 
@@ -707,7 +790,7 @@ class LedgerCore:
         between is left alone. ``attempt`` and ``last_error`` are kept for the record.
         """
         t = self.table
-        cond = self._settled(action, statuses, since, subjects)
+        cond = self._settled(action, statuses, since, subjects, cycle)
         # Read through the status index, then put in row order here: an ORDER BY id let
         # MariaDB walk the primary key over the whole table instead.
         found = sa.select(t.c.id, t.c.action, t.c.subject, t.c.cycle, t.c.cycle_at).where(cond)

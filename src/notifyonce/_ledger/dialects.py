@@ -42,6 +42,7 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.engine import Dialect as SADialect
 
+from notifyonce._drivers import SQLITE_BUSY_TIMEOUT_INFO
 from notifyonce._errors import ValidationError
 from notifyonce._keys import SlotKey
 from notifyonce._ledger.execute import Compiled, Link
@@ -65,8 +66,6 @@ _SENT = SlotStatus.SENT.value
 _MYSQL_RETRY_CODES = frozenset({1213, 1205})
 # PostgreSQL: deadlock detected, serialization failure (a caller running SERIALIZABLE).
 _PG_RETRY_STATES = frozenset({"40P01", "40001"})
-# Where a SQLite connection's info remembers the busy timeout the ledger set on it.
-_BUSY_TIMEOUT_INFO = "notifyonce_busy_timeout_ms"
 
 #: One mark of ``mark_many``: (row id, token, status, detail, attempt). ``detail`` is the
 #: message id for SENT and the error otherwise (None keeps the stored error); ``attempt`` is
@@ -603,16 +602,16 @@ class SQLite(Dialect):
         # another connection writes; the busy timeout then makes concurrent claimers queue
         # instead of failing. The busy timeout is set once per DBAPI connection, not on
         # every call: the connection's info lives as long as it does.
-        if info.get(_BUSY_TIMEOUT_INFO) != busy_timeout_ms:
+        if info.get(SQLITE_BUSY_TIMEOUT_INFO) != busy_timeout_ms:
             link.statement(f"PRAGMA busy_timeout = {busy_timeout_ms}")
-            info[_BUSY_TIMEOUT_INFO] = busy_timeout_ms
+            info[SQLITE_BUSY_TIMEOUT_INFO] = busy_timeout_ms
         link.statement("BEGIN IMMEDIATE")
 
     def begin_write_connection(self, conn: Connection, busy_timeout_ms: int) -> None:
         info = conn.connection.info
-        if info.get(_BUSY_TIMEOUT_INFO) != busy_timeout_ms:
+        if info.get(SQLITE_BUSY_TIMEOUT_INFO) != busy_timeout_ms:
             conn.exec_driver_sql(f"PRAGMA busy_timeout = {busy_timeout_ms}")
-            info[_BUSY_TIMEOUT_INFO] = busy_timeout_ms
+            info[SQLITE_BUSY_TIMEOUT_INFO] = busy_timeout_ms
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     def claim(

@@ -23,7 +23,15 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
-from notifyonce._keys import Cycle, SlotKey, Subject, make_key, normalize_action
+from notifyonce._errors import LedgerError
+from notifyonce._keys import (
+    Cycle,
+    SlotKey,
+    Subject,
+    make_key,
+    normalize_action,
+    normalize_cycle,
+)
 from notifyonce._ledger.checks import (
     ClaimOptions,
     check_aware,
@@ -108,13 +116,13 @@ class _LedgerBase(Generic[EngineT]):
         self, action: object, subject: object, cycle: object, options: ClaimOptions
     ) -> Plan[Claim | None]:
         key = make_key(action, subject, cycle)
-        core = self._core
+        claim = self._plan_claim_keys([key], options)
 
         def body(link: Link) -> Claim | None:
-            won = core.claim_keys(link, key.action, [key], options)
+            won = claim.body(link)
             return won[0] if won else None
 
-        return Plan(body, autocommit=core.dialect.claim_is_one_statement)
+        return Plan(body, autocommit=claim.autocommit, undo=claim.undo)
 
     def _claim_many_plans(
         self, action: object, items: object, options: ClaimOptions, chunk_size: object
@@ -133,11 +141,19 @@ class _LedgerBase(Generic[EngineT]):
         return keys, [self._plan_claim_keys(chunk, options) for chunk in chunks]
 
     def _plan_claim_keys(self, keys: list[SlotKey], options: ClaimOptions) -> Plan[list[Claim]]:
-        """Claim ``keys`` (checked, distinct, one action): one statement, one transaction."""
+        """Claim ``keys`` (checked, distinct, one action): one statement, one transaction.
+
+        If it fails, the rows it may have won are released by their tokens (``undo``).
+        """
         core = self._core
+        ordered, tokens = core.claim_batch(keys)
+        undo = Plan(partial(core.release_lost, keys=ordered, tokens=tokens), on_link=False)
         return Plan(
-            partial(core.claim_keys, action=keys[0].action, keys=keys, options=options),
+            partial(
+                core.claim_keys, action=keys[0].action, keys=ordered, options=options, tokens=tokens
+            ),
             autocommit=core.dialect.claim_is_one_statement,
+            undo=undo,
         )
 
     def _plan_release_won(self, won: Sequence[Claim]) -> Plan[list[bool]]:
@@ -236,7 +252,13 @@ class _LedgerBase(Generic[EngineT]):
         return Plan(body, on_link=False)
 
     def _plan_requeue(
-        self, action: object, status: object, since: object, subjects: object, dry_run: object
+        self,
+        action: object,
+        status: object,
+        since: object,
+        subjects: object,
+        dry_run: object,
+        cycle: object = None,
     ) -> Plan[list[SlotKey]]:
         dry = check_bool("dry_run", dry_run)
         body = partial(
@@ -246,11 +268,18 @@ class _LedgerBase(Generic[EngineT]):
             since=None if since is None else check_aware("since", since),
             subjects=None if subjects is None else normalize_subjects(subjects),
             dry_run=dry,
+            cycle=None if cycle is None else normalize_cycle(cycle)[0],
         )
         return Plan(body, write=not dry, on_link=False)
 
     def _plan_slots(
-        self, status: object, action: object, since: object, subjects: object, limit: object
+        self,
+        status: object,
+        action: object,
+        since: object,
+        subjects: object,
+        limit: object,
+        cycle: object = None,
     ) -> Plan[list[SlotRecord]]:
         body = partial(
             self._core.slots,
@@ -259,6 +288,7 @@ class _LedgerBase(Generic[EngineT]):
             since=None if since is None else check_aware("since", since),
             subjects=None if subjects is None else normalize_subjects(subjects),
             limit=check_positive_int("limit", limit),
+            cycle=None if cycle is None else normalize_cycle(cycle)[0],
         )
         return Plan(body, write=False, on_link=False)
 
@@ -416,6 +446,15 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
     ) -> T:
         if connection is not None:
             return await connection.run_sync(self._core.run, plan, owned=False)
+        try:
+            return await self._run_owned(plan, keeper)
+        except LedgerError:
+            if plan.undo is not None:
+                with contextlib.suppress(Exception):  # the failure is what the caller sees
+                    await self._run_owned(plan.undo, None)
+            raise
+
+    async def _run_owned(self, plan: Plan[T], keeper: Keeper | None) -> T:
         # The whole call (checkout, statements, commit, checkin) in one greenlet on the
         # engine's sync facade: what AsyncConnection does, minus two greenlet hops.
         core, sync = self._core, self._engine.sync_engine
@@ -758,6 +797,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         since: dt.datetime | None = None,
         subjects: Iterable[Subject] | None = None,
         dry_run: bool = False,
+        cycle: Cycle | None = None,
     ) -> list[SlotKey]:
         """Put settled slots back, so the next run sends them: a deliberate resend.
 
@@ -773,6 +813,8 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
             since: Only slots whose outcome was recorded at or after this aware datetime.
             subjects: Only these subjects.
             dry_run: Change nothing; return what would be requeued.
+            cycle: Only the slots of this cycle (the operator console requeues the slots
+                chosen on a page this way, one cycle at a time).
 
         Returns:
             The keys of the slots released (or that would be, with ``dry_run``).
@@ -782,7 +824,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
             keys = await ledger.requeue("trial_6h", status="unknown", since=outage_start)
             ```
         """
-        return await self._run(self._plan_requeue(action, status, since, subjects, dry_run))
+        return await self._run(self._plan_requeue(action, status, since, subjects, dry_run, cycle))
 
     async def slots(
         self,
@@ -792,6 +834,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         since: dt.datetime | None = None,
         subjects: Iterable[Subject] | None = None,
         limit: int = 100,
+        cycle: Cycle | None = None,
     ) -> list[SlotRecord]:
         """The slots with a status (e.g. every ``unknown`` one), most recently changed first.
 
@@ -801,8 +844,9 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
             since: Only slots that changed at or after this aware datetime.
             subjects: Only these subjects.
             limit: At most this many records.
+            cycle: Only the slots of this cycle.
         """
-        return await self._run(self._plan_slots(status, action, since, subjects, limit))
+        return await self._run(self._plan_slots(status, action, since, subjects, limit, cycle))
 
 
 class Ledger(_LedgerBase[sa.Engine]):
@@ -824,6 +868,15 @@ class Ledger(_LedgerBase[sa.Engine]):
     def _run(self, plan: Plan[T], *, connection: Connection | None = None) -> T:
         if connection is not None:
             return self._core.run(connection, plan, owned=False)
+        try:
+            return self._run_owned(plan)
+        except LedgerError:
+            if plan.undo is not None:
+                with contextlib.suppress(Exception):  # the failure is what the caller sees
+                    self._run_owned(plan.undo)
+            raise
+
+    def _run_owned(self, plan: Plan[T]) -> T:
         if not self._core.dialect.one_writer:
             return self._core.run_owned(self._engine, plan)
         with _sqlite_thread_gate(self._engine):
@@ -956,9 +1009,10 @@ class Ledger(_LedgerBase[sa.Engine]):
         since: dt.datetime | None = None,
         subjects: Iterable[Subject] | None = None,
         dry_run: bool = False,
+        cycle: Cycle | None = None,
     ) -> list[SlotKey]:
         """See [`AsyncLedger.requeue`][notifyonce.AsyncLedger.requeue]."""
-        return self._run(self._plan_requeue(action, status, since, subjects, dry_run))
+        return self._run(self._plan_requeue(action, status, since, subjects, dry_run, cycle))
 
     def slots(
         self,
@@ -968,6 +1022,7 @@ class Ledger(_LedgerBase[sa.Engine]):
         since: dt.datetime | None = None,
         subjects: Iterable[Subject] | None = None,
         limit: int = 100,
+        cycle: Cycle | None = None,
     ) -> list[SlotRecord]:
         """See [`AsyncLedger.slots`][notifyonce.AsyncLedger.slots]."""
-        return self._run(self._plan_slots(status, action, since, subjects, limit))
+        return self._run(self._plan_slots(status, action, since, subjects, limit, cycle))

@@ -129,6 +129,7 @@ def index_names(table_name: str) -> dict[str, str]:
         "cycle_at": f"{table_name}_cycle_at_idx",
         "subject_sent": f"{table_name}_subject_sent_idx",
         "status": f"{table_name}_status_idx",
+        "action_sent": f"{table_name}_action_sent_idx",
     }
 
 
@@ -173,5 +174,8 @@ def build_table(
         # requeue) read only the rows with that status, of that action and cycle: few,
         # whatever the number of sent rows beside them.
         sa.Index(names["status"], "status", "action", "cycle"),
+        # Sends per minute of an action (the operator console's sparklines, a running
+        # campaign's rate): a range of the last hour's deliveries, whatever came before.
+        sa.Index(names["action_sent"], "action", "sent_at"),
         schema=schema,
     )

@@ -13,7 +13,13 @@ reports, through httpx's ``trace`` extension, whether a request may have been wr
   (``ReadTimeout``, ``RemoteProtocolError``, ``ReadError``);
 - the same moment is reported to the ``trace`` callback as httpcore reports it
   (``http11.send_request_headers.started``), so the sender's classification is the same
-  for both transports.
+  for both transports;
+- an idle connection is checked before it is reused, as httpcore checks it: a socket
+  that is readable while no request is under way was closed (or reset) by the server.
+  aiohttp alone notices that only once the event loop has run since: a loop busy while
+  the server closed it would write the request onto a dead connection, and that failure
+  comes after the write, so it may have delivered (and an at-most-once send is lost).
+  Such a connection is closed and the next one, or a new one, taken instead.
 
 Timeouts come from the request's ``timeout`` extension, as httpx sets them: ``pool``
 bounds the wait for one of the ``max_connections`` (the transport's own semaphore, held for
@@ -28,12 +34,16 @@ once: a write does not block on either transport.)
 from __future__ import annotations
 
 import asyncio
+import select
 from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
 import httpx
+from aiohttp.client_reqrep import ConnectionKey
+from aiohttp.connector import Connection
+from aiohttp.tracing import Trace
 from yarl import URL
 
 __all__ = ["AiohttpTransport"]
@@ -62,6 +72,55 @@ def _trace_config() -> aiohttp.TraceConfig:
     config.on_connection_create_end.append(_on_connection)
     config.on_connection_reuseconn.append(_on_connection)
     return config
+
+
+def closed_by_peer(transport: asyncio.BaseTransport | None) -> bool:
+    """Whether an idle connection's socket is readable: the peer closed or reset it (or
+    sent what no request asked for); either way it must not carry a request. httpcore's
+    ``is_socket_readable``, on the transport's socket. False when there is no socket to
+    look at: aiohttp's own check (``is_connected``) is all there is then."""
+    if transport is None:
+        return True
+    if transport.is_closing():
+        return True
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    if sock.fileno() < 0:
+        return True
+    if not hasattr(select, "poll"):  # pragma: no cover - Windows
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable)
+    poll = select.poll()
+    poll.register(sock, select.POLLIN)
+    return bool(poll.poll(0))
+
+
+class _Connector(aiohttp.TCPConnector):
+    """aiohttp's connector, with a liveness check of each idle connection it reuses.
+
+    aiohttp takes a pooled connection when its transport is not closing, which it learns
+    only when the event loop reads the server's FIN: here the socket itself is asked, and
+    a dead connection is closed before any request is written on it. The reuse is traced
+    (``on_connection_reuseconn``) only for the connection that is used.
+    """
+
+    async def _get(self, key: ConnectionKey, traces: list[Trace]) -> Connection | None:
+        while True:
+            connection = await super()._get(key, [])
+            if connection is None:
+                return None
+            protocol = connection.protocol
+            if not closed_by_peer(None if protocol is None else protocol.transport):
+                break
+            connection.close()
+        for trace in traces:
+            try:
+                await trace.send_connection_reuseconn()
+            except BaseException:
+                connection.close()
+                raise
+        return connection
 
 
 def _timeout(timeouts: Mapping[str, float | None]) -> aiohttp.ClientTimeout:
@@ -118,7 +177,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     def _open(self) -> aiohttp.ClientSession:
         expiry = self._limits.keepalive_expiry
-        connector = aiohttp.TCPConnector(
+        connector = _Connector(
             limit=0,  # bounded by self._slots, which times out as httpx's pool does
             limit_per_host=0,
             keepalive_timeout=15.0 if expiry is None else expiry,

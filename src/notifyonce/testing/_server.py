@@ -206,7 +206,8 @@ class Delivery:
         connection: Which TCP connection (1, 2, ...) carried it.
         message_id: The id the server answered with.
         method: ``"sendMessage"``, or ``"sendPhoto"``, ``"sendDocument"``, ``"sendVideo"``
-            (then ``text`` is the caption, empty when there was none).
+            (then ``text`` is the caption, empty when there was none), or ``"copyMessage"``
+            (then ``text`` is the caption given, else the copied message's own text).
         file_id: For media, the file_id of the file delivered (a photo's largest size).
     """
 
@@ -545,7 +546,15 @@ class BotAPIServer(LocalServer):
     It answers ``POST /bot<token>/sendMessage``, and ``sendPhoto``, ``sendDocument`` and
     ``sendVideo`` as Telegram does: a multipart upload or a URL gets a new file (a photo
     two sizes, the largest last), a file_id it gave out is sent again, any other file_id
-    is a 400. Every request that carried file bytes is in
+    is a 400. ``copyMessage`` copies a message the server holds (one it delivered, one a
+    user wrote, one made with [`post`][notifyonce.testing.BotAPIServer.post]) and answers
+    its new ``message_id``; a message it does not hold (never there, or removed with
+    [`delete_message`][notifyonce.testing.BotAPIServer.delete_message]) is refused with
+    400 "message to copy not found". ``sendMediaGroup`` delivers 2-10 photos and videos
+    (uploaded, by file_id or URL) as one message each and refuses a group of another
+    size. ``editMessageText`` changes a message it holds (see `message_text`), refusing a
+    missing one and an unchanged text ("message is not modified"). Every request that
+    carried file bytes is in
     [`uploads`][notifyonce.testing.BotAPIServer.uploads]. It answers 404 for any path that
     is not ``/bot<token>/<method>`` (a wrong ``base_url``), 401 for a wrong token, keeps
     connections alive, and counts TCP connections. It also answers what a polling bot
@@ -606,6 +615,9 @@ class BotAPIServer(LocalServer):
         self._update_ids = itertools.count(1)
         self._uploads: list[Upload] = []
         self._files: dict[str, str] = {}  # file_id -> the kind of media it names
+        # (chat id, message id) -> the text or caption of every message the server holds:
+        # what copyMessage copies.
+        self._messages: dict[tuple[str, int], str] = {}
         self._file_numbers = itertools.count(1)
 
     @property
@@ -656,8 +668,16 @@ class BotAPIServer(LocalServer):
         with self._lock:
             return list(self._calls)
 
-    def user_says(self, chat_id: int, text: str, *, user_id: int | None = None) -> int:
-        """Queue an update: a user wrote ``text`` in the private chat ``chat_id``.
+    def user_says(
+        self,
+        chat_id: int,
+        text: str,
+        *,
+        user_id: int | None = None,
+        reply_to: int | None = None,
+    ) -> int:
+        """Queue an update: a user wrote ``text`` in the private chat ``chat_id``
+        (``reply_to``: in reply to that message of the chat, e.g. one from `post`).
 
         Returns the update's ``update_id``. ``getUpdates`` hands it out until a later
         call's ``offset`` confirms it, as Telegram does.
@@ -665,18 +685,42 @@ class BotAPIServer(LocalServer):
         sender = {"id": user_id or chat_id, "is_bot": False, "first_name": "User"}
         with self._lock:
             update_id = next(self._update_ids)
-            message = {
+            message: dict[str, Any] = {
                 "message_id": next(self._message_ids),
                 "date": int(time.time()),
                 "chat": _chat(str(chat_id)),
                 "from": sender,
                 "text": text,
             }
+            self._messages[(str(chat_id), message["message_id"])] = text
+            if reply_to is not None:
+                original = self._messages.get((str(chat_id), reply_to))
+                message["reply_to_message"] = {
+                    "message_id": reply_to,
+                    "date": int(time.time()),
+                    "chat": _chat(str(chat_id)),
+                    "from": sender,
+                    "text": original or "",
+                }
             if text.startswith("/"):
                 command = len(text.split()[0])
                 message["entities"] = [{"type": "bot_command", "offset": 0, "length": command}]
             self._updates.append({"update_id": update_id, "message": message})
         return update_id
+
+    def post(self, chat_id: int | str, text: str) -> int:
+        """A message someone posted in ``chat_id`` (an admin's post to copy): its
+        ``message_id``. No update is queued; ``copyMessage`` can copy it."""
+        with self._lock:
+            message_id = next(self._message_ids)
+            self._messages[(str(chat_id), message_id)] = text
+        return message_id
+
+    def delete_message(self, chat_id: int | str, message_id: int) -> None:
+        """The message is gone (its author deleted it): copying it is refused with
+        "message to copy not found", as Telegram refuses it."""
+        with self._lock:
+            self._messages.pop((str(chat_id), message_id), None)
 
     @property
     def pending_updates(self) -> int:
@@ -764,16 +808,34 @@ class BotAPIServer(LocalServer):
                 return await self._answer(writer, 400, bad, keep_alive)
             result = {"ok": True, "result": updates}
             return await self._answer(writer, 200, json.dumps(result).encode(), keep_alive)
+        if verb == "POST" and method == "editMessageText":
+            return await self._edit(writer, headers, body, received, connection, token, keep_alive)
+        if verb == "POST" and method == "sendMediaGroup":
+            return await self._media_group(
+                writer, headers, body, received, connection, token, keep_alive
+            )
         kind = _MEDIA_METHODS.get(method)
-        if verb != "POST" or (method != "sendMessage" and kind is None):
+        copying = method == "copyMessage"
+        if verb != "POST" or (method != "sendMessage" and kind is None and not copying):
             return await self._refuse(writer, 404, path, received, connection, token, keep_alive)
 
         try:
             params, files = parse_form(headers.get("content-type", ""), body)
             chat_id = str(params["chat_id"])
-            text = str(params["text"] if kind is None else params.get("caption", ""))
+            if copying:
+                source = (str(params["from_chat_id"]), int(params["message_id"]))
+                with self._lock:
+                    original = self._messages.get(source)
+                if original is None:
+                    refusal = Reply.error(400, "Bad Request: message to copy not found")
+                    self._record(Request(method, chat_id, received, connection, refusal))
+                    assert refusal.body is not None
+                    return await self._answer(writer, 400, refusal.body, keep_alive)
+                text = str(params.get("caption", original))
+            else:
+                text = str(params["text"] if kind is None else params.get("caption", ""))
         except (ValueError, KeyError, TypeError):
-            what = "message text is empty" if kind is None else "wrong parameters"
+            what = "message text is empty" if kind is None and not copying else "wrong parameters"
             bad = _api_error(400, f"Bad Request: {what}")
             return await self._answer(writer, 400, bad, keep_alive)
         file = files.get(kind) if kind is not None else None
@@ -792,28 +854,13 @@ class BotAPIServer(LocalServer):
         media: dict[str, Any] | None = None
         if kind is not None:
             media = self._media(kind, method, chat_id, file, params.get(kind), reply.delivers)
-        message_id = 0
-        if reply.delivers:
-            message_id = next(self._message_ids)
-            delivery = Delivery(
-                chat_id,
-                text,
-                params,
-                received,
-                connection,
-                message_id,
-                method,
-                None if media is None else _largest_file_id(media),
-            )
-            with self._lock:
-                self._deliveries.append(delivery)
-        if self.on_request is not None:
-            self.on_request(arrived)
-        if reply.drop is not None:
+        file_id = None if media is None else _largest_file_id(media)
+        message_id = self._deliver(arrived, text, params, file_id)
+        if not await self._before_answer(arrived):
             return False
-        if self.latency or reply.delay:
-            await asyncio.sleep(self.latency + reply.delay)
         body_out = reply.body
+        if body_out is None and copying:  # copyMessage answers a MessageId
+            body_out = json.dumps({"ok": True, "result": {"message_id": message_id}}).encode()
         if body_out is None:
             result = {"message_id": message_id, "date": int(time.time()), "chat": _chat(chat_id)}
             if media is None:
@@ -823,6 +870,149 @@ class BotAPIServer(LocalServer):
                 if text:
                     result["caption"] = text
             body_out = json.dumps({"ok": True, "result": result}).encode()
+        return await self._answer(writer, reply.status, body_out, keep_alive, reply.content_type)
+
+    async def _edit(
+        self,
+        writer: asyncio.StreamWriter,
+        headers: dict[str, str],
+        body: bytes,
+        received: float,
+        connection: int,
+        token: str | None,
+        keep_alive: bool,
+    ) -> bool:
+        """``editMessageText``: a message the server holds gets the new text; a missing one
+        and an unchanged text are refused as Telegram refuses them."""
+        try:
+            params = parse_form(headers.get("content-type", ""), body)[0]
+            chat_id, where = str(params["chat_id"]), int(params["message_id"])
+            text = str(params["text"])
+        except (ValueError, KeyError, TypeError):
+            bad = _api_error(400, "Bad Request: wrong parameters")
+            return await self._answer(writer, 400, bad, keep_alive)
+        with self._lock:
+            old = self._messages.get((chat_id, where))
+        if old is None or old == text:
+            problem = (
+                "message to edit not found"
+                if old is None
+                else "message is not modified: specified new message content and reply "
+                "markup are exactly the same as a current content and reply markup of the "
+                "message"
+            )
+            reply = Reply.error(400, f"Bad Request: {problem}")
+        else:
+            reply = self._next_reply(chat_id, received)
+        arrived = Request("editMessageText", chat_id, received, connection, reply, _bot_id(token))
+        self._record(arrived)
+        if reply.delivers and reply.body is None:
+            with self._lock:
+                self._messages[(chat_id, where)] = text
+        if not await self._before_answer(arrived):
+            return False
+        result = {"message_id": where, "date": int(time.time()), "chat": _chat(chat_id)}
+        body_out = (
+            reply.body or json.dumps({"ok": True, "result": {**result, "text": text}}).encode()
+        )
+        return await self._answer(writer, reply.status, body_out, keep_alive, reply.content_type)
+
+    def message_text(self, chat_id: int | str, message_id: int) -> str | None:
+        """The text the server holds for a message now (after its edits), or None."""
+        with self._lock:
+            return self._messages.get((str(chat_id), message_id))
+
+    def _deliver(
+        self, arrived: Request, text: str, params: dict[str, Any], file_id: str | None
+    ) -> int:
+        """Record one delivered message of ``arrived`` if its reply delivers; its id (0
+        when it does not)."""
+        if not arrived.reply.delivers:
+            return 0
+        assert arrived.chat_id is not None
+        message_id = next(self._message_ids)
+        delivery = Delivery(
+            arrived.chat_id,
+            text,
+            params,
+            arrived.at,
+            arrived.connection,
+            message_id,
+            arrived.method,
+            file_id,
+        )
+        with self._lock:
+            self._deliveries.append(delivery)
+            self._messages[(arrived.chat_id, message_id)] = text
+        return message_id
+
+    async def _before_answer(self, arrived: Request) -> bool:
+        """Tell ``on_request``, then wait out the latency; False when the reply drops the
+        connection instead of answering."""
+        if self.on_request is not None:
+            self.on_request(arrived)
+        if arrived.reply.drop is not None:
+            return False
+        if self.latency or arrived.reply.delay:
+            await asyncio.sleep(self.latency + arrived.reply.delay)
+        return True
+
+    async def _media_group(
+        self,
+        writer: asyncio.StreamWriter,
+        headers: dict[str, str],
+        body: bytes,
+        received: float,
+        connection: int,
+        token: str | None,
+        keep_alive: bool,
+    ) -> bool:
+        """``sendMediaGroup``: 2-10 photos and videos (uploads as ``attach://<field>``, or
+        file_ids this server gave, or URLs), delivered as one message each; the answer is
+        their list, the caption on the first."""
+        method = "sendMediaGroup"
+        try:
+            params, files = parse_form(headers.get("content-type", ""), body)
+            chat_id = str(params["chat_id"])
+            group = params["media"]
+            if not isinstance(group, list) or not all(isinstance(i, dict) for i in group):
+                raise ValueError("media is not a list of InputMedia")
+        except (ValueError, KeyError, TypeError):
+            bad = _api_error(400, "Bad Request: wrong parameters")
+            return await self._answer(writer, 400, bad, keep_alive)
+        if not 2 <= len(group) <= 10:
+            bad = _api_error(400, "Bad Request: wrong number of media in the group (2-10)")
+            return await self._answer(writer, 400, bad, keep_alive)
+        sources: list[tuple[str, tuple[str, bytes] | None, object]] = []
+        for item in group:
+            kind, source = str(item.get("type")), item.get("media")
+            if kind not in ("photo", "video"):
+                bad = _api_error(400, "Bad Request: wrong media type in the group")
+                return await self._answer(writer, 400, bad, keep_alive)
+            file = None
+            if isinstance(source, str) and source.startswith("attach://"):
+                file = files.get(source[len("attach://") :])
+            if file is None and not self._known_file(kind, source):
+                bad = _api_error(400, "Bad Request: wrong file identifier/HTTP URL specified")
+                return await self._answer(writer, 400, bad, keep_alive)
+            sources.append((kind, file, source))
+        reply = self._next_reply(chat_id, received)
+        arrived = Request(method, chat_id, received, connection, reply, _bot_id(token))
+        self._record(arrived)
+        caption = str(group[0].get("caption", ""))
+        messages: list[dict[str, Any]] = []
+        for number, (kind, file, source) in enumerate(sources):
+            media = self._media(kind, method, chat_id, file, source, reply.delivers)
+            text = caption if number == 0 else ""
+            message_id = self._deliver(arrived, text, params, _largest_file_id(media))
+            message = {"message_id": message_id, "date": int(time.time()), "chat": _chat(chat_id)}
+            message.update(media)
+            if text:
+                message["caption"] = text
+            messages.append(message)
+        if not await self._before_answer(arrived):
+            return False
+        body_out = reply.body or json.dumps({"ok": True, "result": messages}).encode()
         return await self._answer(writer, reply.status, body_out, keep_alive, reply.content_type)
 
     async def _refuse(

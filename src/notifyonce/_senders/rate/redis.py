@@ -40,10 +40,11 @@ end
 _TAKE = (
     _PRELUDE
     + """
--- KEYS: bot, lane, chat; ARGV: lane_interval, chat_interval, max_wait
+-- KEYS: bot, lane, chat; ARGV: lane_interval, chat_interval, max_wait, ready_in
 local lane_interval = tonumber(ARGV[1])
 local chat_interval = tonumber(ARGV[2])
 local max_wait = tonumber(ARGV[3])
+local ready_in = tonumber(ARGV[4])
 local chat_flood = get(KEYS[3], 'flood_until')
 local bot_flood = get(KEYS[1], 'flood_until')
 local hold = math.max(now, get(KEYS[3], 'tat'), chat_flood, bot_flood)
@@ -52,17 +53,21 @@ if hold > now then
   if bot_flood >= hold then flood = 'bot' elseif chat_flood >= hold then flood = 'chat' end
   return {0, tostring(hold - now), '', flood}
 end
-local at = math.max(now, get(KEYS[2], 'tat'))
+local at = math.max(now + ready_in, get(KEYS[2], 'tat'))
 if at - now > max_wait then return {0, tostring(at - now)} end
+-- the times as written, which a give-back compares ('' where nothing was written)
+local lane_tat, chat_tat = '', ''
 if lane_interval > 0 then
-  redis.call('HSET', KEYS[2], 'tat', tostring(at + lane_interval))
+  lane_tat = tostring(at + lane_interval)
+  redis.call('HSET', KEYS[2], 'tat', lane_tat)
   keep(KEYS[2])
 end
 if chat_interval > 0 then
-  redis.call('HSET', KEYS[3], 'tat', tostring(at + chat_interval))
+  chat_tat = tostring(at + chat_interval)
+  redis.call('HSET', KEYS[3], 'tat', chat_tat)
   keep(KEYS[3])
 end
-return {1, tostring(at - now), tostring(at)}
+return {1, tostring(at - now), tostring(at), '', lane_tat, chat_tat}
 """
 )
 
@@ -85,6 +90,23 @@ if deadline >= other_until or other_until <= now then
   redis.call('HSET', KEYS[1], 'flood_chat', ARGV[1], 'chat_flood_until', tostring(deadline))
 end
 keep(KEYS[1])
+return 1
+"""
+)
+
+
+_GIVE_BACK = (
+    _PRELUDE
+    + """
+-- KEYS: lane, chat; ARGV: the turn's start, then the lane's and the chat's next starts as
+-- the turn wrote them: each goes back to the start only if no later turn changed it.
+for i = 1, 2 do
+  local written = ARGV[i + 1]
+  if written ~= '' and redis.call('HGET', KEYS[i], 'tat') == written then
+    redis.call('HSET', KEYS[i], 'tat', ARGV[1])
+    keep(KEYS[i])
+  end
+end
 return 1
 """
 )
@@ -125,6 +147,7 @@ class RedisRateStore:
         self.prefix = prefix
         self._take = client.register_script(_TAKE)
         self._flood = client.register_script(_FLOOD)
+        self._give_back = client.register_script(_GIVE_BACK)
 
     def __repr__(self) -> str:
         return f"RedisRateStore(prefix={self.prefix!r})"
@@ -143,12 +166,17 @@ class RedisRateStore:
                 repr(request.lane_interval),
                 repr(request.chat_interval),
                 repr(infinite_wait(request.max_wait)),
+                repr(request.ready_in),
             ],
         )
         booked = bool(int(answer[0]))
-        at = float(answer[2]) if booked else None
-        flood = _text(answer[3]) if len(answer) > 3 else ""
-        return Turn(max(float(answer[1]), 0.0), booked, at, flood=flood or None)
+        wait = max(float(answer[1]), 0.0)
+        if not booked:
+            flood = _text(answer[3]) if len(answer) > 3 else ""
+            return Turn(wait, False, flood=flood or None)
+        written = [_text(value) for value in answer[2:]]
+        handle = (lane, chat, written[0], written[2], written[3])
+        return Turn(wait, True, float(written[0]), handle=handle)
 
     async def flood_wait(self, bot: str, chat: str, retry_after: float) -> None:
         """Record a 429: delay ``chat``, or the whole bot when another chat is waiting."""
@@ -157,4 +185,10 @@ class RedisRateStore:
         )
 
     async def give_back(self, turn: Turn) -> None:
-        """A no-op: a start taken from a shared timeline is not handed back."""
+        """Give back a booked turn no send used: the lane's and the chat's next starts go
+        back to its start, each only if no later turn has moved it on (compare-and-set)."""
+        handle = turn.handle
+        if not (isinstance(handle, tuple) and len(handle) == 5):
+            return
+        lane, chat, at, lane_tat, chat_tat = handle
+        await self._give_back(keys=[lane, chat], args=[at, lane_tat, chat_tat])

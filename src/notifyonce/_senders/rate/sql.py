@@ -9,20 +9,37 @@ between the read and the write in which another turn could see the old values.
 
 Times are the database's clock, in seconds since the epoch, so workers on hosts whose
 clocks disagree still take turns from one timeline.
+
+A turn waits for another session's lock on those rows at most ``lock_timeout``: each
+database is told so for the turn alone (PostgreSQL ``SET LOCAL lock_timeout``, MySQL's
+``innodb_lock_wait_timeout`` for the session, set back after the turn), and a wait that
+ends there fails closed, as `RateStoreUnavailableError`. Without it a session that holds
+the bot's row (a stuck transaction, a console left open) would hold every send of the bot,
+on PostgreSQL for ever. On SQLite, whose one write lock every writer of the file takes,
+the bound is the connection's busy timeout (``busy_timeout``, as long as the ledger's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import asyncio
+import dataclasses
+import math
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from notifyonce._drivers import SQLITE_BUSY_TIMEOUT_INFO
 from notifyonce._errors import ValidationError
+from notifyonce._senders.http import check_seconds
 from notifyonce._senders.rate.stores import (
     PAID_LANE,
+    RateStoreUnavailableError,
     ScopeState,
     Turn,
     TurnRequest,
@@ -33,6 +50,7 @@ from notifyonce._senders.rate.stores import (
 from notifyonce._senders.tables import beside_ledger, check_store_args, primary_key_name
 
 __all__ = [
+    "DEFAULT_LOCK_TIMEOUT",
     "DEFAULT_RATE_TABLE_NAME",
     "SQLRateStore",
     "build_rate_table",
@@ -41,7 +59,25 @@ __all__ = [
 ]
 
 DEFAULT_RATE_TABLE_NAME = "notifyonce_rate_limits"
+#: Seconds a turn waits for rows another session holds locked before it fails closed
+#: (PostgreSQL, MySQL).
+DEFAULT_LOCK_TIMEOUT = 2.0
+# The same on SQLite, whose one write lock every writer of the file takes, the ledger's
+# claims and marks too: waiting for it is ordinary queueing there, bounded as the ledger's
+# own busy timeout is.
+_DEFAULT_BUSY_TIMEOUT = 30.0
 _MAX_SCOPE = 191  # utf8mb4 primary keys on MySQL stay within 767 bytes
+# How each database reports a lock wait that its timeout ended: PostgreSQL's
+# lock_not_available, MySQL's ER_LOCK_WAIT_TIMEOUT, SQLite's SQLITE_BUSY.
+_PG_LOCK_TIMEOUT = "55P03"
+# Two stored times this close are the same time written back (a database's float round
+# trip); any other turn moves a time on by a whole interval.
+_SAME_TIME = 1e-6
+_NO_TWIN: Any = object()  # SQLRateStore._twin before it is looked for
+
+T = TypeVar("T")
+_MYSQL_LOCK_TIMEOUT = 1205
+_SQLITE_BUSY = 5
 
 
 def default_rate_table(ledger_table: str) -> str:
@@ -76,6 +112,28 @@ def _now(dialect: Dialect) -> sa.ColumnElement[Any]:
     return sa.literal_column("(julianday('now') - 2440587.5) * 86400.0")
 
 
+@dataclass(frozen=True, slots=True)
+class _Booked:
+    """A booked turn as the store wrote it: what `SQLRateStore.give_back` compares."""
+
+    lane: str
+    chat: str
+    at: float
+    lane_tat: float | None  # the lane's next start as this turn left it (None: not moved)
+    chat_tat: float | None
+
+
+def lock_wait_ended(dialect: str, orig: object) -> bool:
+    """Whether a driver's exception says a wait for a lock ran out of its timeout."""
+    if dialect == "postgresql":
+        return getattr(orig, "sqlstate", None) == _PG_LOCK_TIMEOUT
+    if dialect in ("mysql", "mariadb"):
+        args: tuple[Any, ...] = getattr(orig, "args", ())
+        return bool(args) and args[0] == _MYSQL_LOCK_TIMEOUT
+    code = getattr(orig, "sqlite_errorcode", None)  # Python 3.11+
+    return code == _SQLITE_BUSY or (code is None and "database is locked" in str(orig))
+
+
 def _insert(dialect: Dialect) -> Any:
     from sqlalchemy.dialects import mysql, postgresql, sqlite
 
@@ -100,6 +158,19 @@ class SQLRateStore:
             through this store. Workers in separate processes, each with its own round
             trips to the store and to Telegram, start their sends less precisely than one
             process does; 0.03 kept 429 answers well under 1 % in the four-worker test.
+        lock_timeout: PostgreSQL and MySQL: seconds a turn waits for rate rows that another
+            session holds locked (a transaction left open on the bot's row) before the
+            send fails closed with
+            [`RateStoreUnavailableError`][notifyonce.ratelimit.RateStoreUnavailableError]
+            (nothing is sent; a Notifier's run stops and raises it). A turn holds its
+            rows for a few milliseconds, so the default
+            ([`DEFAULT_LOCK_TIMEOUT`][notifyonce.ratelimit.DEFAULT_LOCK_TIMEOUT], 2 s) is only
+            reached when something is wrong. MySQL counts it in whole seconds (rounded up).
+            None: wait as long as the database does (on PostgreSQL, for ever).
+        busy_timeout: SQLite: the same bound, 30 s by default like the ledger's
+            ``busy_timeout``: every writer of the file (the ledger's claims and marks
+            too) takes the one lock a turn waits for, so there waiting is ordinary
+            queueing, and a session holding the lock holds the ledger as well.
 
     Examples:
         >>> from sqlalchemy.ext.asyncio import create_async_engine
@@ -115,6 +186,8 @@ class SQLRateStore:
         table_name: str = DEFAULT_RATE_TABLE_NAME,
         schema: str | None = None,
         extra_jitter: float = 0.03,
+        lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
+        busy_timeout: float = _DEFAULT_BUSY_TIMEOUT,
     ) -> None:
         check_store_args(engine, table_name)
         if engine.dialect.name not in ("postgresql", "mysql", "mariadb", "sqlite"):
@@ -122,6 +195,16 @@ class SQLRateStore:
                 "engine", f"dialect {engine.dialect.name!r} is not PostgreSQL, MySQL or SQLite"
             )
         self.extra_jitter = check_extra_jitter(extra_jitter)
+        self.lock_timeout = (
+            None if lock_timeout is None else check_seconds("lock_timeout", lock_timeout)
+        )
+        self.busy_timeout = check_seconds("busy_timeout", busy_timeout)
+        # The bound of this database's lock waits, as (the option's name, seconds).
+        self._wait = (
+            ("busy_timeout", self.busy_timeout)
+            if engine.dialect.name == "sqlite"
+            else ("lock_timeout", self.lock_timeout)
+        )
         self.engine = engine
         self.metadata = sa.MetaData()
         self.table = build_rate_table(self.metadata, table_name, schema)
@@ -129,6 +212,7 @@ class SQLRateStore:
         self._insert = _insert(dialect)
         self._now = _now(dialect)
         self._returning = dialect.name in ("postgresql", "sqlite")
+        self._twin: object = _NO_TWIN  # see _sqlite_twin
 
     def __repr__(self) -> str:
         return f"SQLRateStore(table_name={self.table.name!r})"
@@ -156,34 +240,142 @@ class SQLRateStore:
 
     async def take_turn(self, request: TurnRequest) -> Turn:
         """Book the earliest start for the request's send, or say how long to wait."""
-        bot = f"b:{request.bot}"
-        lane = f"p:{request.bot}" if request.lane == PAID_LANE else bot
-        chat = f"c:{request.bot}:{request.chat}"
-        async with self.engine.connect() as conn:
-            now, rows = await self._lock(conn, [bot, lane, chat])
-            turn = turn_from(now, rows[bot], rows[lane], rows[chat], request)
-            if turn.booked:
-                await self._write(conn, {lane: rows[lane], chat: rows[chat]})
-            await conn.commit()
-        return turn
+        return await self._transaction(partial(self._take, request))
 
     async def flood_wait(self, bot: str, chat: str, retry_after: float) -> None:
         """Record a 429: delay ``chat``, or the whole bot when another chat is waiting."""
-        bot_scope, chat_scope = f"b:{bot}", f"c:{bot}:{chat}"
-        async with self.engine.connect() as conn:
-            now, rows = await self._lock(conn, [bot_scope, chat_scope])
-            decide_flood(now, rows[bot_scope], chat, rows[chat_scope], retry_after)
-            await self._write(conn, rows)
-            await conn.commit()
+        await self._transaction(partial(self._flood, bot, chat, retry_after))
 
     async def give_back(self, turn: Turn) -> None:
-        """A no-op: a start taken from a shared timeline is not handed back."""
+        """Give back a booked turn no send used: the lane's and the chat's next starts go
+        back to its start, each only if no later turn has moved it on (compare-and-set)."""
+        if isinstance(turn.handle, _Booked):
+            await self._transaction(partial(self._back, turn.handle))
 
-    # -- rows ---------------------------------------------------------------------------
+    # -- the transactions, on a sync connection -------------------------------------------
 
-    async def _lock(
-        self, conn: AsyncConnection, scopes: Sequence[str]
-    ) -> tuple[float, dict[str, ScopeState]]:
+    def _take(self, request: TurnRequest, conn: Connection) -> Turn:
+        bot = f"b:{request.bot}"
+        lane = f"p:{request.bot}" if request.lane == PAID_LANE else bot
+        chat = f"c:{request.bot}:{request.chat}"
+        now, rows = self._lock(conn, [bot, lane, chat])
+        turn = turn_from(now, rows[bot], rows[lane], rows[chat], request)
+        if turn.booked:
+            self._write(conn, {lane: rows[lane], chat: rows[chat]})
+        conn.commit()
+        if turn.at is None:
+            return turn
+        booked = _Booked(
+            lane,
+            chat,
+            turn.at,
+            rows[lane].tat if request.lane_interval > 0 else None,
+            rows[chat].tat if request.chat_interval > 0 else None,
+        )
+        return dataclasses.replace(turn, handle=booked)
+
+    def _flood(self, bot: str, chat: str, retry_after: float, conn: Connection) -> None:
+        bot_scope, chat_scope = f"b:{bot}", f"c:{bot}:{chat}"
+        now, rows = self._lock(conn, [bot_scope, chat_scope])
+        decide_flood(now, rows[bot_scope], chat, rows[chat_scope], retry_after)
+        self._write(conn, rows)
+        conn.commit()
+
+    def _back(self, booked: _Booked, conn: Connection) -> None:
+        _, rows = self._lock(conn, [booked.lane, booked.chat])
+        back: dict[str, ScopeState] = {}
+        for scope, left in ((booked.lane, booked.lane_tat), (booked.chat, booked.chat_tat)):
+            row = rows[scope]
+            if left is not None and abs(row.tat - left) < _SAME_TIME:
+                row.tat = booked.at
+                back[scope] = row
+        if back:
+            self._write(conn, back)
+        conn.commit()
+
+    # -- running them ---------------------------------------------------------------------
+
+    async def _transaction(self, work: Callable[[Connection], T]) -> T:
+        """Run ``work`` (one transaction) with its lock waits bounded by ``lock_timeout``;
+        a wait that ends there is a RateStoreUnavailableError naming this store and the
+        wait.
+
+        On a SQLite file the whole transaction runs on the standard sqlite3 driver in one
+        worker thread (as the ledger's calls do): through aiosqlite each statement is a hop
+        to its thread and back, and the file's one write lock would be held across those
+        hops and the event loop's turns, which every other writer of the file (the
+        ledger's claims, other workers' turns) waits for.
+        """
+        name = self.engine.dialect.name
+        try:
+            twin = self._sqlite_twin()
+            if twin is not None:
+                return await asyncio.to_thread(self._in_thread, twin, work)
+            async with self.engine.connect() as conn:
+                set_back = await self._bound(conn, name)
+                try:
+                    return await conn.run_sync(work)
+                finally:
+                    if set_back:
+                        await self._unbound(conn)
+        except sa.exc.DBAPIError as exc:
+            option, seconds = self._wait
+            if seconds is None or not lock_wait_ended(name, exc.orig):
+                raise
+            raise RateStoreUnavailableError(
+                f"rate store unavailable: {self!r} waited {option} ({seconds:g} s) for "
+                "rows another session holds locked; nothing was sent"
+            ) from exc
+
+    def _in_thread(self, twin: sa.Engine, work: Callable[[Connection], T]) -> T:
+        with twin.connect() as conn:
+            _busy_timeout(conn.connection.info, conn.exec_driver_sql, self.busy_timeout)
+            return work(conn)
+
+    def _sqlite_twin(self) -> sa.Engine | None:
+        """A sync engine on this store's SQLite file (None: not a file, or not SQLite)."""
+        if self._twin is _NO_TWIN:
+            url = self.engine.sync_engine.url
+            database = url.database or ""
+            private = database in ("", ":memory:") or "mode=memory" in str(url)
+            self._twin = None
+            if url.get_backend_name() == "sqlite" and not private:
+                twin = sa.create_engine(url.set(drivername="sqlite"), pool_size=1, max_overflow=4)
+                # No one disposes it: its connections close when the store is gone.
+                weakref.finalize(self, twin.pool.dispose)
+                self._twin = twin
+        return self._twin if isinstance(self._twin, sa.Engine) else None
+
+    async def _bound(self, conn: AsyncConnection, name: str) -> bool:
+        """Bound this connection's lock waits for one turn; True when the session's setting
+        must be set back afterwards (MySQL)."""
+        timeout = self._wait[1]
+        if timeout is None:
+            return False
+        if name == "postgresql":  # for this transaction only
+            await conn.exec_driver_sql(f"SET LOCAL lock_timeout = {math.ceil(timeout * 1000)}")
+            return False
+        if name in ("mysql", "mariadb"):  # whole seconds, for the session
+            await conn.exec_driver_sql(
+                f"SET SESSION innodb_lock_wait_timeout = {max(1, math.ceil(timeout))}"
+            )
+            return True
+        raw = await conn.get_raw_connection()
+        pending: list[str] = []
+        _busy_timeout(raw.info, pending.append, timeout)
+        for statement in pending:
+            await conn.exec_driver_sql(statement)
+        return False
+
+    @staticmethod
+    async def _unbound(conn: AsyncConnection) -> None:
+        """Give a MySQL session its own lock wait back (the ledger may use it next)."""
+        try:
+            await conn.exec_driver_sql("SET SESSION innodb_lock_wait_timeout = DEFAULT")
+        except Exception:  # a broken connection: the pool must not hand it out again
+            await conn.invalidate()
+
+    def _lock(self, conn: Connection, scopes: Sequence[str]) -> tuple[float, dict[str, ScopeState]]:
         """Create the rows if missing, lock them (sorted: no deadlocks), read them."""
         t = self.table
         ordered = sorted(set(scopes))
@@ -196,18 +388,18 @@ class SQLRateStore:
             statement = insert.on_conflict_do_update(
                 index_elements=[t.c.scope], set_={"tat": t.c.tat}
             ).returning(*columns, self._now)
-            result = (await conn.execute(statement)).all()
+            result = conn.execute(statement).all()
         else:
-            await conn.execute(insert.on_duplicate_key_update(tat=t.c.tat))
+            conn.execute(insert.on_duplicate_key_update(tat=t.c.tat))
             query = sa.select(*columns, self._now).where(t.c.scope.in_(ordered))
-            result = (await conn.execute(query)).all()
+            result = conn.execute(query).all()
         rows = {
             row[0]: ScopeState(float(row[1]), float(row[2]), row[3], float(row[4]))
             for row in result
         }
         return float(result[0][5]), rows
 
-    async def _write(self, conn: AsyncConnection, rows: dict[str, ScopeState]) -> None:
+    def _write(self, conn: Connection, rows: dict[str, ScopeState]) -> None:
         t = self.table
         values = [
             {
@@ -227,4 +419,13 @@ class SQLRateStore:
             )
         else:
             statement = insert.on_duplicate_key_update({n: insert.inserted[n] for n in names})
-        await conn.execute(statement)
+        conn.execute(statement)
+
+
+def _busy_timeout(info: dict[Any, Any], execute: Callable[[str], object], seconds: float) -> None:
+    """Set a SQLite connection's busy timeout to ``seconds`` unless its ``info`` notes it
+    already has it (noted where the ledger looks for its own, which it sets back)."""
+    milliseconds = math.ceil(seconds * 1000)
+    if info.get(SQLITE_BUSY_TIMEOUT_INFO) != milliseconds:
+        execute(f"PRAGMA busy_timeout = {milliseconds}")
+        info[SQLITE_BUSY_TIMEOUT_INFO] = milliseconds

@@ -43,6 +43,7 @@ from notifyonce._senders.telegram.ratelimit import RateLimit, RateLimitState, Re
 __all__ = [
     "BOT_LANE",
     "PAID_LANE",
+    "Grant",
     "MemoryRateStore",
     "RateStore",
     "RateStoreUnavailableError",
@@ -87,6 +88,8 @@ class TurnRequest:
         lane: ``"bot"`` (the bot's own per-second budget) or ``"paid"`` (paid broadcasts).
         limit: The limits in force; the store derives the intervals from it.
         max_wait: Seconds the caller can wait; a start further away is not booked.
+        ready_in: Seconds from now before which the send cannot leave (the caller's own
+            steps before it, such as claiming its slot): the start is booked no earlier.
     """
 
     bot: str
@@ -94,6 +97,7 @@ class TurnRequest:
     lane: str
     limit: RateLimit
     max_wait: float
+    ready_in: float = 0.0
 
     @property
     def lane_interval(self) -> float:
@@ -172,15 +176,17 @@ def decide_turn(
     lane_interval: float,
     chat_interval: float,
     max_wait: float,
+    ready_in: float = 0.0,
 ) -> float | None:
     """Apply the turn rule; returns the start (mutating ``lane`` and ``chat``) or None.
 
     None means nothing was booked; the wait is then `hold_until` - now (the chat is
-    not ready) or ``lane.tat`` - now (beyond ``max_wait``). ``lane`` may be ``bot``.
+    not ready) or ``lane.tat`` - now (beyond ``max_wait``). ``lane`` may be ``bot``. The
+    start is ``ready_in`` seconds from now at the earliest.
     """
     if hold_until(now, bot, chat) > now:
         return None
-    at = max(now, lane.tat)
+    at = max(now + ready_in, lane.tat)
     if at - now > max_wait:
         return None
     if lane_interval > 0:
@@ -219,6 +225,7 @@ def turn_from(
         lane_interval=request.lane_interval,
         chat_interval=request.chat_interval,
         max_wait=request.max_wait,
+        ready_in=request.ready_in,
     )
     if at is not None:
         return Turn(at - now, booked=True, at=at)
@@ -275,7 +282,7 @@ class MemoryRateStore:
         """Book the earliest start on this process's calendar."""
         state = self._state(request.bot, request.lane, request.limit)
         now = self._clock()
-        reservation = state.reserve(request.chat, now, request.max_wait)
+        reservation = state.reserve(request.chat, now, request.max_wait, request.ready_in)
         at = reservation.at if reservation.booked else None
         return Turn(
             reservation.at - now, reservation.booked, at, (state, reservation), reservation.flood
@@ -294,6 +301,14 @@ class MemoryRateStore:
             state, reservation = turn.handle
             if isinstance(state, RateLimitState) and isinstance(reservation, Reservation):
                 state.cancel(reservation)
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A booked turn handed to its send: ``due`` is its start on the limiter's clock."""
+
+    turn: Turn
+    due: float
 
 
 class RateStoreUnavailableError(TransientSendError):
@@ -325,6 +340,11 @@ class SharedRateLimiter:
         self._clock = clock
         self._sleep = sleep
         self._asking = asyncio.Lock()
+        # The last failure of the store, and how many there were: a request that queued
+        # behind a failing one fails with it instead of waiting out the same fault again
+        # (a held lock would otherwise cost each queued send its own lock_timeout).
+        self._failure: RateStoreUnavailableError | None = None
+        self._failures = 0
 
     @property
     def tolerance(self) -> float:
@@ -338,10 +358,14 @@ class SharedRateLimiter:
         *,
         lane: str = BOT_LANE,
         flood_limit: float = math.inf,
-    ) -> float | None:
-        """Wait for this send's turn; return None, or the seconds needed if beyond ``max_wait``.
+        ready_in: float = 0.0,
+    ) -> Grant | float:
+        """Wait for this send's turn; return it, or the seconds needed if beyond ``max_wait``.
 
-        A flood wait is waited out only up to ``flood_limit`` seconds.
+        The turn's start is booked at least ``ready_in`` seconds ahead and handed over
+        that much before it: a caller with steps of its own before the send (a claim) takes
+        them then, and its send leaves at the start booked for it (`Grant.due`). A flood
+        wait is waited out only up to ``flood_limit`` seconds.
 
         Raises:
             RateStoreUnavailableError: The store failed; the caller must not send.
@@ -351,16 +375,24 @@ class SharedRateLimiter:
         start = self._clock()
         # Waking up late (a busy event loop) would bunch this send with the next booked
         # ones; half the jitter allowance is tolerated, beyond that the send asks again.
-        tolerance = self._pacing.jitter_allowance / 2
+        tolerance = self.tolerance
         while True:
             remaining = max_wait - (self._clock() - start)
             request = TurnRequest(
-                bot=self.bot, chat=chat, lane=lane, limit=self._pacing, max_wait=max(remaining, 0.0)
+                bot=self.bot,
+                chat=chat,
+                lane=lane,
+                limit=self._pacing,
+                max_wait=max(remaining, 0.0),
+                ready_in=ready_in,
             )
             # One request at a time per sender: the sender's concurrent sends would only
             # queue on the store's lock, and the time spent queueing there is time the
             # store's "now" cannot see.
+            failures = self._failures
             async with self._asking:
+                if self._failures != failures and self._failure is not None:
+                    raise RateStoreUnavailableError(str(self._failure))
                 turn = await self._ask(self.store.take_turn(request))
             if not turn.booked and turn.flood is not None and turn.wait > flood_limit:
                 whose = "the bot's" if turn.flood == "bot" else "the chat's"
@@ -371,11 +403,11 @@ class SharedRateLimiter:
                 )
             if not turn.booked and turn.wait > remaining:
                 return turn.wait
-            delay = turn.wait
-            due = self._clock() + delay
+            due = self._clock() + turn.wait
+            delay = turn.wait - ready_in if turn.booked else turn.wait
             if delay <= 0:
                 if turn.booked:
-                    return None
+                    return Grant(turn, due)
                 continue
             try:
                 await self._sleep(delay)
@@ -384,9 +416,13 @@ class SharedRateLimiter:
                     await asyncio.shield(self._give_back(turn))
                 raise
             if turn.booked:
-                if self._clock() - due <= tolerance:
-                    return None
+                if self._clock() - (due - ready_in) <= tolerance:
+                    return Grant(turn, due)
                 await self._give_back(turn)
+
+    async def give_back(self, grant: Grant) -> None:
+        """Give back a turn that will not be used at its start (never raises)."""
+        await asyncio.shield(self._give_back(grant.turn))
 
     async def flood_wait(self, chat: str, retry_after: float) -> None:
         """Record a 429 for ``chat`` in the store (a failing store is logged, not raised)."""
@@ -401,14 +437,22 @@ class SharedRateLimiter:
         except Exception as exc:  # a slot not given back only costs throughput
             logger.debug("rate store: could not give a turn back (%s)", type(exc).__name__)
 
-    @staticmethod
-    async def _ask(call: Awaitable[Turn]) -> Turn:
+    async def _ask(self, call: Awaitable[Turn]) -> Turn:
         try:
             return await call
+        except RateStoreUnavailableError as exc:  # the store said why itself
+            self._failed(exc)
+            raise
         except Exception as exc:
-            raise RateStoreUnavailableError(
+            failure = RateStoreUnavailableError(
                 f"rate store unavailable ({type(exc).__name__}); nothing was sent"
-            ) from exc
+            )
+            self._failed(failure)
+            raise failure from exc
+
+    def _failed(self, failure: RateStoreUnavailableError) -> None:
+        self._failure = failure
+        self._failures += 1
 
 
 def infinite_wait(seconds: float) -> float:

@@ -36,7 +36,7 @@ from notifyonce._errors import (
     ValidationError,
     ValidationTypeError,
 )
-from notifyonce._media import Media
+from notifyonce._media import Album, Copy, Media
 from notifyonce._message import Message
 from notifyonce._senders.rate.stores import bot_key
 from notifyonce._senders.redaction import short
@@ -208,10 +208,11 @@ class AiogramSender(WrappedBotSender):
         return _validated(_MEDIA_METHODS[media.kind], fields)
 
     def _check_request(self, chat: int | str, message: Message) -> None:
-        if message.media is None:
+        media = message.media
+        if media is None or isinstance(media, (Copy, Album)):  # refused before this
             self._request(chat, message)
         else:
-            self._media_request(chat, message, message.media, _PLACEHOLDER_FILE_ID)
+            self._media_request(chat, message, media, _PLACEHOLDER_FILE_ID)
 
     async def _deliver(self, chat: int | str, message: Message) -> int | None:
         request = self._request(chat, message)

@@ -13,6 +13,11 @@ have been delivered?*
 - Possibly delivered -> [`UncertainSendError`][notifyonce.UncertainSendError] (never retried
   here: Telegram has no idempotency key, so a resend may be a duplicate).
 
+A refusal about the message rather than its chat (entities Telegram cannot parse, a text
+too long, a file id it does not know) is marked ``about_message``: every chat would be
+refused alike, so the Notifier gives the slot back instead of burning it until a send of
+the run succeeds (see `about_message`).
+
 What a status means is decided once for every HTTP sender, in ``notifyonce._senders.status``.
 """
 
@@ -23,7 +28,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from notifyonce._errors import SendError, TransientSendError
+from notifyonce._errors import (
+    MessageRefusedError,
+    PermanentSendError,
+    SendError,
+    TransientSendError,
+)
 from notifyonce._senders.redaction import redact, short
 from notifyonce._senders.retry import parse_retry_after
 from notifyonce._senders.status import MAX_RETRY_AFTER, error_for_status, retry_after_in
@@ -32,9 +42,37 @@ from notifyonce._senders.telegram.chat import Migrated
 __all__ = [
     "Delivered",
     "Migrated",
+    "about_message",
     "classify_response",
     "redact",
 ]
+
+# Words of the Bot API's refusals that are about the message, whichever chat it goes to:
+# its markup, its length, its keyboard, its media. (A chat's own refusals, such as "chat
+# not found", "bot was blocked" or "not enough rights to send photos", are not here.)
+_ABOUT_MESSAGE = (
+    "can't parse entities",
+    "unsupported parse_mode",
+    "message is too long",
+    "message text is empty",
+    "text must be non-empty",
+    "caption is too long",
+    "media_caption_too_long",
+    "entities_too_long",
+    "can't parse reply keyboard markup",
+    "can't parse inline keyboard button",
+    "reply markup is too long",
+    "button_data_invalid",
+    "button_url_invalid",
+    "wrong file identifier",
+    "wrong remote file identifier",
+    "failed to get http url content",
+    "wrong type of the web page content",
+    "photo_invalid_dimensions",
+    "photo_save_file_invalid",
+    "image_process_failed",
+    "file must be non-empty",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,15 +159,56 @@ def classify_response(
             # Without `parameters` the wait is only in the text (or a proxy's header).
             retry_after = retry_after_in(description) or _retry_after_header(headers)
         return TransientSendError(description, code=code, retry_after=retry_after)
+    if code == 400 and _about_the_message(description):
+        return MessageRefusedError(description, code=code, about_message=True)
     # 401/404 (bad token, wrong base_url): the sender is wrong, not the message. 502/504:
     # a gateway may have passed the request on. Other 5xx: the Bot API answered that it
     # did not send. 400 (chat not found), 403 (blocked): refused for good.
-    return error_for_status(code, description)
+    return about_message(error_for_status(code, description))
+
+
+def about_message(error: SendError) -> SendError:
+    """``error``, marked ``about_message`` when it is a refusal of the message itself.
+
+    A 413 (the request too large) and a 400 whose description says the text, the caption,
+    the entities, the keyboard or the media is wrong: every chat would be refused alike.
+
+    Examples:
+        >>> from notifyonce import PermanentSendError
+        >>> bad_text = PermanentSendError("Bad Request: can't parse entities", code=400)
+        >>> about_message(bad_text).about_message
+        True
+        >>> no_chat = PermanentSendError("Bad Request: chat not found", code=400)
+        >>> about_message(no_chat).about_message
+        False
+    """
+    if isinstance(error, PermanentSendError) and not error.about_message:
+        text = error.description.lower()
+        if error.code == 413 or any(words in text for words in _ABOUT_MESSAGE):
+            error.about_message = True
+    return error
+
+
+# Refusals of the message itself, the same for every recipient: the message a copy is
+# made from is gone, or its chat forbids copies (protected content).
+_MESSAGE_REFUSALS = ("message to copy not found", "message can't be copied")
+
+
+def _about_the_message(description: str) -> bool:
+    lowered = description.lower()
+    return any(refusal in lowered for refusal in _MESSAGE_REFUSALS)
 
 
 def _delivered(result: object) -> Delivered:
     message_id: int | None = None
     chat_id: str | None = None
+    if isinstance(result, list) and result and all(isinstance(m, dict) for m in result):
+        # An album's messages: the first one's id; every item's file_id, joined by commas
+        # (file_ids are URL-safe base64: no commas), when each has one.
+        first = _delivered(result[0])
+        ids = [_file_id(m) for m in result]
+        joined = ",".join(i for i in ids if i is not None) if None not in ids else None
+        return Delivered(first.message_id, first.chat_id, joined)
     if isinstance(result, dict):
         mid = result.get("message_id")
         if isinstance(mid, int) and not isinstance(mid, bool):

@@ -18,9 +18,16 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar, runtime_checkable
 
 from notifyonce._errors import PermanentSendError, TransientSendError, ValidationError
-from notifyonce._media import Media, file_sha256, file_size
+from notifyonce._media import Album, Document, Media, Photo, Video, file_sha256, file_size
 
-__all__ = ["FileIdStore", "MemoryFileIdStore", "UploadOnce", "file_key", "read_upload"]
+__all__ = [
+    "FileIdStore",
+    "MemoryFileIdStore",
+    "UploadOnce",
+    "file_key",
+    "read_upload",
+    "unreadable",
+]
 
 logger = logging.getLogger("notifyonce.telegram")
 
@@ -101,6 +108,17 @@ def file_key(bot: str, kind: str, digest: str) -> str:
     return f"{bot}:{kind}:{digest}"
 
 
+def unreadable(media: Media, reason: str) -> TransientSendError:
+    """The error of a media file that cannot be read at send time: about the message (every
+    recipient would be refused alike), never the recipient's, and nothing was sent. It names
+    the file's path, so the run that stops on it says which file to put back."""
+    where = os.fspath(media.source) if isinstance(media.source, os.PathLike) else "bytes"
+    return TransientSendError(
+        f"the {media.kind} file {where!r} cannot be read ({reason}); nothing was sent",
+        about_message=True,
+    )
+
+
 def _read(path: str, kind: str, limit: int) -> bytes:
     file_size(kind, path)  # a ValidationError when it went missing or became a directory
     with open(path, "rb") as file:
@@ -111,7 +129,8 @@ def _read(path: str, kind: str, limit: int) -> bytes:
 
 
 async def read_upload(media: Media) -> bytes:
-    """The bytes to upload; a TransientSendError when the file cannot be read right now."""
+    """The bytes to upload; a TransientSendError about the message (see `unreadable`) when
+    the file cannot be read right now."""
     source = media.source
     if isinstance(source, bytes):
         return source
@@ -120,7 +139,7 @@ async def read_upload(media: Media) -> bytes:
         return await asyncio.to_thread(_read, os.fspath(source), media.kind, media.upload_limit)
     except (OSError, ValidationError) as exc:
         reason = exc.problem if isinstance(exc, ValidationError) else type(exc).__name__
-        raise TransientSendError(f"the {media.kind} file could not be read ({reason})") from None
+        raise unreadable(media, reason) from None
 
 
 def _refers_to_file(error: PermanentSendError) -> bool:
@@ -137,21 +156,50 @@ class UploadOnce:
         self._known: dict[str, str] = {}
         self._uploading: dict[str, asyncio.Future[None]] = {}
         self._digests = _Digests()
+        # The key each file on disk had when it was last read, by (kind, path): a file gone
+        # since is still sent by the file_id its content got.
+        self._paths: dict[tuple[str, str], str] = {}
+
+    def knows(self, media: object) -> bool:
+        """Whether ``media`` is a file on disk whose file_id this sender already has (an
+        album: each of its files): its sends need the files no more (they may be moved or
+        deleted meanwhile). A copy, bytes or no media: False."""
+        if isinstance(media, Album):
+            return all(self.knows(item) for item in media.items)
+        if not isinstance(media, (Photo, Document, Video)) or not isinstance(
+            media.source, os.PathLike
+        ):
+            return False
+        key = self._paths.get((media.kind, os.fspath(media.source)))
+        return key is not None and key in self._known
 
     async def key(self, media: Media) -> str:
-        """The store key of ``media``'s current content."""
+        """The store key of ``media``'s current content.
+
+        A file on disk is read only when it changed since it was last read (its size,
+        mtime or inode). One that cannot be read any more keeps the key it had, if its
+        file_id is known: it is then sent by that file_id, without the file.
+
+        Raises:
+            TransientSendError: About the message (``about_message``): the file cannot be
+                read and no file_id is known for it. Nothing was sent.
+        """
         source = media.source
         if isinstance(source, bytes):
             digest = media._digest or hashlib.sha256(source).hexdigest()
-        else:
-            assert isinstance(source, os.PathLike)
-            try:
-                digest = await self._digests.of(os.fspath(source))
-            except OSError as exc:
-                raise TransientSendError(
-                    f"the {media.kind} file could not be read ({type(exc).__name__})"
-                ) from None
-        return file_key(self.bot, media.kind, digest)
+            return file_key(self.bot, media.kind, digest)
+        assert isinstance(source, os.PathLike)
+        path = (media.kind, os.fspath(source))
+        try:
+            digest = await self._digests.of(path[1])
+        except OSError as exc:
+            known = self._paths.get(path)
+            if known is not None and known in self._known:
+                logger.info("a %s file is gone; sending it by its file_id", media.kind)
+                return known
+            raise unreadable(media, type(exc).__name__) from None
+        key = self._paths[path] = file_key(self.bot, media.kind, digest)
+        return key
 
     async def send(
         self,

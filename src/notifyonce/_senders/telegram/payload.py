@@ -15,12 +15,13 @@ import mimetypes
 import os
 import re
 import secrets
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeAlias
 
 from notifyonce._errors import ValidationError, ValidationTypeError
-from notifyonce._media import file_size
+from notifyonce._media import Album, Copy, file_size
 from notifyonce._message import Message
+from notifyonce._senders.telegram.markup import check_markup
 
 __all__ = [
     "MAX_CAPTION_LENGTH",
@@ -33,6 +34,9 @@ __all__ = [
     "multipart",
     "visible_length",
 ]
+
+# A file in a multipart body: its field, its file name, its bytes.
+Upload: TypeAlias = "tuple[str, str, bytes]"
 
 #: Telegram's limit for a message text, in UTF-16 code units after entity parsing.
 MAX_TEXT_LENGTH = 4096
@@ -110,32 +114,41 @@ def check_caption(message: Message, limit: int = MAX_CAPTION_LENGTH) -> None:
             raise ValidationError("options", f"{name!r} is not a Bot API parameter name")
 
 
-def check_message(message: Message) -> None:
-    """Refuse what Telegram would refuse of a message alone: a text or caption too long,
-    text-only formatting on media, a media file gone missing or grown past the limit."""
+def check_message(message: Message, *, file: bool = True) -> None:
+    """Refuse what Telegram would refuse of a message alone: markup Telegram cannot parse,
+    a text or caption too long, text-only formatting on media, and (unless ``file`` is
+    False: the sender already has the file's id) a media file gone missing or grown past
+    the limit."""
+    check_markup(message)
     media = message.media
     if media is None:
         check_text(message)
         return
     check_caption(message)
-    if isinstance(media.source, os.PathLike):
-        size = file_size(media.kind, media.source)
-        if size > media.upload_limit:
-            raise ValidationError(
-                media.kind, f"grew over the Bot API's {media.upload_limit // 2**20} MB limit"
-            )
+    if isinstance(media, Copy):
+        return
+    if isinstance(media, Album) and message.reply_markup is not None:
+        raise ValidationError("reply_markup", "Telegram sends no buttons under an album")
+    if not file:
+        return
+    for item in media.items if isinstance(media, Album) else (media,):
+        if isinstance(item.source, os.PathLike):
+            size = file_size(item.kind, item.source)
+            if size > item.upload_limit:
+                raise ValidationError(
+                    item.kind, f"grew over the Bot API's {item.upload_limit // 2**20} MB limit"
+                )
 
 
-def multipart(
-    fields: Mapping[str, Any], file_field: str, filename: str, data: bytes
-) -> tuple[bytes, str]:
-    """A ``multipart/form-data`` body uploading ``data`` as ``file_field``; its content type.
+def multipart(fields: Mapping[str, Any], files: Sequence[Upload]) -> tuple[bytes, str]:
+    """A ``multipart/form-data`` body uploading ``files`` (each: its field, its file name,
+    its bytes); its content type.
 
-    Values that are not str are sent as JSON (numbers, booleans, keyboards, entities), as
-    the Bot API reads them from a form.
+    Values that are not str are sent as JSON (numbers, booleans, keyboards, entities, an
+    album's media), as the Bot API reads them from a form.
     """
     boundary = secrets.token_hex(16)
-    while boundary.encode() in data:  # pragma: no cover - 128 random bits
+    while any(boundary.encode() in data for _, _, data in files):  # pragma: no cover
         boundary = secrets.token_hex(16)
     dash = f"--{boundary}\r\n".encode()
     parts: list[bytes] = []
@@ -143,12 +156,14 @@ def multipart(
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         head = f'Content-Disposition: form-data; name="{name}"\r\n\r\n'
         parts += [dash, head.encode(), text.encode(), b"\r\n"]
-    kind = mimetypes.guess_type(filename)[0] or "application/octet-stream"
-    head = (
-        f'Content-Disposition: form-data; name="{file_field}"; filename="{filename}"\r\n'
-        f"Content-Type: {kind}\r\n\r\n"
-    )
-    parts += [dash, head.encode(), data, f"\r\n--{boundary}--\r\n".encode()]
+    for file_field, filename, data in files:
+        kind = mimetypes.guess_type(filename)[0] or "application/octet-stream"
+        head = (
+            f'Content-Disposition: form-data; name="{file_field}"; filename="{filename}"\r\n'
+            f"Content-Type: {kind}\r\n\r\n"
+        )
+        parts += [dash, head.encode(), data, b"\r\n"]
+    parts.append(f"--{boundary}--\r\n".encode())
     return b"".join(parts), f"multipart/form-data; boundary={boundary}"
 
 

@@ -132,8 +132,11 @@ class RateLimitState:
         self._bot_flood = -math.inf
         self._calls = 0
 
-    def reserve(self, chat: str, now: float, max_wait: float = math.inf) -> Reservation:
-        """Book the earliest start for a send to ``chat``, unless it is after ``now + max_wait``."""
+    def reserve(
+        self, chat: str, now: float, max_wait: float = math.inf, ready_in: float = 0.0
+    ) -> Reservation:
+        """Book the earliest start for a send to ``chat``, no earlier than ``now + ready_in``,
+        unless it is after ``now + max_wait``."""
         self._calls += 1
         if self._calls % _PRUNE_EVERY == 0:
             self._prune(now)
@@ -143,7 +146,7 @@ class RateLimitState:
             # A flood wait books nothing: the caller waits it out (or gives up) and asks again.
             whose = "bot" if self._bot_flood >= chat_flood else "chat"
             return Reservation(chat, flood_until, booked=False, flood=whose)
-        ready = max(now, self._chat_ready.get(chat, -math.inf))
+        ready = max(now + ready_in, self._chat_ready.get(chat, -math.inf))
         at = self._earliest_bot_slot(ready, now)
         if at - now > max_wait:
             return Reservation(chat, at, booked=False)

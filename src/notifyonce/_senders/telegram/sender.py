@@ -6,8 +6,10 @@ import contextlib
 import hashlib
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -20,7 +22,7 @@ from notifyonce._errors import (
     ValidationError,
     ValidationTypeError,
 )
-from notifyonce._media import Media
+from notifyonce._media import Album, Copy, Media
 from notifyonce._message import Message, Receipt
 from notifyonce._observe import note_flood
 from notifyonce._senders.http import (
@@ -40,6 +42,7 @@ from notifyonce._senders.http import (
 from notifyonce._senders.rate.stores import (
     BOT_LANE,
     PAID_LANE,
+    Grant,
     MemoryRateStore,
     RateStore,
     SharedRateLimiter,
@@ -51,8 +54,9 @@ from notifyonce._senders.telegram.chat import chat_id as _chat_id
 from notifyonce._senders.telegram.chat import message_fields
 from notifyonce._senders.telegram.chat import validate_recipient as _validate_recipient
 from notifyonce._senders.telegram.classify import Delivered, Migrated, classify_response
-from notifyonce._senders.telegram.files import FileIdStore, UploadOnce, read_upload
+from notifyonce._senders.telegram.files import FileIdStore, UploadOnce, file_key, read_upload
 from notifyonce._senders.telegram.payload import (
+    Upload,
     check_message,
     encode,
     jsonable,
@@ -74,12 +78,36 @@ logger = logging.getLogger("notifyonce.telegram")
 # "<bot id>:<secret>", as @BotFather gives it: the bot id is digits, the secret letters,
 # digits, "-" and "_".
 _TOKEN = re.compile(r"[0-9]+:[A-Za-z0-9_-]+")
-# A turn taken by TelegramSender.turn for (sender, chat) in this task, not yet used by a
-# send. Task-local: concurrent sends of one sender never share a turn.
-_GRANTED: ContextVar[tuple[int, str, float] | None] = ContextVar("notifyonce_turn", default=None)
+
+
+@dataclass(slots=True, eq=False)
+class _Held:
+    """A turn TelegramSender.turn holds for the send to ``target`` in its block."""
+
+    sender: int  # id() of the sender that took it
+    target: str
+    grant: Grant
+    handed: float  # when it was handed to the caller, on the sender's clock
+    used: bool = False  # mutable: a send in a copy of the context (gather) uses it up too
+
+
+# The turn held in this task. Task-local: concurrent sends of one sender never share a turn.
+_GRANTED: ContextVar[_Held | None] = ContextVar("notifyonce_turn", default=None)
 # The longest a turn is waited for (seconds): the cap on a flood wait.
 _TURN_MAX_WAIT = 3600.0
+# A turn is booked as far ahead as the caller's steps between it and its send took lately
+# (the longest of the last _LEAD_SAMPLES, at most _MAX_LEAD seconds), and handed over that
+# much before its start: a claim then runs before the start instead of after it.
+_LEAD_SAMPLES = 16
+_MAX_LEAD = 0.25
 _BOT_PREFIX = re.compile(r"bot[0-9]+:")
+
+
+def _aligned(album: Album, files: list[Upload]) -> list[Upload]:
+    """``files`` placed beside the album's items (an item sent by file_id or URL gets an
+    empty stand-in), so that each upload is compared with its own item's key."""
+    uploads = iter(files)
+    return [next(uploads) if item.uploads else ("", "", b"") for item in album.items]
 
 
 def check_token(token: object) -> str:
@@ -125,17 +153,19 @@ def _payload(message: Message) -> dict[str, Any]:
     return payload
 
 
-def prepare(recipient: object, message: object) -> tuple[str, dict[str, Any]]:
+def prepare(recipient: object, message: object, *, file: bool = True) -> tuple[str, dict[str, Any]]:
     """The checked recipient and ``sendMessage`` payload; a ValidationError otherwise.
 
     Everything that can fail before the request is written fails here: a malformed chat
-    id, a text or caption too long for Telegram, a media file gone missing or grown past
-    the upload limit, a value the JSON encoder cannot handle.
+    id, markup Telegram cannot parse, a text or caption too long for Telegram, a value the
+    JSON encoder cannot handle, and (``file``) a media file gone missing or grown past the
+    upload limit. A send passes ``file=False``: there a file problem is the message's, not
+    a reason to refuse its recipient (see ``files.unreadable``).
     """
     recipient = _validate_recipient(recipient)
     if not isinstance(message, Message):
         raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
-    check_message(message)
+    check_message(message, file=file)
     payload = _payload(message)
     # Encoded once by field, so an error can say which field cannot be encoded.
     options = jsonable(dict(message.options), "options")
@@ -267,6 +297,8 @@ class TelegramSender(HTTPSenderBase):
         self._files = UploadOnce(bot_key(token), file_store)
         self._lane = PAID_LANE if allow_paid_broadcast else BOT_LANE
         self.max_flood_wait = check_seconds("max_flood_wait", max_flood_wait)
+        # Seconds between a turn handed over and its send, lately (see _MAX_LEAD).
+        self._steps: deque[float] = deque(maxlen=_LEAD_SAMPLES)
 
     def __repr__(self) -> str:
         return f"TelegramSender(base_url={self.base_url!r}, token=<redacted>)"
@@ -303,7 +335,7 @@ class TelegramSender(HTTPSenderBase):
             TransientSendError: Not delivered; ``retry_after`` says when to try again.
             UncertainSendError: May have been delivered.
         """
-        target, payload = prepare(recipient, message)
+        target, payload = prepare(recipient, message, file=False)
         try:
             if message.media is None:
                 return await self._send(target, payload, self._budget(budget))
@@ -316,16 +348,57 @@ class TelegramSender(HTTPSenderBase):
         del message, payload
         raise scrubbed(error)
 
+    async def edit_text(
+        self,
+        recipient: str | int,
+        message_id: int,
+        text: str,
+        *,
+        parse_mode: str | None = None,
+        budget: float | None = None,
+    ) -> bool:
+        """Replace the text of a message this bot sent (``editMessageText``), within the
+        sender's rate limit like any send.
+
+        Returns:
+            True when edited; False when Telegram answered "message is not modified" (the
+            text was already that).
+
+        Raises:
+            ValidationError: A malformed chat id, a message id below 1, an empty text.
+            SendError: As `send` (the message is gone, a flood wait, ...).
+        """
+        target = _validate_recipient(recipient)
+        if isinstance(message_id, bool) or not isinstance(message_id, int) or message_id < 1:
+            raise ValidationError("message_id", "must be a positive message id")
+        check_message(Message(text, parse_mode=parse_mode))
+        payload: dict[str, Any] = {"message_id": message_id, "text": text}
+        if parse_mode is not None:
+            payload["parse_mode"] = parse_mode
+        try:
+            await self._send(target, payload, self._budget(budget), "editMessageText")
+        except PermanentSendError as exc:
+            if "message is not modified" not in exc.description.lower():
+                error: SendError = exc
+            else:
+                return False
+        else:
+            return True
+        del payload, text
+        raise scrubbed(error)
+
     def check(self, recipient: str | int, message: Message) -> None:
         """Raise [`ValidationError`][notifyonce.ValidationError] if Telegram would refuse this send
         for its recipient or message alone (nothing is sent).
 
-        A malformed chat id, a text longer than Telegram's 4096 characters or a caption
-        longer than 1024 (counted as Telegram counts them), a media file missing or over
-        the upload limit, or options the JSON encoder cannot handle. The Notifier calls it
-        before claiming, so such a notification burns no slot.
+        A malformed chat id, HTML or Markdown that Telegram cannot parse (in the
+        message's ``parse_mode``), a text longer than Telegram's 4096 characters or a
+        caption longer than 1024 (counted as Telegram counts them), a media file missing or
+        over the upload limit (unless this sender already has its file_id), or options the
+        JSON encoder cannot handle. The Notifier calls it before claiming, so such a
+        notification burns no slot.
         """
-        prepare(recipient, message)
+        prepare(recipient, message, file=not self._files.knows(getattr(message, "media", None)))
 
     @contextlib.asynccontextmanager
     async def turn(self, recipient: str | int) -> AsyncIterator[None]:
@@ -333,7 +406,11 @@ class TelegramSender(HTTPSenderBase):
 
         The Notifier claims a slot only inside its recipient's turn, so claims never wait
         in the limiter: a crash then costs the sends under way, not every claim queued
-        behind the rate limit. Without a limiter this waits for nothing.
+        behind the rate limit. The turn is handed over as long before its start as the
+        steps between a turn and its send (the claim) took lately, at most 0.25 s; the
+        send then leaves at the start booked for it, waiting if the claim was quicker. A
+        turn no send used (the slot was someone else's, the run stopped) is given back.
+        Without a limiter this waits for nothing.
 
         Raises:
             RateStoreUnavailableError: The rate store failed (nothing may be sent).
@@ -345,37 +422,64 @@ class TelegramSender(HTTPSenderBase):
             yield
             return
         target = _validate_recipient(recipient)
-        needed = await self._limiter.acquire(
-            target, max_wait=_TURN_MAX_WAIT, lane=self._lane, flood_limit=self.max_flood_wait
+        grant = await self._limiter.acquire(
+            target,
+            max_wait=_TURN_MAX_WAIT,
+            lane=self._lane,
+            flood_limit=self.max_flood_wait,
+            ready_in=min(max(self._steps, default=0.0), _MAX_LEAD),
         )
-        if needed is not None:
+        if not isinstance(grant, Grant):
             raise TransientSendError(
-                f"rate limit: the next turn is {needed:.0f} s away", retry_after=needed
+                f"rate limit: the next turn is {grant:.0f} s away", retry_after=grant
             )
-        granted = _GRANTED.set((id(self), target, self._clock()))
+        held = _Held(id(self), target, grant, self._clock())
+        token = _GRANTED.set(held)
         try:
             yield
         finally:
-            _GRANTED.reset(granted)
+            _GRANTED.reset(token)
+            if not held.used:
+                await self._limiter.give_back(grant)
 
-    def _granted(self, target: str) -> bool:
-        """Whether this task holds a fresh, unused turn for ``target`` (and use it up).
+    async def _use_turn(self, target: str) -> bool:
+        """Use up the turn this task holds for ``target``, if any; False when there is none
+        to use and the send must take one.
 
-        A turn is good only as long as a late wake-up would be: a send that leaves later
-        than that (the claim in between was slow) could bunch with the next turns, so it
-        takes a new one instead.
+        The send leaves at the turn's start: it waits for it if the steps since the turn
+        was handed over were quicker. Later than the limiter's tolerance it could bunch
+        with the next turns' sends: the turn is given back (in a shared store only if no
+        turn was booked after it) and the send takes a new one.
         """
-        granted = _GRANTED.get()
-        if granted is None or granted[:2] != (id(self), target):
+        held = _GRANTED.get()
+        if held is None or held.used or (held.sender, held.target) != (id(self), target):
             return False
-        _GRANTED.set(None)
+        held.used = True
         assert self._limiter is not None
-        return self._clock() - granted[2] <= self._limiter.tolerance
+        now = self._clock()
+        self._steps.append(now - held.handed)
+        early = held.grant.due - now
+        if early > 0:
+            await self._sleep(early)
+            return True
+        if -early <= self._limiter.tolerance:
+            return True
+        await self._limiter.give_back(held.grant)
+        return False
 
     async def _send_media(
-        self, target: str, payload: dict[str, Any], media: Media, budget: float
+        self, target: str, payload: dict[str, Any], media: Media | Copy | Album, budget: float
     ) -> Receipt:
-        """Send ``media`` by file_id or URL, or upload it once (see ``UploadOnce``)."""
+        """Send ``media`` by file_id or URL, or upload it once (see ``UploadOnce``); copy
+        a message with ``copyMessage``."""
+        if isinstance(media, Copy):
+            source = {
+                "from_chat_id": _chat_id(str(media.from_chat_id)),
+                "message_id": media.message_id,
+            }
+            return await self._send(target, {**payload, **source}, budget, "copyMessage")
+        if isinstance(media, Album):
+            return await self._send_album(target, payload, media, budget)
         method = _METHODS[media.kind]
         if not media.uploads:
             return await self._send(target, {**payload, media.kind: media.source}, budget, method)
@@ -393,11 +497,65 @@ class TelegramSender(HTTPSenderBase):
         async def upload() -> tuple[Receipt, str | None]:
             data = await read_upload(media)
             file = (media.kind, media.upload_name(), data)
-            receipt = await self._send(target, dict(payload), remaining(), method, file)
+            receipt = await self._send(target, dict(payload), remaining(), method, [file])
             # The file changed since it was hashed: its id does not belong to this key.
             fresh = key.endswith(hashlib.sha256(data).hexdigest())
             return receipt, receipt.file_id if fresh else None
 
+        return await self._files.send(key, remaining, reuse, upload)
+
+    async def _send_album(
+        self, target: str, payload: dict[str, Any], album: Album, budget: float
+    ) -> Receipt:
+        """Send ``album`` with ``sendMediaGroup``: by the file_ids of its items once
+        known, else in one request uploading every file (see ``UploadOnce``); the album's
+        ids are kept under one key, so concurrent first sends upload once."""
+        deadline = self._clock() + budget
+        caption = {k: v for k, v in payload.items() if k in ("caption", "parse_mode")}
+        rest = {k: v for k, v in payload.items() if k not in caption}
+        if "caption_entities" in rest:
+            caption["caption_entities"] = rest.pop("caption_entities")
+        keys = [await self._files.key(i) if i.uploads else str(i.source) for i in album.items]
+
+        def remaining() -> float:
+            return deadline - self._clock()
+
+        def group(sources: list[str]) -> list[dict[str, Any]]:
+            pairs = zip(album.items, sources, strict=True)
+            media = [{"type": item.kind, "media": source} for item, source in pairs]
+            media[0].update(caption)
+            return media
+
+        async def send(sources: list[str], files: list[Upload]) -> Receipt:
+            fields = {**rest, "media": group(sources)}
+            return await self._send(target, fields, remaining(), "sendMediaGroup", files)
+
+        async def reuse(joined: str) -> tuple[Receipt, str | None]:
+            receipt = await send(joined.split(","), [])
+            return receipt, receipt.file_id
+
+        async def upload() -> tuple[Receipt, str | None]:
+            sources, files = [], []
+            for number, item in enumerate(album.items):
+                if item.uploads:
+                    field = f"file{number}"
+                    files.append((field, item.upload_name(), await read_upload(item)))
+                    sources.append(f"attach://{field}")
+                else:
+                    sources.append(str(item.source))
+            receipt = await send(sources, files)
+            fresh = all(
+                not item.uploads or key.endswith(hashlib.sha256(file[2]).hexdigest())
+                for item, key, file in zip(album.items, keys, _aligned(album, files), strict=True)
+            )
+            joined = receipt.file_id
+            ok = fresh and joined is not None and len(joined.split(",")) == len(album.items)
+            return receipt, joined if ok else None
+
+        if not album.uploads:
+            return await send(keys, [])
+        digest = hashlib.sha256("\x00".join(keys).encode()).hexdigest()
+        key = file_key(self._files.bot, album.kind, digest)
         return await self._files.send(key, remaining, reuse, upload)
 
     async def _send(
@@ -406,7 +564,7 @@ class TelegramSender(HTTPSenderBase):
         payload: dict[str, Any],
         budget: float,
         method: str = "sendMessage",
-        upload: tuple[str, str, bytes] | None = None,
+        upload: Sequence[Upload] = (),
     ) -> Receipt:
         client = self._get_client()
         if self._lane == PAID_LANE:
@@ -418,17 +576,17 @@ class TelegramSender(HTTPSenderBase):
         while True:
             payload["chat_id"] = _chat_id(target)
             remaining = deadline - self._clock()
-            if self._limiter is not None and not self._granted(target):
-                needed = await self._limiter.acquire(
+            if self._limiter is not None and not await self._use_turn(target):
+                grant = await self._limiter.acquire(
                     target,
                     max_wait=max(remaining, 0.0),
                     lane=self._lane,
                     flood_limit=self.max_flood_wait,
                 )
-                if needed is not None:
+                if not isinstance(grant, Grant):
                     raise TransientSendError(
-                        f"rate limit: the next slot is {needed:.2f} s away, beyond the budget",
-                        retry_after=needed,
+                        f"rate limit: the next slot is {grant:.2f} s away, beyond the budget",
+                        retry_after=grant,
                     )
                 remaining = deadline - self._clock()
             if remaining <= 0:
@@ -470,17 +628,17 @@ class TelegramSender(HTTPSenderBase):
         payload: dict[str, Any],
         remaining: float,
         method: str = "sendMessage",
-        upload: tuple[str, str, bytes] | None = None,
+        upload: Sequence[Upload] = (),
     ) -> tuple[Delivered | Migrated | SendError, BaseException | None, bool]:
         """One HTTP request; returns (outcome, exception to chain, certain transport failure).
 
-        ``upload`` is (the file's field, its file name, its bytes): the request is then a
-        multipart form, built again for every attempt (the chat id may have moved).
+        ``upload`` holds files, each (its field, its file name, its bytes): the request is
+        then a multipart form, built again for every attempt (the chat id may have moved).
         """
-        if upload is None:
+        if not upload:
             body, content_type = encode(payload), "application/json"
         else:
-            body, content_type = multipart(payload, *upload)
+            body, content_type = multipart(payload, upload)
         response, cause, certain = await self._post(
             client,
             self._secrets.url + method,

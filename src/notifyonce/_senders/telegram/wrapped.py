@@ -15,10 +15,11 @@ import time
 from dataclasses import dataclass
 
 from notifyonce._errors import PermanentSendError, SendError, ValidationTypeError
-from notifyonce._media import Media
+from notifyonce._media import Album, Copy, Media, refuse_telegram_only
 from notifyonce._message import Message, Receipt
 from notifyonce._senders.redaction import chain_cause, redact, scrubbed, short
 from notifyonce._senders.telegram.chat import Migrated, chat_id, validate_recipient
+from notifyonce._senders.telegram.classify import about_message
 from notifyonce._senders.telegram.files import FileIdStore, UploadOnce, read_upload
 from notifyonce._senders.telegram.payload import check_message, encode, jsonable
 
@@ -104,7 +105,7 @@ class WrappedBotSender:
             TransientSendError: Not delivered; ``retry_after`` says when to try again.
             UncertainSendError: May have been delivered.
         """
-        target = self._prepare(recipient, message)
+        target = self._prepare(recipient, message, file=False)
         migrated_to: str | None = None
         while True:
             error: SendError | None = None
@@ -131,7 +132,7 @@ class WrappedBotSender:
                 # Outside the except block: no implicit context to leak. Error reporters
                 # record the locals of every frame: leave them no message text.
                 del message
-                raise scrubbed(error)
+                raise scrubbed(about_message(error))
             return Receipt(target, message_id, migrated_to, file_id)
 
     async def _attempt(self, chat: int | str, message: Message) -> tuple[int | None, str | None]:
@@ -139,6 +140,7 @@ class WrappedBotSender:
         media = message.media
         if media is None:
             return await self._deliver(chat, message), None
+        assert not isinstance(media, (Copy, Album))  # refused by _prepare
         if isinstance(media.source, str):  # a file_id or a URL
             return await self._media_call(chat, message, media, media.source)
         deadline = time.monotonic() + _UPLOAD_WAIT
@@ -175,18 +177,24 @@ class WrappedBotSender:
     def check(self, recipient: str | int, message: Message) -> None:
         """Raise [`ValidationError`][notifyonce.ValidationError] if Telegram would refuse this send
         for its recipient or message alone (nothing is sent): a malformed chat id, a text
-        or caption too long for Telegram, a media file missing or over the upload limit,
-        a keyboard or option that cannot be serialised.
+        or caption too long for Telegram, HTML or Markdown Telegram cannot parse, a media
+        file missing or over the upload limit (unless this sender already has its
+        file_id), a keyboard or option that cannot be serialised.
 
         The Notifier calls it before claiming, so such a notification burns no slot.
         """
-        self._prepare(recipient, message)
+        self._prepare(
+            recipient, message, file=not self._files.knows(getattr(message, "media", None))
+        )
 
-    def _prepare(self, recipient: object, message: object) -> str:
+    def _prepare(self, recipient: object, message: object, *, file: bool = True) -> str:
+        """The checked chat; ``file=False`` at send time, where a file problem is the
+        message's (see ``files.unreadable``), not a reason to refuse the recipient."""
         target = validate_recipient(recipient)
         if not isinstance(message, Message):
             raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
-        check_message(message)
+        refuse_telegram_only(message.media, type(self).__name__)
+        check_message(message, file=file)
         encode(
             {
                 "reply_markup": jsonable(message.reply_markup, "reply_markup"),

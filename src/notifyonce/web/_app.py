@@ -1,0 +1,578 @@
+"""The console's ASGI app: its routes, the guard in front of them, and the two actions.
+
+Pages read through ``_queries`` on a sync ``Engine`` (in Starlette's thread pool) or an
+``AsyncEngine`` (through ``run_sync``); the actions go through the ledger's own code, so a
+requeue here follows exactly the rules of ``notifyonce requeue``, and a cancel writes the
+request a running broadcast reads (``_campaign.cancel_statement``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlencode
+
+import jinja2
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from notifyonce._campaign import CANCEL_POLL, cancel_statement
+from notifyonce._errors import ValidationError
+from notifyonce._ledger.ledger import AsyncLedger, Ledger
+from notifyonce._ledger.table import SlotStatus
+from notifyonce._senders.rate.sql import build_rate_table, default_rate_table
+from notifyonce._senders.redaction import redact
+from notifyonce.web import _queries as q
+from notifyonce.web._security import COOKIE, Session, Sessions, WebAuth, cross_site
+from notifyonce.web._svg import sparkline
+
+__all__ = ["create_app"]
+
+T = TypeVar("T")
+HERE = Path(__file__).parent
+REQUEUEABLE = (SlotStatus.UNKNOWN.value, SlotStatus.FAILED.value)
+MAX_CHOSEN = 500  # slots one requeue may name
+# A bot token on its own (the ledger's errors are scrubbed of it already; this is a second
+# net for errors written by other code into the same table).
+_BARE_TOKEN = re.compile(r"\b\d{5,20}:[A-Za-z0-9_-]{30,}\b")
+
+
+def scrub(text: str | None) -> str:
+    """An error text fit to show: no bot token in a URL path or on its own."""
+    if not text:
+        return ""
+    return _BARE_TOKEN.sub("<redacted>", redact(text))
+
+
+@jinja2.pass_context
+def href(
+    context: Mapping[str, Any], name: str, path: str | None = None, **query: str | None
+) -> str:
+    """A root-relative link to a route (under the app's mount point), with a query (its
+    None values left out)."""
+    request: Request = context["request"]
+    params = {"path": path} if path is not None else {}
+    url = request.url_for(name, **params).path
+    kept = {k: v for k, v in query.items() if v is not None}
+    return f"{url}?{urlencode(kept)}" if kept else url
+
+
+def _ago(when: dt.datetime | None, now: dt.datetime) -> str:
+    if when is None:
+        return ""
+    seconds = (now - when).total_seconds()
+    future = seconds < 0
+    seconds = abs(seconds)
+    if seconds < 90:
+        text = f"{seconds:.0f} s"
+    elif seconds < 5400:
+        text = f"{seconds / 60:.0f} min"
+    elif seconds < 172800:
+        text = f"{seconds / 3600:.0f} h"
+    else:
+        text = f"{seconds / 86400:.0f} d"
+    return f"in {text}" if future else f"{text} ago"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    seconds = max(seconds, 0)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class Console:
+    """The app's state: the ledger, its tables, the sessions and the templates."""
+
+    def __init__(
+        self,
+        engine: sa.Engine | AsyncEngine,
+        *,
+        table: str,
+        schema: str | None,
+        rate_table: str | None,
+        auth: WebAuth | None,
+        secret: bytes | None,
+    ) -> None:
+        self.engine = engine
+        self.ledger: Ledger | AsyncLedger = (
+            AsyncLedger(engine, table_name=table, schema=schema)
+            if isinstance(engine, AsyncEngine)
+            else Ledger(engine, table_name=table, schema=schema)
+        )
+        self.table = self.ledger.table
+        rate_name = rate_table if rate_table is not None else default_rate_table(table)
+        self.rate = build_rate_table(sa.MetaData(), rate_name, schema)
+        self.auth = auth
+        self.sessions = Sessions(secret)
+        self.templates = Jinja2Templates(directory=HERE / "templates")
+        env = self.templates.env
+        env.filters["scrub"] = scrub
+        env.filters["sparkline"] = sparkline
+        env.globals["duration"] = _duration
+        env.globals["href"] = href
+
+    # -- running reads (and the one write) ----------------------------------------------
+
+    async def read(self, body: Callable[[Connection], T], *, commit: bool = False) -> T:
+        """``body`` on a connection; with ``commit``, in one transaction committed when it
+        returns."""
+        engine = self.engine
+        if isinstance(engine, AsyncEngine):
+            async with engine.begin() if commit else engine.connect() as conn:
+                return await conn.run_sync(body)
+
+        def run() -> T:
+            with engine.begin() if commit else engine.connect() as conn:
+                return body(conn)
+
+        return await run_in_threadpool(run)
+
+    def now(self) -> dt.datetime:
+        return self.ledger.now()
+
+    # -- the guard ---------------------------------------------------------------------
+
+    def session(self, request: Request) -> tuple[Session, bool]:
+        """The request's session, and whether it may see the pages."""
+        session = self.sessions.read(request.cookies.get(COOKIE)) or self.sessions.new()
+        if self.auth is None:
+            return session, True
+        if session.authenticated:
+            return session, True
+        if self.auth.accepts_header(request.headers.get("authorization")):
+            logged_in = Session(session.id, True, session.csrf, fresh=True)
+            return logged_in, True
+        return session, False
+
+    def respond(
+        self, request: Request, session: Session, name: str, context: dict[str, Any], **kw: Any
+    ) -> Response:
+        now = self.now()
+        context = {
+            "csrf": session.csrf,
+            "now": now,
+            "ago": lambda when: _ago(when, now),
+            "auth": self.auth is not None,
+            **context,
+        }
+        response = self.templates.TemplateResponse(request, name, context, **kw)
+        return self.finish(request, session, response)
+
+    def finish(self, request: Request, session: Session, response: Response) -> Response:
+        """Set the session cookie when it is new, and forbid caching and framing."""
+        if session.fresh:
+            response.set_cookie(
+                COOKIE,
+                self.sessions.cookie(session),
+                path=request.scope.get("root_path") or "/",
+                httponly=True,
+                samesite="strict",
+                secure=request.url.scheme == "https",
+            )
+        response.headers["cache-control"] = "no-store"
+        response.headers["x-frame-options"] = "DENY"
+        response.headers["x-content-type-options"] = "nosniff"
+        response.headers["referrer-policy"] = "same-origin"
+        response.headers["content-security-policy"] = (
+            "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
+            "form-action 'self'; base-uri 'none'"
+        )
+        return response
+
+    def refused(self, request: Request, session: Session) -> Response:
+        """No login: the login page (or a JSON 401), and Basic's prompt when it is set."""
+        headers = {}
+        if self.auth is not None and self.auth.password is not None:
+            headers["www-authenticate"] = 'Basic realm="notifyonce", charset="UTF-8"'
+        if request.url.path.endswith(".json"):
+            return self.finish(
+                request,
+                session,
+                JSONResponse({"error": "log in first"}, status_code=401, headers=headers),
+            )
+        context = {"error": None, "token_login": self.auth is not None and self.auth.token}
+        return self.respond(
+            request, session, "login.html", context, status_code=401, headers=headers
+        )
+
+    async def checked_form(
+        self, request: Request, *, confirmed: str | None = None
+    ) -> tuple[Session, Any] | Response:
+        """A POST's session and form, or the refusal: no session, no CSRF token, another
+        site, or (when it names ``confirmed``, the change) no ``confirm=yes``."""
+        session = self.sessions.read(request.cookies.get(COOKIE))
+        form = await request.form()
+        token = form.get("csrf")
+        host = request.headers.get("host", "")
+        if cross_site(request.headers, host):
+            return PlainRefusal("refused: the request came from another site")
+        if session is None or not self.sessions.csrf_ok(
+            session, token if isinstance(token, str) else None
+        ):
+            return PlainRefusal(
+                "refused: this form has no valid CSRF token for your session; "
+                "reload the page and try again"
+            )
+        if self.auth is not None and not session.authenticated:
+            return PlainRefusal("refused: log in first")
+        if confirmed is not None and form.get("confirm") != "yes":
+            return PlainRefusal(f"refused: {confirmed} was not confirmed")
+        return session, form
+
+
+class PlainRefusal(Response):
+    """403 with a one-line reason."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason + "\n", status_code=403, media_type="text/plain")
+
+
+Handler = Callable[[Console, Request, Session], Awaitable[Response]]
+
+
+def _page(console: Console, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        session, allowed = console.session(request)
+        if not allowed:
+            return console.refused(request, session)
+        return await handler(console, request, session)
+
+    return endpoint
+
+
+# -- the pages -----------------------------------------------------------------------------
+
+
+async def overview(console: Console, request: Request, session: Session) -> Response:
+    t = console.table
+    now = console.now()
+
+    def body(conn: Connection) -> tuple[list[q.ActionSummary], list[q.CampaignSummary]]:
+        return (
+            q.action_summaries(conn, t, now, q.COUNT_CAP),
+            q.campaign_summaries(conn, t, q.COUNT_CAP),
+        )
+
+    actions, campaigns = await console.read(body)
+    context = {
+        "actions": actions,
+        "campaigns": campaigns,
+        "statuses": q.STATUSES,
+        "cap": q.COUNT_CAP,
+    }
+    return console.respond(request, session, "overview.html", context)
+
+
+async def subject_page(console: Console, request: Request, session: Session) -> Response:
+    subject = request.query_params.get("subject", "").strip()
+    t = console.table
+    rows = await console.read(lambda conn: q.subject_history(conn, t, subject)) if subject else []
+    context = {"subject": subject, "rows": rows}
+    return console.respond(request, session, "subject.html", context)
+
+
+def _campaign_args(request: Request) -> tuple[str, str] | None:
+    action = request.query_params.get("action", "")
+    campaign = request.query_params.get("campaign", "")
+    return (action, campaign) if action and campaign else None
+
+
+async def _progress(console: Console, action: str, campaign: str) -> q.CampaignProgress:
+    t = console.table
+    now = console.now()
+    return await console.read(lambda conn: q.campaign_progress(conn, t, action, campaign, now))
+
+
+async def campaign_page(console: Console, request: Request, session: Session) -> Response:
+    args = _campaign_args(request)
+    if args is None:
+        return console.finish(request, session, PlainRefusal("name an action and a campaign"))
+    progress = await _progress(console, *args)
+    return console.respond(request, session, "campaign.html", {"p": progress})
+
+
+async def campaign_json(console: Console, request: Request, session: Session) -> Response:
+    args = _campaign_args(request)
+    if args is None:
+        return JSONResponse({"error": "name an action and a campaign"}, status_code=400)
+    progress = await _progress(console, *args)
+    data = progress.as_json()
+    data["eta"] = _duration(progress.eta_seconds) if progress.eta_seconds is not None else None
+    return console.finish(request, session, JSONResponse(data))
+
+
+async def problems_page(console: Console, request: Request, session: Session) -> Response:
+    t = console.table
+    params = request.query_params
+    status, action = params.get("status"), params.get("action")
+    error = params.get("error")
+    groups, sampled = await console.read(lambda conn: q.error_groups(conn, t))
+    slots: list[q.SlotRow] = []
+    if status in REQUEUEABLE and action:
+        slots = await console.read(lambda conn: q.problem_slots(conn, t, status, action, error))
+    context = {
+        "groups": groups,
+        "sampled": sampled,
+        "sample": q.ERROR_SAMPLE,
+        "status": status,
+        "action": action,
+        "error": error,
+        "slots": slots,
+        "done": params.get("requeued"),
+    }
+    return console.respond(request, session, "problems.html", context)
+
+
+async def leases_page(console: Console, request: Request, session: Session) -> Response:
+    t = console.table
+    now = console.now()
+    summary = await console.read(lambda conn: q.leases(conn, t, now))
+    return console.respond(request, session, "leases.html", {"s": summary, "cap": q.COUNT_CAP})
+
+
+async def rate_page(console: Console, request: Request, session: Session) -> Response:
+    t, rate = console.table, console.rate
+    now = console.now().timestamp()
+
+    def body(conn: Connection) -> tuple[bool, list[q.FloodWait], list[q.ErrorGroup]]:
+        released, _ = q.error_groups(conn, t, statuses=(SlotStatus.RELEASED.value,))
+        if not sa.inspect(conn).has_table(rate.name, schema=rate.schema):
+            return False, [], released
+        return True, q.flood_waits(conn, rate, now), released
+
+    has_store, waits, released = await console.read(body)
+    context = {
+        "has_store": has_store,
+        "rate_table": rate.name,
+        "waits": waits,
+        "released": released,
+        "sample": q.ERROR_SAMPLE,
+    }
+    return console.respond(request, session, "rate.html", context)
+
+
+# -- the actions ---------------------------------------------------------------------------
+
+
+def _chosen_ids(form: Any) -> list[int]:
+    ids: list[int] = []
+    for value in form.getlist("slot"):
+        try:
+            ids.append(int(value))
+        except ValueError:
+            raise ValidationError("slot", f"{value!r} is not a slot id") from None
+    return list(dict.fromkeys(ids))[:MAX_CHOSEN]
+
+
+def _chosen_rows(console: Console, ids: list[int]) -> Callable[[Connection], list[q.SlotRow]]:
+    t = console.table
+
+    def body(conn: Connection) -> list[q.SlotRow]:
+        if not ids:
+            return []
+        stmt = sa.select(*q._slot_columns(t)).where(t.c.id.in_(ids), t.c.status.in_(REQUEUEABLE))
+        return sorted((q._slot(r) for r in conn.execute(stmt)), key=lambda s: s.id)
+
+    return body
+
+
+async def _requeue(
+    ledger: Ledger | AsyncLedger, action: str, status: str, subjects: list[str], cycle: str
+) -> list[Any]:
+    if isinstance(ledger, AsyncLedger):
+        return await ledger.requeue(action, status=status, subjects=subjects, cycle=cycle)
+    return await run_in_threadpool(
+        partial(ledger.requeue, action, status=status, subjects=subjects, cycle=cycle)
+    )
+
+
+async def requeue_confirm(request: Request, console: Console) -> Response:
+    checked = await console.checked_form(request)
+    if isinstance(checked, Response):
+        return checked
+    session, form = checked
+    try:
+        ids = _chosen_ids(form)
+    except ValidationError as exc:
+        return PlainRefusal(str(exc))
+    rows = await console.read(_chosen_rows(console, ids))
+    unknown = sum(1 for r in rows if r.status == SlotStatus.UNKNOWN.value)
+    context = {"rows": rows, "unknown": unknown, "back": form.get("back", "")}
+    return console.respond(request, session, "confirm_requeue.html", context)
+
+
+async def requeue_do(request: Request, console: Console) -> Response:
+    checked = await console.checked_form(request, confirmed="the requeue")
+    if isinstance(checked, Response):
+        return checked
+    session, form = checked
+    try:
+        ids = _chosen_ids(form)
+    except ValidationError as exc:
+        return PlainRefusal(str(exc))
+    rows = await console.read(_chosen_rows(console, ids))
+    groups: dict[tuple[str, str], dict[str, list[str]]] = {}
+    for row in rows:
+        by_status = groups.setdefault((row.action, row.cycle), {})
+        by_status.setdefault(row.status, []).append(row.subject)
+    requeued = 0
+    for (action, cycle), by_status in groups.items():
+        for status, subjects in by_status.items():
+            # The ledger's own requeue, one action, cycle and status at a time: it re-checks
+            # the status in its UPDATE, so a slot that changed since the page was drawn
+            # (sent by a later run, say) is left alone.
+            keys = await _requeue(console.ledger, action, status, subjects, cycle)
+            requeued += len(keys)
+    url = request.url_for("problems").path + f"?requeued={requeued}"
+    return console.finish(request, session, RedirectResponse(url, status_code=303))
+
+
+async def cancel_confirm(console: Console, request: Request, session: Session) -> Response:
+    """The confirmation before a cancel: what it will do, and the one button that does it."""
+    args = _campaign_args(request)
+    if args is None:
+        return console.finish(request, session, PlainRefusal("name an action and a campaign"))
+    progress = await _progress(console, *args)
+    context = {"p": progress, "every": CANCEL_POLL}
+    return console.respond(request, session, "confirm_cancel.html", context)
+
+
+async def cancel_do(request: Request, console: Console) -> Response:
+    """Store the campaign's cancel request (one UPDATE through the unique key)."""
+    checked = await console.checked_form(request, confirmed="the cancel")
+    if isinstance(checked, Response):
+        return checked
+    session, form = checked
+    action, campaign = form.get("action"), form.get("campaign")
+    if not isinstance(action, str) or not isinstance(campaign, str) or not action or not campaign:
+        return PlainRefusal("refused: name an action and a campaign")
+    statement = cancel_statement(console.table, action, campaign, console.now(), cancel=True)
+    found = await console.read(lambda conn: conn.execute(statement).rowcount, commit=True)
+    if not found:
+        return PlainRefusal(
+            f"refused: there is no campaign {campaign!r} of {action!r} (no run recorded it)"
+        )
+    url = (
+        request.url_for("campaign").path + "?" + urlencode({"action": action, "campaign": campaign})
+    )
+    return console.finish(request, session, RedirectResponse(url, status_code=303))
+
+
+async def login_form(console: Console, request: Request, session: Session) -> Response:
+    return console.respond(request, session, "login.html", {"error": None, "token_login": True})
+
+
+async def login(request: Request, console: Console) -> Response:
+    session = console.sessions.read(request.cookies.get(COOKIE))
+    form = await request.form()
+    token = form.get("token")
+    csrf = form.get("csrf")
+    if cross_site(request.headers, request.headers.get("host", "")):
+        return PlainRefusal("refused: the request came from another site")
+    if session is None or not console.sessions.csrf_ok(
+        session, csrf if isinstance(csrf, str) else None
+    ):
+        return PlainRefusal("refused: reload the login page and try again")
+    if console.auth is None or not isinstance(token, str) or not console.auth.accepts_token(token):
+        context = {"error": "that is not the token", "token_login": True}
+        return console.respond(request, session, "login.html", context, status_code=401)
+    logged_in = console.sessions.new(authenticated=True)  # a new id: no session fixation
+    response = RedirectResponse(request.url_for("overview").path, status_code=303)
+    return console.finish(request, logged_in, response)
+
+
+def create_app(
+    engine_or_url: sa.Engine | AsyncEngine | str,
+    *,
+    table: str = "notifyonce_slots",
+    schema: str | None = None,
+    rate_table: str | None = None,
+    auth: WebAuth | None = None,
+    secret: bytes | None = None,
+) -> Starlette:
+    """The operator console as an ASGI app, to serve alone or mount in your own app.
+
+    Args:
+        engine_or_url: The ledger's database: an ``Engine``, an ``AsyncEngine``, or a URL
+            (a sync engine is made from it).
+        table: The ledger table's name.
+        schema: Its schema.
+        rate_table: The SQL rate store's table (default: the one beside ``table``).
+        auth: Who may log in; None lets in everyone who can reach the app, so mount it
+            only where that is the operators (``notifyonce web`` refuses to listen on
+            anything but 127.0.0.1 without it).
+        secret: The key that signs session cookies (default: random at each start, so a
+            restart logs everyone out; give the same one to every worker process).
+
+    Examples:
+        ```python
+        from starlette.routing import Mount
+        from notifyonce.web import WebAuth, create_app
+
+        console = create_app(engine, auth=WebAuth.from_env())
+        app.routes.append(Mount("/notifyonce", app=console))
+        ```
+    """
+    if isinstance(engine_or_url, str):
+        from notifyonce._cli import _sync_url
+
+        engine_or_url = sa.create_engine(_sync_url(engine_or_url), pool_pre_ping=True)
+    if not isinstance(engine_or_url, (sa.Engine, AsyncEngine)):
+        raise ValidationError(
+            "engine_or_url",
+            f"must be an Engine, an AsyncEngine or a URL, got {type(engine_or_url).__name__}",
+        )
+    console = Console(
+        engine_or_url, table=table, schema=schema, rate_table=rate_table, auth=auth, secret=secret
+    )
+
+    def post(action: Callable[[Request, Console], Awaitable[Response]]) -> Any:
+        async def endpoint(request: Request) -> Response:
+            return await action(request, console)
+
+        return endpoint
+
+    routes = [
+        Route("/", _page(console, overview), name="overview"),
+        Route("/subject", _page(console, subject_page), name="subject"),
+        Route("/campaign", _page(console, campaign_page), name="campaign"),
+        Route("/campaign.json", _page(console, campaign_json), name="campaign_json"),
+        Route("/campaign/cancel", _page(console, cancel_confirm), name="cancel_confirm"),
+        Route("/campaign/cancel", post(cancel_do), methods=["POST"], name="cancel"),
+        Route("/problems", _page(console, problems_page), name="problems"),
+        Route("/leases", _page(console, leases_page), name="leases"),
+        Route("/rate-limits", _page(console, rate_page), name="rate_limits"),
+        Route("/requeue/confirm", post(requeue_confirm), methods=["POST"], name="requeue_confirm"),
+        Route("/requeue", post(requeue_do), methods=["POST"], name="requeue"),
+        Route("/login", _login_page(console), name="login_form"),
+        Route("/login", post(login), methods=["POST"], name="login"),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    app = Starlette(routes=routes)
+    app.state.console = console
+    return app
+
+
+def _login_page(console: Console) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        session, _ = console.session(request)
+        return await login_form(console, request, session)
+
+    return endpoint

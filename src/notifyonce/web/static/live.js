@@ -1,0 +1,69 @@
+// notifyonce console: the live campaign page polls its JSON every 2 seconds and redraws
+// its numbers and sparkline; the problems page's "all shown" box ticks every row.
+// No framework, no build step.
+(function () {
+  "use strict";
+  var EVERY = 2000;
+  var fmt = function (n) { return n === null || n === undefined ? "unknown" : Number(n).toLocaleString("en-US"); };
+
+  function spark(values, width, height) {
+    var top = Math.max.apply(null, values.concat([1]));
+    var step = width / Math.max(values.length - 1, 1);
+    var pts = values.map(function (v, i) {
+      return (i * step).toFixed(1) + "," + (height - 1 - (v / top) * (height - 2)).toFixed(1);
+    }).join(" ");
+    var ns = "http://www.w3.org/2000/svg";
+    var svg = document.createElementNS(ns, "svg");
+    svg.setAttribute("class", "spark");
+    svg.setAttribute("width", width);
+    svg.setAttribute("height", height);
+    svg.setAttribute("viewBox", "0 0 " + width + " " + height);
+    var line = document.createElementNS(ns, "polyline");
+    line.setAttribute("fill", "none");
+    line.setAttribute("stroke", "currentColor");
+    line.setAttribute("stroke-width", "1.5");
+    line.setAttribute("points", pts);
+    svg.appendChild(line);
+    return svg;
+  }
+
+  function set(root, name, text) {
+    var el = root.querySelector('[data-field="' + name + '"]');
+    if (el) { el.textContent = text; }
+  }
+
+  function live(root) {
+    var url = root.getAttribute("data-live-url");
+    function poll() {
+      fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+        .then(function (r) { if (!r.ok) { throw new Error("HTTP " + r.status); } return r.json(); })
+        .then(function (d) {
+          set(root, "done", fmt(d.done));
+          set(root, "total", fmt(d.total));
+          set(root, "rate", d.rate.toFixed(2));
+          set(root, "remaining", fmt(d.remaining));
+          set(root, "eta", d.eta || "unknown");
+          set(root, "unknown", fmt(d.unknown));
+          set(root, "cancel_state", d.cancel_state || "not requested");
+          set(root, "last_sent_at", d.last_sent_at ? d.last_sent_at.replace("T", " ").slice(0, 19) : "none yet");
+          Object.keys(d.counts).forEach(function (s) {
+            var cell = root.querySelector('[data-count="' + s + '"]');
+            if (cell) { cell.textContent = fmt(d.counts[s]); }
+          });
+          var box = root.querySelector('[data-field="sparkline"]');
+          if (box) { box.replaceChildren(spark(d.per_minute, 480, 60)); }
+          set(root, "updated", "updated " + new Date().toLocaleTimeString());
+        })
+        .catch(function (e) { set(root, "updated", "not updated: " + e.message); })
+        .then(function () { window.setTimeout(poll, EVERY); });
+    }
+    window.setTimeout(poll, EVERY);
+  }
+
+  document.querySelectorAll("[data-live-url]").forEach(live);
+  document.querySelectorAll("[data-all]").forEach(function (all) {
+    all.addEventListener("change", function () {
+      all.form.querySelectorAll('input[name="slot"]').forEach(function (b) { b.checked = all.checked; });
+    });
+  });
+})();

@@ -1,0 +1,132 @@
+"""A ledger an operator would look at: a reminder action, a finished campaign and a running
+one, with unknown, failed, released and held slots; for the console's tests."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from notifyonce import AsyncLedger, Message
+from notifyonce._campaign import check_message
+
+from ._databases import Backend, drop_table
+
+UTC = dt.timezone.utc
+DEADLINE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
+LATER = dt.datetime(2026, 12, 31, 18, 0, tzinfo=UTC)
+#: Texts that must never reach a page: the campaigns' messages and a bot token.
+MESSAGE_TEXT = "Secret sale text 7c1e: 50% off until Sunday"
+BOT_TOKEN = "123456789:AAHsecretsecretsecretsecretsecret0123"
+EVIL_SUBJECT = '<script>alert("x")</script>'
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """What the seeded ledger holds, for the assertions."""
+
+    table: str
+    reminder: str = "trial_6h"
+    broadcast: str = "promo"
+    finished: str = "2026-11-sale"
+    running: str = "2026-12-sale"
+    running_total: int = 10
+
+
+async def seed(backend: Backend) -> Seeded:
+    """Fill a fresh table on ``backend`` (`unseed` drops it)."""
+    seeded = Seeded(backend.unique_table())
+    engine = create_async_engine(backend.async_url)
+    try:
+        ledger = AsyncLedger(engine, table_name=seeded.table)
+        await ledger.create_schema()
+        await _fill(ledger, seeded)
+    finally:
+        await engine.dispose()
+    return seeded
+
+
+def unseed(backend: Backend, seeded: Seeded) -> None:
+    """Drop the seeded table and the rate table beside it."""
+    drop_table(backend, seeded.table)
+    drop_table(backend, f"{seeded.table}_rate_limits")
+
+
+@asynccontextmanager
+async def seeded_ledger(backend: Backend) -> AsyncIterator[Seeded]:
+    """A seeded table on ``backend`` while the block runs."""
+    seeded = await seed(backend)
+    try:
+        yield seeded
+    finally:
+        unseed(backend, seeded)
+
+
+async def _fill(ledger: AsyncLedger, s: Seeded) -> None:
+    # The reminder: two sent, one unknown, one failed, one held, and subject 3 again in
+    # the next cycle (failed), so a requeue of one cycle must leave the other alone.
+    for subject in (1, 2):
+        claim = await ledger.claim_slot(s.reminder, subject, DEADLINE)
+        assert claim is not None
+        await ledger.mark_sent(claim, message_id=subject * 10)
+    claim = await ledger.claim_slot(s.reminder, 3, DEADLINE)
+    assert claim is not None
+    await ledger.mark_unknown(claim, "read timeout after the request was sent")
+    claim = await ledger.claim_slot(s.reminder, 3, LATER)
+    assert claim is not None
+    await ledger.mark_failed(claim, "[403] Forbidden: bot was blocked by the user")
+    claim = await ledger.claim_slot(s.reminder, 4, DEADLINE)
+    assert claim is not None
+    # A token in an error written by other code: the pages must hide it.
+    await ledger.mark_failed(claim, f"[401] Unauthorized at /bot{BOT_TOKEN}/sendMessage")
+    claim = await ledger.claim_slot(s.reminder, EVIL_SUBJECT, DEADLINE)
+    assert claim is not None
+    await ledger.mark_unknown(claim, "connection reset")
+    await ledger.claim_slot(s.reminder, 5, DEADLINE)  # held now
+
+    message = Message(MESSAGE_TEXT)
+    # The finished campaign: every chat handled.
+    await check_message(
+        ledger, s.broadcast, s.finished, message, allow_changed=False, dry_run=False
+    )
+    for chat in range(100, 106):
+        claim = await ledger.claim_slot(s.broadcast, chat, s.finished)
+        assert claim is not None
+        if chat == 105:
+            await ledger.mark_failed(claim, "[400] Bad Request: chat not found")
+        else:
+            await ledger.mark_sent(claim)
+    # The running campaign: some sent, one released after a 429, some held.
+    await check_message(ledger, s.broadcast, s.running, message, allow_changed=False, dry_run=False)
+    await _record_total(ledger, s.broadcast, s.running, s.running_total)
+    await _keep_progress_message(ledger, s.broadcast, s.running)
+    for chat in range(200, 206):
+        claim = await ledger.claim_slot(s.broadcast, chat, s.running)
+        assert claim is not None
+        if chat < 203:
+            await ledger.mark_sent(claim)
+        elif chat == 203:
+            await ledger.release(claim, "[429] Too Many Requests: retry after 7")
+        elif chat == 204:
+            await ledger.mark_unknown(claim, "read timeout after the request was sent")
+
+
+async def _record_total(ledger: AsyncLedger, action: str, campaign: str, total: int) -> None:
+    from notifyonce._campaign import record_total
+
+    await record_total(ledger, action, campaign, total)
+
+
+async def _keep_progress_message(ledger: AsyncLedger, action: str, campaign: str) -> None:
+    """The running campaign shows its progress in an admin chat (its own ledger row)."""
+    from notifyonce._campaign import keep_progress_message
+
+    await keep_progress_message(ledger, action, campaign, "777", 12)
+
+
+def sync_engine_for(backend: Backend) -> sa.Engine:
+    return sa.create_engine(backend.sync_url)

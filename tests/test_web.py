@@ -1,0 +1,478 @@
+"""The operator console (`notifyonce web`) over ASGI: each page answers its question on
+every database, a requeue goes through its confirmation, and the guards hold (no login,
+no page; no CSRF token or another site, no change; no message text or token anywhere)."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from ._databases import Backend, make_backend
+from ._optional import require
+from ._web_ledger import (
+    BOT_TOKEN,
+    DEADLINE,
+    EVIL_SUBJECT,
+    LATER,
+    MESSAGE_TEXT,
+    Seeded,
+    seeded_ledger,
+)
+
+require("starlette", "web")
+httpx = require("httpx", "web")
+
+from notifyonce import Ledger, SlotStatus  # noqa: E402
+from notifyonce._campaign import CANCEL_NOTE, cancel_note, cancel_query  # noqa: E402
+from notifyonce.web import WebAuth, create_app  # noqa: E402
+from notifyonce.web import _queries as queries  # noqa: E402
+
+TOKEN = "operator-token-0123456789"
+PAGES = [
+    "/",
+    "/subject?subject=3",
+    "/campaign?action=promo&campaign=2026-12-sale",
+    "/campaign.json?action=promo&campaign=2026-12-sale",
+    "/problems",
+    "/problems?status=unknown&action=trial_6h",
+    "/leases",
+    "/rate-limits",
+]
+
+
+class Console:
+    """The app on one seeded database, a client for it, and the sync ledger beside it."""
+
+    def __init__(self, backend: Backend, seeded: Seeded, auth: WebAuth | None) -> None:
+        self.seeded = seeded
+        self.engine = sa.create_engine(backend.sync_url)
+        self.ledger = Ledger(self.engine, table_name=seeded.table)
+        self.app = create_app(self.engine, table=seeded.table, auth=auth)
+
+    def client(self, **kwargs: Any) -> Any:
+        transport = httpx.ASGITransport(app=self.app)
+        return httpx.AsyncClient(transport=transport, base_url="http://console.test", **kwargs)
+
+    def status(self, subject: object, cycle: object = DEADLINE) -> SlotStatus:
+        record = self.ledger.get("trial_6h", subject, cycle)
+        assert record is not None
+        return record.status
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", marks=pytest.mark.sqlite),
+        pytest.param("postgres-psycopg", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ]
+)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    return make_backend(request.param, tmp_path)
+
+
+async def _console(backend: Backend, auth: WebAuth | None) -> AsyncIterator[Console]:
+    async with seeded_ledger(backend) as seeded:
+        console = Console(backend, seeded, auth)
+        try:
+            yield console
+        finally:
+            console.engine.dispose()
+
+
+@pytest.fixture
+async def console(backend: Backend) -> AsyncIterator[Console]:
+    """The console without a login (as on 127.0.0.1)."""
+    async for made in _console(backend, None):
+        yield made
+
+
+@pytest.fixture
+async def guarded(backend: Backend) -> AsyncIterator[Console]:
+    """The console with a token login."""
+    async for made in _console(backend, WebAuth(token=TOKEN)):
+        yield made
+
+
+def _row(html: str, marker: str) -> str:
+    """The table row of ``html`` holding ``marker``."""
+    match = re.search(rf"<tr[^>]*{re.escape(marker)}[^>]*>(.*?)</tr>", html, re.S)
+    assert match, f"no row with {marker}"
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", match.group(1))).strip()
+
+
+def _csrf(html: str) -> str:
+    match = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert match
+    return match.group(1)
+
+
+async def test_overview_counts_each_action_and_campaign_per_status(console: Console) -> None:
+    """Actions and campaigns with their slots per status, and the last hour's sends."""
+    async with console.client() as client:
+        page = (await client.get("/")).text
+    statuses = " ".join(s.value for s in SlotStatus)
+    assert "claimed sent failed unknown released" == statuses
+    # trial_6h: 1 held, 2 sent, 2 failed (two cycles), 2 unknown, 0 released
+    assert _row(page, 'data-action="trial_6h"').startswith("trial_6h 1 2 2 2 0" + " ")
+    assert _row(page, 'data-action="promo"').startswith("promo 1 8 1 1 1" + " ")
+    assert "2 sends in the last 60 minutes" in page  # trial_6h's sparkline title
+    assert "8 sends in the last 60 minutes" in page
+    finished = _row(page, 'data-campaign="2026-11-sale"')
+    running = _row(page, 'data-campaign="2026-12-sale"')
+    assert finished.endswith("0 5 1 0 0 details")
+    assert running.endswith("1 3 0 1 1 running: progress")
+    assert "notifyonce.campaign" not in page
+    assert "notifyonce.progress" not in page
+
+
+async def test_counts_stop_at_the_cap(console: Console, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A count past the cap reads no further and shows as "cap+"."""
+    monkeypatch.setattr(queries, "COUNT_CAP", 1)
+    async with console.client() as client:
+        page = (await client.get("/")).text
+    assert _row(page, 'data-action="trial_6h"').startswith("trial_6h 1 1+ 1+ 1+ 0" + " ")
+
+
+async def test_subject_history_spans_actions_and_cycles(console: Console) -> None:
+    """One subject's slots of every action and cycle, subjects shown escaped."""
+    async with console.client() as client:
+        page = (await client.get("/subject", params={"subject": "3"})).text
+        evil = (await client.get("/subject", params={"subject": EVIL_SUBJECT})).text
+    assert "2 slots of subject" in page
+    assert "2026-12-31T18:00:00Z" in page
+    assert "2026-12-01T18:00:00Z" in page
+    assert "bot was blocked by the user" in page
+    assert "read timeout" in page
+    assert EVIL_SUBJECT not in evil
+    assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in evil
+    assert "1 slot of subject" in evil
+
+
+async def test_campaign_progress_and_its_live_json(console: Console) -> None:
+    """A running campaign: handled of total, remaining, unknown so far, rate and ETA."""
+    async with console.client() as client:
+        page = await client.get("/campaign", params={"action": "promo", "campaign": "2026-12-sale"})
+        data = (
+            await client.get(
+                "/campaign.json", params={"action": "promo", "campaign": "2026-12-sale"}
+            )
+        ).json()
+    assert 200 == page.status_code
+    assert 'data-live-url="/campaign.json?action=promo&amp;campaign=2026-12-sale"' in page.text
+    assert "live.js" in page.text
+    assert {"claimed": 1, "sent": 3, "failed": 0, "unknown": 1, "released": 1} == data["counts"]
+    assert (4, 10, 6, 1) == (data["done"], data["total"], data["remaining"], data["unknown"])
+    assert data["rate"] > 0
+    assert data["eta_seconds"] > 0
+    assert sum(data["per_minute"]) == 8  # promo's sends: both campaigns
+    assert len(data["per_minute"]) == 60
+
+
+def _cancel_request(console: Console, campaign: str) -> str | None:
+    with console.engine.connect() as conn:
+        value = conn.execute(cancel_query(console.ledger.table, "promo", campaign)).scalar()
+    return cancel_note(value)
+
+
+async def test_cancel_goes_through_a_confirmation_and_needs_the_csrf_token(
+    console: Console,
+) -> None:
+    """The running campaign's page offers a cancel; its confirmation says what happens; a
+    POST without the CSRF token, a wrong one, from another site, or unconfirmed changes
+    nothing; the confirmed one stores the request, which the pages then show."""
+    running = {"action": "promo", "campaign": console.seeded.running}
+    async with console.client() as client:
+        page = (await client.get("/campaign", params=running)).text
+        assert 'id="cancel"' in page
+        assert "not requested" in page
+        confirm = (await client.get("/campaign/cancel", params=running)).text
+        for promise in ("stops within a few seconds", "sends under way finish"):
+            assert promise in confirm
+        assert "Nothing is sent twice" in confirm
+        assert "--resume-cancelled" in confirm
+        form = {**running, "csrf": _csrf(confirm), "confirm": "yes"}
+        refused = [
+            await client.post("/campaign/cancel", data={**form, "csrf": ""}),
+            await client.post("/campaign/cancel", data={**form, "csrf": "0" * 64}),
+            await client.post(
+                "/campaign/cancel", data=form, headers={"sec-fetch-site": "cross-site"}
+            ),
+            await client.post("/campaign/cancel", data={**form, "confirm": ""}),
+            await client.post("/campaign/cancel", data={**form, "campaign": "no-such"}),
+        ]
+        assert [403] * 5 == [r.status_code for r in refused]
+        assert None is _cancel_request(console, console.seeded.running)
+
+        done = await client.post("/campaign/cancel", data=form)
+        assert 303 == done.status_code
+        note = _cancel_request(console, console.seeded.running)
+        assert note is not None
+        assert note.startswith(CANCEL_NOTE)
+        after = (await client.get("/campaign", params=running)).text
+        data = (await client.get("/campaign.json", params=running)).json()
+        overview = (await client.get("/")).text
+    assert 'id="cancel"' not in after
+    assert "cancel requested" in after  # one chat is still claimed: the run is stopping
+    assert (note, "cancel requested") == (data["cancel"], data["cancel_state"])
+    assert "cancel requested" in _row(overview, f'data-campaign="{console.seeded.running}"')
+    assert "cancel" not in _row(overview, f'data-campaign="{console.seeded.finished}"')
+    assert None is _cancel_request(console, console.seeded.finished)
+
+
+async def test_problems_grouped_by_error_and_listed(console: Console) -> None:
+    """Unknown and failed slots grouped by action and error; one group's slots listed."""
+    async with console.client() as client:
+        page = (await client.get("/problems")).text
+        chosen = (
+            await client.get("/problems", params={"status": "unknown", "action": "trial_6h"})
+        ).text
+    groups = re.findall(r"<tr class=\"st-(\w+)\">(.*?)</tr>", page, re.S)
+    flat = sorted(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", g)).strip() for _, g in groups)
+    assert "failed promo 1 [400] Bad Request: chat not found choose" in flat
+    assert "unknown trial_6h 1 read timeout after the request was sent choose" in flat
+    assert 2 == chosen.count('name="slot"')
+
+
+async def test_leases_show_the_held_claims(console: Console) -> None:
+    """The held claims, soonest to end first, and how many expired."""
+    async with console.client() as client:
+        page = (await client.get("/leases")).text
+    assert re.search(r"<th>held</th><td>2</td>", page)
+    assert re.search(r"<th>expired \(for sweep\)</th><td>0</td>", page)
+    assert 2 == page.count('<tr class="held">')
+
+
+async def test_rate_page_shows_the_sql_stores_flood_waits(
+    console: Console, backend: Backend
+) -> None:
+    """A 429's wait recorded in the SQL rate store, and the released slots' errors."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from notifyonce.ratelimit import SQLRateStore
+
+    async with console.client() as client:
+        before = (await client.get("/rate-limits")).text
+    engine = create_async_engine(backend.async_url)
+    try:
+        store = SQLRateStore(engine, table_name=f"{console.seeded.table}_rate_limits")
+        await store.create_schema()
+        await store.flood_wait("777", "-1001234", 30.0)
+    finally:
+        await engine.dispose()
+    async with console.client() as client:
+        after = (await client.get("/rate-limits")).text
+    assert 'id="no-store"' in before
+    assert "[429] Too Many Requests: retry after 7" in after
+    assert "c:777:-1001234" in after
+    assert "-1001234" in after
+    assert "waiting" in after
+
+
+async def test_requeue_goes_through_a_confirmation_and_changes_only_the_chosen(
+    console: Console,
+) -> None:
+    """The chosen unknown slots are released after the confirmation, nothing before it;
+    the same subject's unknown slot of another cycle, not chosen, stays unknown."""
+    other = DEADLINE - dt.timedelta(days=30)
+    claim = console.ledger.claim_slot("trial_6h", 3, other)
+    assert claim is not None
+    console.ledger.mark_unknown(claim, "read timeout after the request was sent")
+    chosen = [console.ledger.get("trial_6h", s, DEADLINE) for s in (3, EVIL_SUBJECT)]
+    ids = [str(r.id) for r in chosen if r is not None]
+    async with console.client() as client:
+        page = (
+            await client.get("/problems", params={"status": "unknown", "action": "trial_6h"})
+        ).text
+        assert 3 == page.count('name="slot"')
+        confirm = await client.post("/requeue/confirm", data={"csrf": _csrf(page), "slot": ids})
+        assert 200 == confirm.status_code
+        assert "Requeue 2 slots?" in confirm.text
+        assert "may send a duplicate" in confirm.text
+        assert SlotStatus.UNKNOWN == console.status(3)  # nothing changed yet
+        done = await client.post(
+            "/requeue", data={"csrf": _csrf(confirm.text), "slot": ids, "confirm": "yes"}
+        )
+        assert 303 == done.status_code
+        shown = (await client.get(done.headers["location"])).text
+    assert "Requeued 2 slots" in shown
+    assert SlotStatus.RELEASED == console.status(3)
+    assert SlotStatus.RELEASED == console.status(EVIL_SUBJECT)
+    assert SlotStatus.UNKNOWN == console.status(3, other)
+    assert SlotStatus.FAILED == console.status(3, LATER)
+    assert SlotStatus.SENT == console.status(1)
+
+
+async def test_requeue_leaves_a_slot_that_changed_since_the_page(console: Console) -> None:
+    """A slot requeued elsewhere and claimed again is not touched by a stale form."""
+    async with console.client() as client:
+        page = (
+            await client.get("/problems", params={"status": "unknown", "action": "trial_6h"})
+        ).text
+        ids = re.findall(r'name="slot" value="(\d+)"', page)
+        console.ledger.requeue("trial_6h", status="unknown")
+        assert console.ledger.claim_slot("trial_6h", 3, DEADLINE) is not None
+        done = await client.post(
+            "/requeue", data={"csrf": _csrf(page), "slot": ids, "confirm": "yes"}
+        )
+    assert "requeued=0" in done.headers["location"]
+    assert SlotStatus.CLAIMED == console.status(3)
+
+
+async def test_no_token_no_page(guarded: Console) -> None:
+    """Every page and the JSON answer 401 without a login; the token lets in."""
+    async with guarded.client() as client:
+        for path in PAGES:
+            response = await client.get(path)
+            assert 401 == response.status_code, path
+            assert "trial_6h" not in response.text, path
+        wrong = await client.get("/", headers={"authorization": "Bearer not-the-token-at-all"})
+        assert 401 == wrong.status_code
+        right = await client.get("/", headers={"authorization": f"Bearer {TOKEN}"})
+        assert 200 == right.status_code
+        assert "trial_6h" in right.text
+    async with guarded.client() as browser:
+        login_page = (await browser.get("/")).text
+        bad = await browser.post("/login", data={"csrf": _csrf(login_page), "token": "nope"})
+        assert 401 == bad.status_code
+        good = await browser.post("/login", data={"csrf": _csrf(login_page), "token": TOKEN})
+        assert 303 == good.status_code
+        assert 200 == (await browser.get("/leases")).status_code
+
+
+async def test_basic_auth_from_a_user_and_password(backend: Backend) -> None:
+    """A user and password: the browser's own prompt (WWW-Authenticate), then pages."""
+    async for console in _console(backend, WebAuth(username="ops", password="pw-of-ops")):
+        async with console.client() as client:
+            refused = await client.get("/")
+            assert 401 == refused.status_code
+            assert refused.headers["www-authenticate"].startswith("Basic")
+            good = base64.b64encode(b"ops:pw-of-ops").decode()
+            bad = base64.b64encode(b"ops:wrong").decode()
+            assert (
+                401
+                == (await client.get("/", headers={"authorization": f"Basic {bad}"})).status_code
+            )
+            assert (
+                200
+                == (await client.get("/", headers={"authorization": f"Basic {good}"})).status_code
+            )
+
+
+async def test_a_post_without_session_csrf_or_from_another_site_changes_nothing(
+    guarded: Console,
+) -> None:
+    """Requeue refused: no CSRF token, a wrong one, no session cookie, a cross-site POST,
+    a logged-out session; the slot stays unknown."""
+    headers = {"authorization": f"Bearer {TOKEN}"}
+    async with guarded.client(headers=headers) as client:
+        page = (
+            await client.get("/problems", params={"status": "unknown", "action": "trial_6h"})
+        ).text
+        ids = re.findall(r'name="slot" value="(\d+)"', page)
+        form = {"csrf": _csrf(page), "slot": ids, "confirm": "yes"}
+        attempts = [
+            await client.post("/requeue", data={**form, "csrf": ""}),
+            await client.post("/requeue", data={**form, "csrf": "0" * 64}),
+            await client.post("/requeue", data=form, headers={"origin": "https://evil.example"}),
+            await client.post("/requeue", data=form, headers={"sec-fetch-site": "cross-site"}),
+        ]
+    async with guarded.client(headers=headers) as cookieless:
+        attempts.append(await cookieless.post("/requeue", data=form))
+    async with guarded.client() as logged_out:
+        login = (await logged_out.get("/")).text
+        attempts.append(await logged_out.post("/requeue", data={**form, "csrf": _csrf(login)}))
+    assert [403] * 6 == [r.status_code for r in attempts]
+    assert SlotStatus.UNKNOWN == guarded.status(3)
+
+
+async def test_no_message_text_or_token_in_any_response(guarded: Console) -> None:
+    """The campaigns' message, its fingerprint and a bot token in an error never appear."""
+    headers = {"authorization": f"Bearer {TOKEN}"}
+    async with guarded.client(headers=headers) as client:
+        bodies = [(await client.get(path)).text for path in PAGES]
+        bodies.append(
+            (await client.get("/problems", params={"status": "failed", "action": "trial_6h"})).text
+        )
+        bodies.append((await client.get("/subject", params={"subject": "4"})).text)
+    everything = "\n".join(bodies)
+    assert "[401] Unauthorized at /bot&lt;redacted&gt;/sendMessage" in everything
+    for secret in (MESSAGE_TEXT, "Secret sale", BOT_TOKEN, BOT_TOKEN.split(":")[1], TOKEN):
+        assert secret not in everything
+    assert "msg-sha256:" not in everything
+
+
+async def test_async_engine_and_mounting_under_a_path(backend: Backend) -> None:
+    """The app on an AsyncEngine, mounted under /ops in another Starlette app."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    async with seeded_ledger(backend) as seeded:
+        engine = create_async_engine(backend.async_url)
+        try:
+            outer = Starlette(routes=[Mount("/ops", app=create_app(engine, table=seeded.table))])
+            transport = httpx.ASGITransport(app=outer)
+            async with httpx.AsyncClient(transport=transport, base_url="http://x") as client:
+                page = (await client.get("/ops/")).text
+                problems = await client.get("/ops/problems")
+        finally:
+            await engine.dispose()
+    assert 'href="/ops/problems"' in page
+    assert 'href="/ops/static/console.css"' in page
+    assert 200 == problems.status_code
+    assert "read timeout" in problems.text
+
+
+def test_bind_refused_on_another_interface_without_a_login(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`notifyonce web --host 0.0.0.0` without a login from the environment exits 2."""
+    from notifyonce._cli import main
+    from notifyonce.web._security import check_bind
+
+    for name in ("NOTIFYONCE_WEB_TOKEN", "NOTIFYONCE_WEB_USER", "NOTIFYONCE_WEB_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit) as exited:
+        main(["web", "--host", "0.0.0.0", "--database-url", "sqlite://"])
+    assert 2 == exited.value.code
+    assert "reachable from other machines, and no login is set" in capsys.readouterr().err
+    check_bind("127.0.0.1", None)
+    check_bind("::1", None)
+    check_bind("0.0.0.0", WebAuth.from_env({"NOTIFYONCE_WEB_TOKEN": TOKEN}))
+    monkeypatch.setenv("NOTIFYONCE_WEB_TOKEN", "short")
+    with pytest.raises(SystemExit):
+        main(["web", "--host", "0.0.0.0", "--database-url", "sqlite://"])
+    assert "token: must be at least 16 characters long" in capsys.readouterr().err
+
+
+def test_sends_per_minute_reads_only_the_last_hour(tmp_path: Path) -> None:
+    """The sparkline buckets: sends an hour ago and older are not counted."""
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'l.db'}")
+    ledger = Ledger(engine)
+    ledger.create_schema()
+    for subject in range(3):
+        claim = ledger.claim_slot("a", subject, "c")
+        assert claim is not None
+        ledger.mark_sent(claim)
+    now = ledger.now()
+    t = ledger.table
+    with engine.begin() as conn:
+        conn.execute(
+            sa.update(t).where(t.c.subject == "0").values(sent_at=now - dt.timedelta(minutes=61))
+        )
+        conn.execute(
+            sa.update(t).where(t.c.subject == "1").values(sent_at=now - dt.timedelta(minutes=30))
+        )
+        series = queries._per_minute(conn, t, "a", now)
+    engine.dispose()
+    assert 60 == len(series)
+    assert 1 == series[-1]
+    assert 1 == series[29]
+    assert 2 == sum(series)

@@ -1,0 +1,199 @@
+"""The operator console in a real browser: the distribution's headless Chromium, driven by
+Playwright (pointed at /usr/bin/chromium; Playwright's own browser download is never
+used). Locally a missing Chromium skips with how to install it; under CI=true it fails.
+
+Set NOTIFYONCE_WEB_SCREENSHOTS=DIR to also save a screenshot of each page there (the
+pictures of docs/guides/web.md come from this run)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from notifyonce import Ledger, SlotStatus
+from notifyonce._campaign import CANCEL_NOTE, cancel_note, cancel_query
+
+from ._databases import IN_CI, Backend, make_backend
+from ._optional import require
+from ._web_ledger import DEADLINE, EVIL_SUBJECT, MESSAGE_TEXT, seed, unseed
+
+require("starlette", "web")
+uvicorn = require("uvicorn", "web")
+sync_api = require("playwright.sync_api", "dev")
+
+from notifyonce.web import WebAuth, create_app  # noqa: E402
+
+pytestmark = pytest.mark.sqlite
+
+CHROMIUM = "/usr/bin/chromium"
+TOKEN = "browser-test-token-0123456789"
+SHOTS = os.environ.get("NOTIFYONCE_WEB_SCREENSHOTS")
+
+
+@dataclass
+class Served:
+    url: str
+    ledger: Ledger
+    table: str
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    """The console on a seeded SQLite ledger, served by uvicorn on 127.0.0.1."""
+    backend: Backend = make_backend("sqlite", tmp_path)
+    seeded = asyncio.run(seed(backend))
+    engine = sa.create_engine(backend.sync_url)
+    app = create_app(engine, table=seeded.table, auth=WebAuth(token=TOKEN))
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, "uvicorn did not start within 10 s"
+    try:
+        yield Served(
+            f"http://127.0.0.1:{port}", Ledger(engine, table_name=seeded.table), seeded.table
+        )
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        engine.dispose()
+        unseed(backend, seeded)
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists() or shutil.which("chromium") is None:
+        message = f"no Chromium at {CHROMIUM}: apt-get install -y chromium"
+        if IN_CI:
+            pytest.fail(f"CI=true and {message}", pytrace=False)
+        pytest.skip(message)
+    with sync_api.sync_playwright() as playwright:
+        # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+def _shot(page: Any, name: str) -> None:
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS) / f"web-{name}.png"), full_page=True)
+
+
+def test_console_in_a_browser(served: Served, browser: Any) -> None:
+    """Refused without the token; after the login each page answers its question, the
+    campaign page updates itself, a cross-site POST changes nothing, and a requeue through
+    the confirmation changes the rows, and a cancel through its confirmation stores the
+    request."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    base = served.url
+
+    refused = page.goto(f"{base}/problems")
+    assert 401 == refused.status
+    assert "Log in" in page.inner_text("h1")
+    assert "trial_6h" not in page.content()
+
+    page.fill('input[name="token"]', TOKEN)
+    page.click("#login button")
+    page.wait_for_url(f"{base}/")
+    row = page.inner_text('#actions tr[data-action="trial_6h"]')
+    assert re.match(r"trial_6h\s+1\s+2\s+2\s+2\s+0", row), row
+    assert page.locator('#actions tr[data-action="trial_6h"] svg.spark').count() == 1
+    _shot(page, "overview")
+
+    page.goto(f"{base}/subject?subject={EVIL_SUBJECT}")
+    assert EVIL_SUBJECT == page.inner_text("td.subject")  # shown as stored, not run
+    page.goto(f"{base}/subject?subject=3")
+    assert "2 slots of subject" in page.inner_text("#found")
+    _shot(page, "subject")
+
+    page.goto(f"{base}/campaign?action=promo&campaign=2026-12-sale")
+    assert "10" == page.inner_text('[data-field="total"]')
+    assert "6" == page.inner_text('[data-field="remaining"]')
+    # live.js polls the JSON and redraws (a Content-Security-Policy allows no inline script)
+    sync_api.expect(page.locator('[data-field="updated"]')).to_have_text(
+        re.compile(r"^updated "), timeout=10_000
+    )
+    _shot(page, "campaign")
+
+    page.goto(f"{base}/leases")
+    _shot(page, "leases")
+    page.goto(f"{base}/rate-limits")
+    assert "[429] Too Many Requests" in page.inner_text("#released")
+    _shot(page, "rate-limits")
+
+    page.goto(f"{base}/problems?status=unknown&action=trial_6h")
+    ids = page.eval_on_selector_all('input[name="slot"]', "boxes => boxes.map(b => b.value)")
+    assert 2 == len(ids)
+    _shot(page, "problems")
+
+    # Another site's page posting to the console: the browser sends no session cookie
+    # (SameSite=Strict) and says where it came from; nothing changes.
+    other = context.new_page()
+    fields = "".join(f'<input name="slot" value="{i}">' for i in ids)
+    other.set_content(
+        f'<form method="post" action="{base}/requeue">{fields}'
+        '<input name="confirm" value="yes"><button>go</button></form>'
+    )
+    with other.expect_navigation() as navigation:
+        other.click("button")
+    assert 403 == navigation.value.status
+    assert SlotStatus.UNKNOWN == served.ledger.get("trial_6h", 3, DEADLINE).status
+
+    page.check("#all")
+    page.click("#choose button")
+    assert "may send a duplicate" in page.inner_text("#warn")
+    assert "Requeue 2 slots?" in page.inner_text("h1")
+    _shot(page, "confirm")
+    assert SlotStatus.UNKNOWN == served.ledger.get("trial_6h", 3, DEADLINE).status
+    page.click("#confirm")
+    assert "Requeued 2 slots" in page.inner_text("#done")
+    assert SlotStatus.RELEASED == served.ledger.get("trial_6h", 3, DEADLINE).status
+    assert SlotStatus.RELEASED == served.ledger.get("trial_6h", EVIL_SUBJECT, DEADLINE).status
+    assert MESSAGE_TEXT not in page.content()
+
+    # Cancel the running campaign through its confirmation.
+    page.goto(f"{base}/campaign?action=promo&campaign=2026-12-sale")
+    assert "not requested" == page.inner_text("#cancel-state")
+    page.click("#cancel")
+    assert "stops within a few seconds" in page.inner_text("#what")
+    _shot(page, "confirm-cancel")
+    assert None is _cancel_request(served)
+    page.click("#confirm")
+    page.wait_for_url(re.compile(r"/campaign\?"))
+    assert "cancel requested" == page.inner_text("#cancel-state")
+    assert page.locator("#cancel").count() == 0
+    note = _cancel_request(served)
+    assert note is not None
+    assert note.startswith(CANCEL_NOTE)
+    context.close()
+
+
+def _cancel_request(served: Served) -> str | None:
+    with served.ledger.engine.connect() as conn:
+        query = cancel_query(served.ledger.table, "promo", "2026-12-sale")
+        return cancel_note(conn.execute(query).scalar())
