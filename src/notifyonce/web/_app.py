@@ -403,8 +403,11 @@ async def _requeue(
     )
 
 
-async def requeue_confirm(request: Request, console: Console) -> Response:
-    checked = await console.checked_form(request)
+async def _chosen(
+    request: Request, console: Console, confirmed: str | None = None
+) -> Response | tuple[Session, Mapping[str, Any], list[q.SlotRow]]:
+    """The checked form of a requeue and the requeueable slots it chose (or a refusal)."""
+    checked = await console.checked_form(request, confirmed=confirmed)
     if isinstance(checked, Response):
         return checked
     session, form = checked
@@ -412,22 +415,24 @@ async def requeue_confirm(request: Request, console: Console) -> Response:
         ids = _chosen_ids(form)
     except ValidationError as exc:
         return PlainRefusal(str(exc))
-    rows = await console.read(_chosen_rows(console, ids))
+    return session, form, await console.read(_chosen_rows(console, ids))
+
+
+async def requeue_confirm(request: Request, console: Console) -> Response:
+    chosen = await _chosen(request, console)
+    if isinstance(chosen, Response):
+        return chosen
+    session, form, rows = chosen
     unknown = sum(1 for r in rows if r.status == SlotStatus.UNKNOWN.value)
     context = {"rows": rows, "unknown": unknown, "back": form.get("back", "")}
     return console.respond(request, session, "confirm_requeue.html", context)
 
 
 async def requeue_do(request: Request, console: Console) -> Response:
-    checked = await console.checked_form(request, confirmed="the requeue")
-    if isinstance(checked, Response):
-        return checked
-    session, form = checked
-    try:
-        ids = _chosen_ids(form)
-    except ValidationError as exc:
-        return PlainRefusal(str(exc))
-    rows = await console.read(_chosen_rows(console, ids))
+    chosen = await _chosen(request, console, confirmed="the requeue")
+    if isinstance(chosen, Response):
+        return chosen
+    session, _, rows = chosen
     groups: dict[tuple[str, str], dict[str, list[str]]] = {}
     for row in rows:
         by_status = groups.setdefault((row.action, row.cycle), {})
