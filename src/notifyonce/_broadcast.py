@@ -431,6 +431,7 @@ class Broadcast:
         self._task: asyncio.Task[Report] | None = None
         self._cancel_requested = False
         self._last: BroadcastProgress | None = None
+        self._final_standing: tuple[list[str], list[str]] | None = None
 
     def __repr__(self) -> str:
         return f"Broadcast({self.action!r}, campaign={self.campaign!r})"
@@ -686,15 +687,21 @@ class Broadcast:
             self.on_progress(snapshot)
 
     async def _standing(self) -> tuple[list[str], list[str]]:
-        """The campaign's unknown and still-claimed chats, from the ledger."""
+        """The campaign's unknown and still-claimed chats, from the ledger; read once
+        after the run ended (the admin chat's summary and the report share it)."""
         if self.notifier.dry_run:
             return [], []
+        if self._final_standing is not None:
+            return self._final_standing
+        ended = self._task is not None and self._task.done()
         ledger = self.notifier.ledger
         query = standing_query(ledger.table, self.action, self.campaign)
         async with ledger.engine.connect() as conn:
             rows = (await conn.execute(query)).all()
         unknown = [str(s) for _, s, status in rows if status == SlotStatus.UNKNOWN.value]
         held = [str(s) for _, s, status in rows if status == SlotStatus.CLAIMED.value]
+        if ended:
+            self._final_standing = (unknown, held)
         return unknown, held
 
 
