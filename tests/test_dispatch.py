@@ -468,31 +468,24 @@ async def test_five_thousand_in_one_run_are_all_recorded(
 async def test_outcomes_piled_up_past_one_write_are_all_recorded(
     ledger: AsyncLedger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """2,000 notifications, 64 at once, a first write that takes long: the workers stop at
-    a backlog of 500 outcomes, the 63 sends still under way add theirs, and every one of
-    the backlog (more than one write takes) is recorded."""
-    concurrency, backlog = 64, []
-    write = _dispatch._Recorder._write
+    """3,000 notifications, 1,200 at once: the first claims bring more outcomes back
+    together than one write takes (500). The workers take nothing new while 500 wait for
+    their write, so the backlog never passes the 1,200 sends already under way, and every
+    one of them is recorded."""
+    concurrency, backlog = 1200, []
+    statement = _dispatch._Writer._statement
 
-    async def first_write_waits(
-        recorder: Any, batch: list[Any], *, retried: bool = False
-    ) -> list[bool | None]:
-        if not backlog:
-            # Held until every worker waits for room: the backlog is then as big as it gets.
-            for _ in range(3000):  # bounded: 30 s
-                if len(recorder.run.idle) == concurrency:
-                    break
-                await asyncio.sleep(0.01)
-            backlog.append(len(recorder.pending))
-        return await write(recorder, batch, retried=retried)
+    async def watched(writer: Any, live: Any, entries: Any, keeper: Any) -> Any:
+        backlog.append(len(entries) + len(writer.pending))
+        return await statement(writer, live, entries, keeper)
 
-    monkeypatch.setattr(_dispatch._Recorder, "_write", first_write_waits)
-    # One read of all 2,000: the queue never runs dry, so no worker is idle but for room.
-    notifier = Notifier(ledger, FakeSender(), concurrency=concurrency, batch_size=2000)
-    report = await notifier.send_many(ACTION, items(2000))
-    assert [_dispatch._RECORD_BACKLOG + concurrency - 1] == backlog
-    assert 2000 == report.counts[Outcome.SENT]
-    assert {"sent": 2000} == dict(await statuses(ledger))
+    monkeypatch.setattr(_dispatch._Writer, "_statement", watched)
+    # One read of all 3,000: the queue never runs dry, so no worker is idle but for room.
+    notifier = Notifier(ledger, FakeSender(), concurrency=concurrency, batch_size=3000)
+    report = await notifier.send_many(ACTION, items(3000))
+    assert _dispatch._RECORD_CHUNK < max(backlog) <= concurrency
+    assert 3000 == report.counts[Outcome.SENT]
+    assert {"sent": 3000} == dict(await statuses(ledger))
 
 
 # -- one run, one send per slot; memory ---------------------------------------------------------

@@ -361,9 +361,9 @@ def test_the_pipeline_diagram_follows_the_pipeline() -> None:
     [diagram] = [d for d in mermaid_blocks(page) if "sequenceDiagram" in d]
     steps = {
         "turn": "self.turn(",
-        "claim": "self.claimer.claim(",
+        "claim": "self.writer.claim(",
         "send": "self._send(",
-        "outcome": "self.recorder.put(",
+        "outcome": "self.writer.put(",
     }
     code = inspect.getsource(_dispatch.Run._deliver)
     drawn = [m for m in re.findall(r"^\s*W->>\w+: (\w+)", diagram, re.M) if m in steps]

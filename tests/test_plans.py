@@ -30,7 +30,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from notifyonce import AsyncLedger, DeliveryMode, Ledger, SlotStatus
+from notifyonce import AsyncLedger, DeliveryMode, Ledger, SlotStatus, make_key
 
 from ._databases import Backend, backend_params, drop_table, make_backend
 
@@ -306,7 +306,7 @@ def check_bounded(
     bound = PER_KEY * asked + SLACK if limit is None else limit
     checked = 0
     for statement, parameters in campaign.recorded:
-        if not statement.lstrip().upper().startswith(("SELECT", "UPDATE", "INSERT", "DELETE")):
+        if not statement.lstrip().upper().startswith(("SELECT", "UPDATE", "INSERT", "DELETE", "WITH")):
             continue  # BEGIN, PRAGMA, the server clock
         sql, params = _sync_parameters(campaign, statement, parameters)
         for scans in explain(campaign, sql, params):
@@ -370,6 +370,27 @@ async def test_marks_and_renewals_find_their_rows_by_id(
     await call(ledger, "mark_many", done)
     await call(ledger, "release", claims[0])
     assert check_bounded(campaign, len(claims), key=("id",), what="mark") >= 3
+
+
+async def test_outcomes_and_the_next_claims_together_find_rows_by_id_and_key(
+    ledger: AsyncLedger | Ledger, campaign: Campaign
+) -> None:
+    """A run's write: the outcomes of its last sends and the claims of its next ones in one
+    round trip (one statement on PostgreSQL, one transaction elsewhere): the marks by
+    primary key, the claims by the whole key."""
+    claims = await call(ledger, "claim_many", CAMPAIGN, keys_asked(5)[: ASKED // 2])
+    campaign.recorded.clear()
+    marks = [(c, SlotStatus.SENT, "42", True) for c in claims]
+    keys = [make_key(CAMPAIGN, subject, cycle) for subject, cycle in keys_asked(6)]
+    plan = ledger._plan_write(marks, keys, ledger._core.claim_options(None, False, None))
+    landed, won = await call(ledger, "_run", plan)
+    assert all(landed)
+    assert ASKED // 4 <= len(won) < ASKED
+    bound = PER_KEY * (len(marks) + len(keys)) + SLACK
+    checked = check_bounded(
+        campaign, 0, key=("cycle", "subject"), what="write", limit=bound, or_by_id=True
+    )
+    assert checked >= 1
 
 
 async def test_sweep_reads_only_claimed_rows(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import datetime as dt
 import logging
 import os
@@ -483,15 +482,15 @@ class Broadcast:
                 self.campaign,
                 resumed,
             )
-        runner = copy.copy(self.notifier)  # the caller's Notifier keeps its own hook
-        chained = self.notifier.on_result
-        runner.on_result = self._count if chained is None else _both(self._count, chained)
-        runner._on_run = self._attach
         self._started = time.monotonic()
         # The start is the first sample, so the first snapshot already has a rate (the
         # recipients handled since the start), not 0/s and no ETA.
         self._samples.append((self._started, 0))
-        self._task = asyncio.ensure_future(runner.send_many(self.action, self._notifications()))
+        self._task = asyncio.ensure_future(
+            self.notifier._send_many(
+                self.action, self._notifications(), on_result=self._count, on_run=self._attach
+            )
+        )
         if self._cancel_requested:
             self._task.cancel()
         ticker = asyncio.ensure_future(self._tick())
@@ -722,16 +721,6 @@ def standing_query(table: sa.Table, action: str, campaign: str) -> sa.CompoundSe
         for status in (SlotStatus.UNKNOWN, SlotStatus.CLAIMED)
     ]
     return sa.union_all(*branches).order_by("id")
-
-
-def _both(
-    first: Callable[[Result], None], second: Callable[[Result], None]
-) -> Callable[[Result], None]:
-    def call(result: Result) -> None:
-        first(result)
-        second(result)
-
-    return call
 
 
 async def _finish(task: asyncio.Task[Any]) -> None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
@@ -61,10 +62,13 @@ from notifyonce._results import ATTENTION, Notification, Report, Result
 
 if TYPE_CHECKING:
     from notifyonce._ledger.claim import Claim
-    from notifyonce._ledger.core import Keeper
-    from notifyonce._notifier import Notifier
+    from notifyonce._ledger.core import Keeper, Mark
+    from notifyonce._ledger.ledger import AsyncLedger
+    from notifyonce._message import Sender
+    from notifyonce._observe import Observer
+    from notifyonce._quiet import QuietHours
 
-__all__ = ["Decision", "Run", "decide_error", "decide_uncertain", "settle"]
+__all__ = ["Decision", "Parts", "Policy", "Run", "decide_error", "decide_uncertain", "settle"]
 
 logger = logging.getLogger("notifyonce.notifier")
 
@@ -204,27 +208,78 @@ class _Entry:
     decision: Decision
 
 
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How a run sends: the Notifier's options, fixed for the run's length."""
+
+    mode: DeliveryMode
+    max_attempts: int
+    concurrency: int
+    batch_size: int
+    min_spacing: dt.timedelta | None = None
+    quiet_hours: QuietHours | None = None
+    dry_run: bool = False
+
+    @property
+    def take_expired(self) -> bool:
+        """Whether claims take over expired ones: at least once only (its worker may
+        have sent; at most once leaves that to the sweep, which makes it UNKNOWN)."""
+        return self.mode is DeliveryMode.AT_LEAST_ONCE
+
+    @property
+    def claim_limit(self) -> int | None:
+        """The take-over bound of claims (and of the look-up that skips finished slots)."""
+        return self.max_attempts if self.mode is DeliveryMode.AT_LEAST_ONCE else None
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """What a run works with besides its policy: the ledger, the sender, and the callables
+    of the Notifier it needs (a run never holds the Notifier itself).
+
+    Attributes:
+        check: Checks one notification (and asks the sender's ``check``); its slot key.
+        now: The ledger's clock.
+        emit: Reports one result (the Notifier's log line and its ``on_result``).
+    """
+
+    ledger: AsyncLedger
+    sender: Sender
+    check: Callable[[KeyMaker, object], SlotKey]
+    now: Callable[[], dt.datetime]
+    emit: Callable[[Result], None]
+    observer: Observer | None = None
+
+
 class Run:
-    """The state of one ``send_many`` call; ``execute`` runs it to the end."""
+    """The state of one ``send_many`` call; ``execute`` runs it to the end.
+
+    ``on_result`` hears this run's results only, each before ``parts.emit`` does.
+    """
 
     def __init__(
         self,
-        notifier: Notifier,
+        policy: Policy,
+        parts: Parts,
         action: str,
         report: Report,
         keep: Keep,
         keys: list[SlotKey] | None = None,
+        *,
+        on_result: Callable[[Result], None] | None = None,
     ) -> None:
-        self.n = notifier
-        self.ledger = notifier.ledger
+        self.policy = policy
+        self.parts = parts
+        self.ledger = ledger = parts.ledger
         self.action = action
         # The slot keys of a list, checked before the run (None: a stream, checked as read).
         self.keys = keys
-        self.options = notifier.ledger._options(
-            take_expired=notifier._take_expired, max_attempts=notifier._claim_limit
+        self.options = ledger._options(
+            take_expired=policy.take_expired, max_attempts=policy.claim_limit
         )
         self.report = report
         self.keep = keep
+        self.on_result = on_result
         self.kept: list[tuple[int, Result]] = []
         # Items read and not yet given their result, and how many the intake has read: what
         # a run stopped by a bot-wide flood wait gives back untried.
@@ -238,11 +293,11 @@ class Run:
         self.released: set[tuple[str, str]] = set()
         # Claims whose outcome is not written yet: claim id -> (claim, last renewal).
         self.active: dict[int, tuple[Claim, float]] = {}
-        # Won claims by item index, set by the claimer before the worker resumes: a worker
+        # Won claims by item index, set by the writer before the worker resumes: a worker
         # cancelled in that instant still finds (and settles) its claim here.
         self.owned: dict[int, Claim] = {}
         self.ready: asyncio.Queue[_Item | None] = asyncio.Queue(
-            maxsize=max(notifier.batch_size, notifier.concurrency)
+            maxsize=max(policy.batch_size, policy.concurrency)
         )
         self.stopping = False
         # Whether a send of this run was delivered, and how many were refused for their
@@ -252,18 +307,17 @@ class Run:
         self.error: BaseException | None = None
         self.idle: set[asyncio.Task[None]] = set()
         self.tasks: list[asyncio.Task[None]] = []
-        # Connections the run keeps for its loops, one per claim lane and one for the
-        # recorder, where the ledger allows (given back when the run is settled).
-        self.keepers = notifier.ledger._keepers(notifier.ledger._claim_lanes + 1) or []
-        self.claimer = _Claimer(self)
-        self.recorder = _Recorder(self)
-        turn = getattr(notifier.sender, "turn", None)
+        # Connections the run keeps for its statements, one per lane, where the ledger
+        # allows (given back when the run is settled).
+        self.keepers = ledger._keepers(ledger._claim_lanes) or []
+        self.writer = _Writer(self)
+        turn = getattr(parts.sender, "turn", None)
         self.turn: Callable[[str], contextlib.AbstractAsyncContextManager[Any]] | None = (
             turn if callable(turn) else None
         )
-        self.lease_margin = notifier.ledger.lease * _LEASE_MARGIN
-        observer = notifier.observer
-        self.hooks = None if observer is None else Hooks(observer, type(notifier.sender).__name__)
+        self.lease_margin = ledger.lease * _LEASE_MARGIN
+        observer = parts.observer
+        self.hooks = None if observer is None else Hooks(observer, type(parts.sender).__name__)
 
     # -- the whole run --------------------------------------------------------------
 
@@ -287,7 +341,8 @@ class Run:
     async def _execute(self, source: Iterable[Notification] | AsyncIterable[Notification]) -> None:
         self.tasks = [asyncio.ensure_future(self._guard(self._intake(source)))]
         self.tasks += [
-            asyncio.ensure_future(self._guard(self._worker())) for _ in range(self.n.concurrency)
+            asyncio.ensure_future(self._guard(self._worker()))
+            for _ in range(self.policy.concurrency)
         ]
         renewer = asyncio.ensure_future(self._renew_leases())
         if self.stopping:  # halted before it started
@@ -332,8 +387,7 @@ class Run:
 
     async def _drain(self) -> None:
         await asyncio.wait(self.tasks)
-        await self.claimer.drain()
-        await self.recorder.drain()
+        await self.writer.drain()
 
     def stop(self, error: BaseException | None, *, hard: bool) -> None:
         """Start no new sends; ``hard``: also cancel the sends under way."""
@@ -377,9 +431,9 @@ class Run:
 
     async def _intake(self, source: Iterable[Notification] | AsyncIterable[Notification]) -> None:
         index = 0
-        keys, checked, maker = self.keys, self.n._checked, KeyMaker(self.action)
+        keys, checked, maker = self.keys, self.parts.check, KeyMaker(self.action)
         waiting = self.waiting
-        async for batch in _batches(source, self.n.batch_size, self.unread):
+        async for batch in _batches(source, self.policy.batch_size, self.unread):
             items = []
             for notification in batch:
                 key = checked(maker, notification) if keys is None else keys[index]
@@ -389,7 +443,7 @@ class Run:
             self.read = index
             for item in await self._screen(items):
                 await self.ready.put(item)
-        for _ in range(self.n.concurrency):
+        for _ in range(self.policy.concurrency):
             await self.ready.put(None)
 
     async def _screen(self, items: list[_Item]) -> list[_Item]:
@@ -411,7 +465,7 @@ class Run:
         ready: list[_Item] = []
         for item in todo:
             gone = slot(item.key) in finished
-            if self.n.dry_run:
+            if self.policy.dry_run:
                 reason = "dry run" if gone else "dry run: would send"
                 self.finish(item, Outcome.DUPLICATE if gone else Outcome.SKIPPED, reason=reason)
             elif gone:
@@ -421,10 +475,10 @@ class Run:
         return ready
 
     def _quiet(self, todo: list[_Item]) -> list[_Item]:
-        quiet = self.n.quiet_hours
+        quiet = self.policy.quiet_hours
         if quiet is None or not todo:
             return todo
-        now = self.n._now()
+        now = self.parts.now()
         kept: list[_Item] = []
         for item in todo:
             if quiet.is_quiet(now, item.notification.timezone):
@@ -434,9 +488,9 @@ class Run:
         return kept
 
     async def _spacing(self, todo: list[_Item]) -> list[_Item]:
-        if self.n.min_spacing is None or not todo:
+        if self.policy.min_spacing is None or not todo:
             return todo
-        since = self.n._now() - self.n.min_spacing
+        since = self.parts.now() - self.policy.min_spacing
         recent = await self.ledger.last_sent([i.key.subject for i in todo], since=since)
         taken: set[str] = set(recent)
         kept: list[_Item] = []
@@ -454,7 +508,7 @@ class Run:
     async def _worker(self) -> None:
         me = asyncio.current_task()
         assert me is not None
-        room, ready = self.recorder.room, self.ready
+        room, ready = self.writer.room, self.ready
         while not self.stopping:
             if not room.is_set() or ready.empty():
                 self.idle.add(me)
@@ -477,7 +531,7 @@ class Run:
             async with self.turn(item.notification.target) if self.turn else _NO_TURN:
                 if self.stopping:
                     return  # nothing claimed: nothing to settle
-                await self.claimer.claim(item)
+                await self.writer.claim(item)
                 claim = self.owned.pop(item.index, None)
                 if claim is None:
                     self.finish(item, Outcome.DUPLICATE)
@@ -497,16 +551,16 @@ class Run:
                 interrupted = (
                     decide_uncertain(
                         "interrupted while sending",
-                        self.n.mode,
+                        self.policy.mode,
                         claim.attempt,
-                        self.n.max_attempts,
+                        self.policy.max_attempts,
                     )
                     if started
                     else INTERRUPTED
                 )
-                self.recorder.put(_Entry(item, claim, interrupted))
+                self.writer.put(_Entry(item, claim, interrupted))
             raise
-        self.recorder.put(_Entry(item, claim, decision))
+        self.writer.put(_Entry(item, claim, decision))
 
     def _flooded(self, item: _Item, exc: FloodWaitError) -> None:
         """A flood wait too long to wait out: this item goes back; a bot-wide one ends the run."""
@@ -535,7 +589,7 @@ class Run:
         maker = KeyMaker(self.action)
         for index, notification in enumerate(self.unread, start=self.read):
             try:
-                key = self.n._checked(maker, notification)
+                key = self.parts.check(maker, notification)
             except ValidationError:
                 continue  # never checked: the run that reads it reports it
             self.finish(_Item(index, key, notification), Outcome.RETRY, error=error)
@@ -543,7 +597,7 @@ class Run:
 
     def _too_late(self, claim: Claim) -> Decision | None:
         """Release a claim with too little lease left: another worker may take it soon."""
-        left = claim.lease_until - self.n._now()
+        left = claim.lease_until - self.parts.now()
         if left > self.lease_margin:
             return None
         error = "lease expired before send" if left.total_seconds() <= 0 else "lease nearly over"
@@ -558,7 +612,7 @@ class Run:
         if self.hooks is not None:
             return await self._observed_send(self.hooks, item.notification.target, message, claim)
         try:
-            receipt = await self.n.sender.send(item.notification.target, message)
+            receipt = await self.parts.sender.send(item.notification.target, message)
         except Exception as exc:
             return self._refused(exc, claim)
         return _delivered(receipt)
@@ -572,14 +626,16 @@ class Run:
         sending = SENDING.set(probe)
         started = _clock()
         try:
-            receipt = await self.n.sender.send(target, message)
+            receipt = await self.parts.sender.send(target, message)
         except Exception as exc:
             decision = self._refused(exc, claim)
             probe.refused(exc)
             error: str | None = type(exc).__name__
         except BaseException as exc:
             # Cancelled (or a foreign BaseException) mid-send: recorded as uncertain.
-            interrupted = decide_uncertain("", self.n.mode, claim.attempt, self.n.max_attempts)
+            interrupted = decide_uncertain(
+                "", self.policy.mode, claim.attempt, self.policy.max_attempts
+            )
             event = probe.event(claim.attempt, interrupted.outcome, _clock() - started, None)
             hooks.call("send_finished", handle, replace(event, error=type(exc).__name__))
             raise
@@ -606,7 +662,7 @@ class Run:
                 self.stop(None, hard=False)
         elif isinstance(exc, SendError) and exc.about_message and not self.delivered:
             return self._message_refused(exc)
-        return decide_error(exc, self.n.mode, claim.attempt, self.n.max_attempts)
+        return decide_error(exc, self.policy.mode, claim.attempt, self.policy.max_attempts)
 
     def _message_refused(self, exc: SendError) -> Decision:
         """A refusal of the message while no send of the run was delivered: the message is
@@ -679,7 +735,9 @@ class Run:
             self.kept.append((item.index, result))
         if self.hooks is not None:
             self.hooks.call("on_result", result)
-        self.n._emit(result)
+        if self.on_result is not None:
+            self.on_result(result)
+        self.parts.emit(result)
 
     def recorded(self, entry: _Entry, landed: bool | None) -> None:
         self.active.pop(entry.claim.id, None)
@@ -689,83 +747,166 @@ class Run:
         )
 
 
-class _Claimer:
-    """Claims for the workers; the workers that are ready together share one statement.
+class _Writer:
+    """The run's writes: claims for the workers, and outcomes as soon as they are known.
+
+    One statement carries both: the claims of the workers ready together and the outcomes
+    waiting for their write, so a run pays one round trip and one commit for what would
+    be two. Outcomes no claim comes for (the run's end, every worker sending) are written
+    on their own once the first of them waited `_RECORD_LINGER`, or at once when
+    `_RECORD_EARLY` wait. Up to the ledger's ``claim_lanes`` statements are out at once:
+    while one waits for the database, the workers that come back form the next.
 
     A claim statement, once started, is never abandoned: if the worker that asked was
-    cancelled meanwhile, its won claim is released through the recorder.
+    cancelled meanwhile, its won claim is released by a later write.
     """
 
     def __init__(self, run: Run) -> None:
         self.run = run
-        self.waiting: list[tuple[_Item, asyncio.Future[Claim | None]]] = []
-        # Lanes: each gathers the workers waiting, then runs their claim statement. While
-        # one statement waits for the database, the workers that come back meanwhile form
-        # the next one in the other lane.
+        self.asking: list[tuple[_Item, asyncio.Future[Claim | None]]] = []
+        self.pending: list[_Entry] = []
         self.lanes: set[asyncio.Task[None]] = set()
         self.most = run.ledger._claim_lanes
+        # Workers a claim statement waits for: a lane's share of them.
+        self.share = -(-run.policy.concurrency // self.most)
         self.gathering = False
+        self.linger: asyncio.TimerHandle | None = None
         # The connections the lanes keep (none where the ledger keeps none).
-        self.free: list[Keeper] = list(run.keepers[1:])
+        self.free: list[Keeper] = list(run.keepers)
+        # Set while the backlog has room: the workers wait on it before taking more work.
+        self.room = asyncio.Event()
+        self.room.set()
 
     async def claim(self, item: _Item) -> Claim | None:
         future: asyncio.Future[Claim | None] = asyncio.get_running_loop().create_future()
-        self.waiting.append((item, future))
-        self._open_lane()
+        self.asking.append((item, future))
+        self._open()
         return await future
 
-    def _open_lane(self) -> None:
-        if self.waiting and not self.gathering and len(self.lanes) < self.most:
-            self.gathering = True
-            lane = asyncio.ensure_future(self._lane())
-            self.lanes.add(lane)
-            lane.add_done_callback(self._closed)
+    def put(self, entry: _Entry) -> None:
+        self.pending.append(entry)
+        if len(self.pending) >= _RECORD_BACKLOG:
+            self.room.clear()
+        self._open()
+
+    def _open(self) -> None:
+        """Start a statement if one is due and a lane is free."""
+        if self.gathering or len(self.lanes) >= self.most:
+            return  # a lane that ends (or stops gathering) opens the next
+        if self.asking:
+            self._start(gather=True)
+        elif len(self.pending) >= _RECORD_EARLY:
+            self._start(gather=False)
+        elif self.pending and self.linger is None:
+            self.linger = asyncio.get_running_loop().call_later(_RECORD_LINGER, self._lingered)
+
+    def _lingered(self) -> None:
+        self.linger = None
+        if self.pending and not self.gathering and len(self.lanes) < self.most:
+            self._start(gather=False)
+
+    def _start(self, *, gather: bool) -> None:
+        if self.linger is not None:
+            self.linger.cancel()
+            self.linger = None
+        self.gathering = gather
+        lane = asyncio.ensure_future(self._lane(gather))
+        self.lanes.add(lane)
+        lane.add_done_callback(self._closed)
 
     def _closed(self, lane: asyncio.Task[None]) -> None:
         self.lanes.discard(lane)
-        self._open_lane()
+        self._open()
 
-    async def _lane(self) -> None:
-        run = self.run
+    async def _lane(self, gather: bool) -> None:
         try:
-            # Workers whose turn came in this same moment join in: wait while each pass of
-            # the event loop brings more of them (a worker that just recorded its outcome
-            # is a few passes away from asking again), up to a lane's share of the workers.
-            asked, share = 0, -(-run.n.concurrency // self.most)
-            while asked < len(self.waiting) < share:
-                asked = len(self.waiting)
-                await asyncio.sleep(0)
+            if gather:
+                # Workers whose turn came in this same moment join in: wait while each pass
+                # of the event loop brings more of them (a worker that just handed over
+                # its outcome is a few passes away from asking again), up to a share.
+                asked = 0
+                while asked < len(self.asking) < self.share:
+                    asked = len(self.asking)
+                    await asyncio.sleep(0)
         finally:
             self.gathering = False
-        batch = self.waiting[:share]
-        del self.waiting[:share]
-        self._open_lane()  # the others gather in the other lane meanwhile
+        batch = self.asking[: self.share]
+        del self.asking[: self.share]
+        entries = self.pending[:_RECORD_CHUNK]
+        del self.pending[:_RECORD_CHUNK]
+        if len(self.pending) < _RECORD_BACKLOG:
+            self.room.set()
+        self._open()  # the others gather in the other lane meanwhile
         live = [(item, future) for item, future in batch if not future.done()]
-        if live:
-            await self._statement(live)
-
-    async def _statement(self, live: list[tuple[_Item, asyncio.Future[Claim | None]]]) -> None:
-        """One claim statement for ``live``; each worker's future gets its claim (or None)."""
-        run = self.run
-        hooks = run.hooks
-        started = 0.0 if hooks is None else _clock()
+        if not (live or entries):
+            return
         keeper = self.free.pop() if self.free else None
         try:
-            claims = await run.ledger._claim_keys(
-                _distinct(item.key for item, _ in live), run.options, keeper
-            )
-        except Exception as exc:
-            for _, future in live:
-                if not future.done():
-                    future.set_exception(exc)
-            return
+            landed, outcome = await self._statement(live, entries, keeper)
         finally:
             if keeper is not None:
                 self.free.append(keeper)
-        if hooks is not None:
+        self._claimed(live, outcome)
+        for entry, ok in zip(entries, landed, strict=True):
+            try:
+                self.run.recorded(entry, ok)
+            except Exception as exc:  # an on_result callback of the caller's failed
+                self.run.stop(exc, hard=False)
+
+    async def _statement(
+        self,
+        live: list[tuple[_Item, asyncio.Future[Claim | None]]],
+        entries: list[_Entry],
+        keeper: Keeper | None,
+    ) -> tuple[list[bool | None], list[Claim] | Exception]:
+        """Write ``entries`` and claim for ``live`` (either may be empty): whether each
+        entry landed, and the won claims (or why the claim failed)."""
+        run = self.run
+        hooks = run.hooks
+        keys = _distinct(item.key for item, _ in live)
+        started = 0.0 if hooks is None else _clock()
+        outcome: list[Claim] | Exception
+        landed: list[bool | None]
+        if not keys:
+            return await self._record(entries, keeper), []
+        try:
+            if entries:
+                both = await run.ledger._write(_marks(entries), keys, run.options, keeper)
+                landed, outcome = list(both[0]), both[1]
+            else:
+                landed, outcome = [], await run.ledger._claim_keys(keys, run.options, keeper)
+        except LedgerUnavailableError as exc:
+            # The database went away: the claims fail as a claim alone would (their rows
+            # released by token, if they were won); the outcomes get the recorder's retry.
+            landed, outcome = await self._record(entries, keeper), exc
+        except Exception as exc:
+            if not entries:
+                return [], exc
+            # Refused: by an outcome's value, most likely (a sender's text), or by the
+            # claims. Each part alone, so that one bad row costs only its own.
+            landed = await self._record(entries, keeper)
+            try:
+                outcome = await run.ledger._claim_keys(keys, run.options, keeper)
+            except Exception as again:
+                outcome = again
+        if hooks is not None and not isinstance(outcome, Exception):
             seconds = _clock() - started
-            hooks.call("claimed", run.action, seconds, len(live), len(claims))
-        won = {slot(c.key): c for c in claims}
+            hooks.call("claimed", run.action, seconds, len(live), len(outcome))
+        return landed, outcome
+
+    def _claimed(
+        self,
+        live: list[tuple[_Item, asyncio.Future[Claim | None]]],
+        outcome: list[Claim] | Exception,
+    ) -> None:
+        """Each worker's future gets its claim (or None), or the claim's failure."""
+        run = self.run
+        if isinstance(outcome, Exception):
+            for _, future in live:
+                if not future.done():
+                    future.set_exception(outcome)
+            return
+        won = {slot(c.key): c for c in outcome}
         now = time.monotonic()
         for item, future in live:
             claim = won.get(slot(item.key))
@@ -776,67 +917,31 @@ class _Claimer:
                     run.owned[item.index] = claim
                 future.set_result(claim)
             elif claim is not None:  # its worker was cancelled while this ran
-                run.recorder.put(_Entry(item, claim, INTERRUPTED))
+                self.put(_Entry(item, claim, INTERRUPTED))
 
     async def drain(self) -> None:
-        while self.lanes:
+        while self.lanes or self.pending or self.asking:
+            if not self.lanes:
+                self._start(gather=False)
             await asyncio.wait(set(self.lanes))
 
-
-class _Recorder:
-    """Writes outcomes as soon as they are known, grouped while the last write runs."""
-
-    def __init__(self, run: Run) -> None:
-        self.run = run
-        self.pending: list[_Entry] = []
-        self.task: asyncio.Task[None] | None = None
-        self.keeper: Keeper | None = run.keepers[0] if run.keepers else None
-        # Set while the backlog has room: the workers wait on it before taking more work.
-        self.room = asyncio.Event()
-        self.room.set()
-
-    def put(self, entry: _Entry) -> None:
-        self.pending.append(entry)
-        if len(self.pending) >= _RECORD_BACKLOG:
-            self.room.clear()
-        if self.task is None or self.task.done():
-            self.task = asyncio.ensure_future(self._loop())
-
-    async def _loop(self) -> None:
-        while self.pending:
-            if len(self.pending) < _RECORD_EARLY:
-                # Let outcomes arriving in the next few milliseconds share the statement.
-                await asyncio.sleep(_RECORD_LINGER)
-            batch = self.pending[:_RECORD_CHUNK]
-            del self.pending[:_RECORD_CHUNK]
-            if len(self.pending) < _RECORD_BACKLOG:
-                self.room.set()
-            landed = await self._write(batch)
-            for entry, ok in zip(batch, landed, strict=True):
-                try:
-                    self.run.recorded(entry, ok)
-                except Exception as exc:  # an on_result callback of the caller's failed
-                    self.run.stop(exc, hard=False)
-
-    async def drain(self) -> None:
-        while self.task is not None and not self.task.done():
-            await asyncio.wait([self.task])
-
-    async def _write(self, batch: list[_Entry], *, retried: bool = False) -> list[bool | None]:
+    async def _record(
+        self, batch: list[_Entry], keeper: Keeper | None, *, retried: bool = False
+    ) -> list[bool | None]:
         """Mark ``batch``; True landed, False lease lost, None the ledger failed.
 
         A batch the database refuses is written row by row, so one row it cannot store
         costs only that row's detail (then, as a last resort, only that row).
         """
-        marks = [
-            (e.claim, e.decision.status, detail(e.decision), counts(e.decision)) for e in batch
-        ]
+        if not batch:
+            return []
+        marks = _marks(batch)
         try:
-            return list(await self.run.ledger._mark_checked(marks, self.keeper))
+            return list(await self.run.ledger._mark_checked(marks, keeper))
         except LedgerUnavailableError as exc:
             if not retried:
                 await asyncio.sleep(0.25)  # a blip (failover, a dropped connection)
-                return await self._write(batch, retried=True)
+                return await self._record(batch, keeper, retried=True)
             return self._lost(batch, exc)
         except Exception as exc:
             # Refused (a value the database or its driver cannot take), or a failure of
@@ -844,12 +949,14 @@ class _Recorder:
             if len(batch) > 1:
                 landed: list[bool | None] = []
                 for entry in batch:
-                    landed += await self._write([entry], retried=retried)
+                    landed += await self._record([entry], keeper, retried=retried)
                 return landed
             if marks[0][2] is not None:
                 entry = batch[0]
                 bare = replace(entry.decision, error=None, receipt=None)
-                return await self._write([_Entry(entry.item, entry.claim, bare)], retried=True)
+                return await self._record(
+                    [_Entry(entry.item, entry.claim, bare)], keeper, retried=True
+                )
             return self._lost(batch, exc)
 
     @staticmethod
@@ -862,6 +969,11 @@ class _Recorder:
             type(exc.__cause__ or exc).__name__,
         )
         return [None] * len(batch)
+
+
+def _marks(batch: list[_Entry]) -> list[Mark]:
+    """What the ledger writes for ``batch``: (claim, status, detail, counted) each."""
+    return [(e.claim, e.decision.status, detail(e.decision), counts(e.decision)) for e in batch]
 
 
 def _delivered(receipt: Receipt) -> Decision:

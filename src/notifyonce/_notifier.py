@@ -34,7 +34,7 @@ from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequen
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
-from notifyonce._dispatch import Keep, Run
+from notifyonce._dispatch import Keep, Parts, Policy, Run
 from notifyonce._errors import SenderConfigError, ValidationError, ValidationTypeError
 from notifyonce._keys import KeyMaker, SlotKey, normalize_action
 from notifyonce._ledger.ledger import AsyncLedger
@@ -223,8 +223,6 @@ class Notifier:
         self._last_sweep: dict[str, float] = {}  # per action: sweeps are scoped to actions
         self._last_ticks: dict[Schedule, dt.datetime] = {}
         self._sweep_lock = asyncio.Lock()
-        # Told of each send_many run as it starts: a Broadcast keeps it to stop it gently.
-        self._on_run: Callable[[Run], None] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -296,6 +294,19 @@ class Notifier:
             asyncio.CancelledError: The run was cancelled. Sends under way were recorded
                 as uncertain, claims not yet sent were freed, before this is raised.
         """
+        return await self._send_many(action, notifications)
+
+    async def _send_many(
+        self,
+        action: str,
+        notifications: _Notifications,
+        *,
+        on_result: Callable[[Result], None] | None = None,
+        on_run: Callable[[Run], None] | None = None,
+    ) -> Report:
+        """`send_many`, with a hook of the run's own for its results (called before the
+        Notifier's ``on_result``) and one told of the run as it starts (a Broadcast keeps
+        it, to stop it gently)."""
         normalize_action(action)
         report = Report(dry_run=self.dry_run)
         streamed = not isinstance(notifications, Sequence)
@@ -313,9 +324,11 @@ class Notifier:
         )
         report.swept = await self._maybe_sweep(action)
         try:
-            run = Run(self, action, report, keep, keys)
-            if self._on_run is not None:
-                self._on_run(run)
+            run = Run(
+                self._policy(), self._parts(), action, report, keep, keys, on_result=on_result
+            )
+            if on_run is not None:
+                on_run(run)
             await run.execute(notifications)
         except SenderConfigError as exc:
             # Once, and plainly: the per-slot lines only say the slots were released.
@@ -451,16 +464,27 @@ class Notifier:
             due = last is None or time.monotonic() - last >= self.sweep_every.total_seconds()
             return await self.sweep([action]) if due else None
 
-    @property
-    def _claim_limit(self) -> int | None:
-        """The take-over bound of claims (and of the look-up that skips finished slots)."""
-        return self.max_attempts if self.mode is DeliveryMode.AT_LEAST_ONCE else None
+    def _policy(self) -> Policy:
+        """This Notifier's options as a run keeps them: read once, when it starts."""
+        return Policy(
+            mode=self.mode,
+            max_attempts=self.max_attempts,
+            concurrency=self.concurrency,
+            batch_size=self.batch_size,
+            min_spacing=self.min_spacing,
+            quiet_hours=self.quiet_hours,
+            dry_run=self.dry_run,
+        )
 
-    @property
-    def _take_expired(self) -> bool:
-        """Whether claims take over expired ones: at least once only (its worker may
-        have sent; at most once leaves that to the sweep, which makes it UNKNOWN)."""
-        return self.mode is DeliveryMode.AT_LEAST_ONCE
+    def _parts(self) -> Parts:
+        return Parts(
+            ledger=self.ledger,
+            sender=self.sender,
+            check=self._checked,
+            now=self._now,
+            emit=self._emit,
+            observer=self.observer,
+        )
 
     def _checked(self, keys: KeyMaker, item: object) -> SlotKey:
         """Check one notification (and ask the sender's ``check``); its slot key."""

@@ -29,7 +29,7 @@ from notifyonce._errors import LedgerError, LedgerUnavailableError, ValidationEr
 from notifyonce._keys import SlotKey
 from notifyonce._ledger.checks import ClaimOptions, check_bool, check_lease, check_positive_int
 from notifyonce._ledger.claim import Claim
-from notifyonce._ledger.dialects import Dialect, dialect_for, mark_params
+from notifyonce._ledger.dialects import Dialect, MarkRow, dialect_for, mark_params
 from notifyonce._ledger.execute import (
     AsyncpgLink,
     ConnectionLink,
@@ -274,6 +274,8 @@ class LedgerCore:
     def now(self) -> dt.datetime:
         """The ledger's current time, aware, in UTC: the caller's clock if one was given,
         else the database server's (the local clock corrected by the last reading)."""
+        if self.local_clock is _utc_now:  # the host's clock: aware, UTC, nothing to check
+            return dt.datetime.now(dt.timezone.utc) + self._offset
         now = self.local_clock()
         if not isinstance(now, dt.datetime) or now.utcoffset() is None:
             raise ValidationError("clock", "must return an aware datetime")
@@ -497,26 +499,41 @@ class LedgerCore:
     ) -> list[Claim]:
         """Claim ``keys`` (distinct, one action, in index order) in one statement, with one
         token each (`claim_batch`); return the won ones."""
+        params, limited = self._claim_params(action, options)
+        won = self.dialect.claim(link, params, keys, tokens, options.take_expired, limited)
+        return _won(keys, tokens, won, params["lease_until"])
+
+    def write(
+        self,
+        link: Link,
+        results: Sequence[Mark],
+        action: str,
+        keys: Sequence[SlotKey],
+        options: ClaimOptions,
+        tokens: Sequence[int],
+    ) -> tuple[list[bool], list[Claim]]:
+        """Mark ``results`` and claim ``keys`` (as `claim_keys` takes them) together: one
+        statement where the database allows, else one transaction. One bool per result,
+        and the won claims."""
+        if not results:
+            return [], self.claim_keys(link, action, keys, options, tokens)
+        if not keys:
+            return self.mark_many(link, results), []
+        params, limited = self._claim_params(action, options)
+        landed, won = self.dialect.write(
+            link, _mark_rows(results), params, keys, tokens, options.take_expired, limited
+        )
+        claims = _won(keys, tokens, won, params["lease_until"])
+        return [mark[0].id in landed for mark in results], claims
+
+    def _claim_params(self, action: str, options: ClaimOptions) -> tuple[dict[str, Any], bool]:
+        """A claim statement's shared parameters, and whether it is bound by attempts."""
         now = self.now()
-        ordered = keys
-        by_token = dict(zip(tokens, ordered, strict=True))
-        params: dict[str, Any] = {
-            "action": action,
-            "lease_until": now + options.lease,
-            "now": now,
-        }
+        params: dict[str, Any] = {"action": action, "lease_until": now + options.lease, "now": now}
         limited = options.take_expired and options.max_attempts is not None
         if limited:
             params["max_attempts"] = options.max_attempts
-        won = self.dialect.claim(link, params, ordered, tokens, options.take_expired, limited)
-        # Every won row took this statement's lease_until (inserted or taken over), so it
-        # is not read back: one timestamp less to decode per row.
-        lease_until = params["lease_until"]
-        return [
-            Claim(by_token[token], row_id, token, attempt, lease_until)
-            for row_id, token, attempt in won
-            if token in by_token
-        ]
+        return params, limited
 
     def release_lost(
         self, conn: Connection, keys: Sequence[SlotKey], tokens: Sequence[int]
@@ -597,11 +614,7 @@ class LedgerCore:
         """
         landed: set[int] = set()
         for start in range(0, len(results), MARK_CHUNK):
-            chunk = results[start : start + MARK_CHUNK]
-            rows = sorted(
-                (c.id, c.token, status.value, detail, c.attempt if counted else c.attempt - 1)
-                for c, status, detail, counted in chunk
-            )
+            rows = _mark_rows(results[start : start + MARK_CHUNK])
             landed |= self.dialect.mark_many(link, rows, self.now())
         return [mark[0].id in landed for mark in results]
 
@@ -806,6 +819,30 @@ class LedgerCore:
             chunk = ids[start : start + 500]
             conn.execute(sa.update(t).where(t.c.id.in_(chunk), cond).values(released))
         return keys
+
+
+def _won(
+    keys: Sequence[SlotKey], tokens: Sequence[int], won: Sequence[Any], lease_until: dt.datetime
+) -> list[Claim]:
+    """The claims of the rows a claim statement won (``id``, ``token``, ``attempt`` each).
+
+    Every won row took the statement's ``lease_until`` (inserted or taken over), so it is
+    not read back: one timestamp less to decode per row.
+    """
+    by_token = dict(zip(tokens, keys, strict=True))
+    return [
+        Claim(by_token[token], row_id, token, attempt, lease_until)
+        for row_id, token, attempt in won
+        if token in by_token
+    ]
+
+
+def _mark_rows(results: Sequence[Mark]) -> list[MarkRow]:
+    """Marks as the dialect writes them, in row order (against deadlocks)."""
+    return sorted(
+        (c.id, c.token, status.value, detail, c.attempt if counted else c.attempt - 1)
+        for c, status, detail, counted in results
+    )
 
 
 def _record(row: Any) -> SlotRecord:

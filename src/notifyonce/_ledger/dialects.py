@@ -184,6 +184,8 @@ class Dialect:
     claim_is_one_statement: ClassVar[bool] = True
     #: ``mark_many`` of any size is one statement.
     mark_is_one_statement: ClassVar[bool] = False
+    #: `write` (marks and a claim together) is one statement.
+    write_is_one_statement: ClassVar[bool] = False
     #: One statement in its own transaction runs in autocommit (saves BEGIN and COMMIT).
     autocommit_single_statements: ClassVar[bool] = False
     #: An OperationalError means the database is unreachable (SQLite's: "locked", busy).
@@ -269,6 +271,21 @@ class Dialect:
         ``max_attempts``.
         """
         raise NotImplementedError
+
+    def write(
+        self,
+        link: Link,
+        rows: Sequence[MarkRow],
+        params: dict[str, Any],
+        ordered: Sequence[SlotKey],
+        tokens: Sequence[int],
+        take_expired: bool,
+        limited: bool,
+    ) -> tuple[set[int], Sequence[Any]]:
+        """`mark_many` of ``rows`` and `claim` of ``ordered``, in the caller's transaction:
+        the ids that landed and the won rows. (Default: one after the other.)"""
+        landed = self.mark_many(link, rows, params["now"])
+        return landed, self.claim(link, params, ordered, tokens, take_expired, limited)
 
     # -- look-ups ---------------------------------------------------------------------
 
@@ -397,6 +414,7 @@ class PostgreSQL(Dialect):
     claim_lanes = 2
     skip_locked = True
     mark_is_one_statement = True
+    write_is_one_statement = True
     autocommit_single_statements = True
 
     def is_retryable(self, orig: object) -> bool:
@@ -415,10 +433,7 @@ class PostgreSQL(Dialect):
             _numbered(params, ordered, tokens)
             rows = 1
         else:
-            params["subjects"] = [k.subject for k in ordered]
-            params["cycles"] = [k.cycle for k in ordered]
-            params["cycle_ats"] = [k.cycle_at for k in ordered]
-            params["tokens"] = list(tokens)
+            _claim_arrays(params, ordered, tokens)
             rows = 0
         shape = ("claim", rows, take_expired, limited)
         compiled = self.compiled(
@@ -441,7 +456,7 @@ class PostgreSQL(Dialect):
                 sa.bindparam(
                     "cycle_ats", type_=postgresql.ARRAY(postgresql.TIMESTAMP(timezone=True))
                 ),
-                sa.bindparam("tokens", type_=postgresql.ARRAY(sa.BigInteger)),
+                sa.bindparam("claim_tokens", type_=postgresql.ARRAY(sa.BigInteger)),
             )
             .table_valued("subject", "cycle", "cycle_at", "token")
             .render_derived()
@@ -504,34 +519,63 @@ class PostgreSQL(Dialect):
         # One statement in autocommit: no lock taken beforehand, no BEGIN, no COMMIT.
         if len(rows) == 1:
             return super().mark_many(link, rows, now)
-        t = self.table
-
-        def build() -> sa.ClauseElement:
-            v = _arrays(
-                "v",
-                ids=sa.BigInteger,
-                tokens=sa.BigInteger,
-                statuses=sa.Text,
-                details=sa.Text,
-                attempts=sa.Integer,
-            )
-            return (
-                sa.update(t)
-                .where(t.c.id == v.c.ids, t.c.token == v.c.tokens, _still_claimed(t))
-                .values(_batch_mark_values(t, v.c.statuses, v.c.details, v.c.attempts))
-                .returning(t.c.id)
-            )
-
-        compiled = self.compiled(link.dialect, ("mark-many",), build)
-        params = {
-            "ids": [r[0] for r in rows],
-            "tokens": [r[1] for r in rows],
-            "statuses": [r[2] for r in rows],
-            "details": [r[3] for r in rows],
-            "attempts": [r[4] for r in rows],
-            "now": now,
-        }
+        compiled = self.compiled(link.dialect, ("mark-many",), self._build_marks)
+        params: dict[str, Any] = {"now": now}
+        _mark_arrays(params, rows)
         return {row_id for (row_id,) in link.rows(compiled, params)}
+
+    def _build_marks(self) -> Any:
+        t = self.table
+        v = _arrays(
+            "v",
+            mark_ids=sa.BigInteger,
+            mark_tokens=sa.BigInteger,
+            mark_statuses=sa.Text,
+            mark_details=sa.Text,
+            mark_attempts=sa.Integer,
+        )
+        return (
+            sa.update(t)
+            .where(t.c.id == v.c.mark_ids, t.c.token == v.c.mark_tokens, _still_claimed(t))
+            .values(_batch_mark_values(t, v.c.mark_statuses, v.c.mark_details, v.c.mark_attempts))
+            .returning(t.c.id)
+        )
+
+    def write(
+        self,
+        link: Link,
+        rows: Sequence[MarkRow],
+        params: dict[str, Any],
+        ordered: Sequence[SlotKey],
+        tokens: Sequence[int],
+        take_expired: bool,
+        limited: bool,
+    ) -> tuple[set[int], Sequence[Any]]:
+        # One statement: the marks' UPDATE and the claims' INSERT as two data-modifying
+        # CTEs, their RETURNING rows told apart by a first column. They touch distinct
+        # rows (a slot is claimed again only once its outcome is written), so neither
+        # sees or waits for the other; both commit together, in autocommit.
+        def build() -> sa.ClauseElement:
+            marked = self._build_marks().cte("marked")
+            claim: Any = self._build_claim(0, take_expired, limited)
+            claimed = claim.cte("claimed")
+            none = sa.null()
+            return sa.union_all(
+                sa.select(sa.literal(0), marked.c.id, sa.cast(none, sa.BigInteger), none),
+                sa.select(sa.literal(1), claimed.c.id, claimed.c.token, claimed.c.attempt),
+            )
+
+        compiled = self.compiled(link.dialect, ("write", take_expired, limited), build)
+        _mark_arrays(params, rows)
+        _claim_arrays(params, ordered, tokens)
+        landed: set[int] = set()
+        won: list[Any] = []
+        for kind, row_id, token, attempt in link.rows(compiled, params):
+            if kind:
+                won.append((row_id, token, attempt))
+            else:
+                landed.add(row_id)
+        return landed, won
 
     def renew(
         self, link: Link, pairs: Sequence[tuple[int, int]], until: dt.datetime
@@ -556,6 +600,25 @@ def _arrays(name: str, **columns: Any) -> Any:
     """``unnest(:a, :b, ...) AS name(a, b, ...)``: one bound array per column."""
     binds = [sa.bindparam(c, type_=postgresql.ARRAY(item)) for c, item in columns.items()]
     return sa.func.unnest(*binds).table_valued(*columns).render_derived(name=name)
+
+
+def _claim_arrays(
+    params: dict[str, Any], ordered: Sequence[SlotKey], tokens: Sequence[int]
+) -> None:
+    """The keys and tokens of a claim as the arrays of `PostgreSQL._insert`."""
+    params["subjects"] = [k.subject for k in ordered]
+    params["cycles"] = [k.cycle for k in ordered]
+    params["cycle_ats"] = [k.cycle_at for k in ordered]
+    params["claim_tokens"] = list(tokens)
+
+
+def _mark_arrays(params: dict[str, Any], rows: Sequence[MarkRow]) -> None:
+    """Marks as the arrays of `PostgreSQL._build_marks`."""
+    params["mark_ids"] = [r[0] for r in rows]
+    params["mark_tokens"] = [r[1] for r in rows]
+    params["mark_statuses"] = [r[2] for r in rows]
+    params["mark_details"] = [r[3] for r in rows]
+    params["mark_attempts"] = [r[4] for r in rows]
 
 
 def _still_claimed(table: sa.Table) -> sa.ColumnElement[bool]:

@@ -183,16 +183,36 @@ class _LedgerBase(Generic[EngineT]):
         """``checked``: the results come from the Notifier, which made the claims and
         statuses itself; only the details (from a sender) are made storable."""
         if checked:
-            results = [
-                (claim, status, None if detail is None else storable_detail(status, detail), n)
-                for claim, status, detail, n in results
-            ]
+            results = _storable(results)
         core = self._core
         # One statement needs no transaction around it; several must land together.
         one = len(results) <= 1 or (
             core.dialect.mark_is_one_statement and len(results) <= MARK_CHUNK
         )
         return Plan(partial(core.mark_many, results=results), autocommit=one)
+
+    def _plan_write(
+        self, results: Sequence[Mark], keys: list[SlotKey], options: ClaimOptions
+    ) -> Plan[tuple[list[bool], list[Claim]]]:
+        """Record the Notifier's ``results`` (as `_plan_marks` with ``checked``) and claim
+        ``keys`` (as `_plan_claim_keys`) together: one statement where the database
+        allows, else one transaction, so a run's outcomes ride on its next claim's round
+        trip and commit. If it fails, the rows the claim may have won are released by
+        their tokens (``undo``)."""
+        core = self._core
+        marks = _storable(results)
+        ordered, tokens = core.claim_batch(keys)
+        undo = Plan(partial(core.release_lost, keys=ordered, tokens=tokens), on_link=False)
+        body = partial(
+            core.write,
+            results=marks,
+            action=keys[0].action,
+            keys=ordered,
+            options=options,
+            tokens=tokens,
+        )
+        one = core.dialect.write_is_one_statement and len(marks) <= MARK_CHUNK
+        return Plan(body, autocommit=one, undo=undo)
 
     def _plan_renew(self, claims: object, lease: object) -> Plan[list[bool]]:
         if isinstance(claims, (str, bytes)) or not isinstance(claims, Iterable):
@@ -353,6 +373,15 @@ class _LedgerBase(Generic[EngineT]):
         return self._core.dialect.claim_lanes
 
 
+def _storable(results: Sequence[Mark]) -> list[Mark]:
+    """The Notifier's marks with their details made storable (its claims and statuses are
+    its own; the details come from a sender)."""
+    return [
+        (claim, status, None if detail is None else storable_detail(status, detail), n)
+        for claim, status, detail, n in results
+    ]
+
+
 def _in_order(keys: list[SlotKey], won: list[Claim]) -> list[Claim]:
     """The won claims of ``claim_many`` in input order (each chunk claims in index order)."""
     by_key = {claim.key: claim for claim in won}
@@ -505,6 +534,17 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
     ) -> list[SlotKey]:
         """``not_claimable`` of checked keys."""
         return await self._run(self._plan_lookup_keys(keys, options))
+
+    async def _write(
+        self,
+        results: Sequence[Mark],
+        keys: list[SlotKey],
+        options: ClaimOptions,
+        keeper: Keeper | None = None,
+    ) -> tuple[list[bool], list[Claim]]:
+        """`_mark_checked` of ``results`` and `_claim_keys` of ``keys`` in one round trip
+        where the database allows (one transaction elsewhere)."""
+        return await self._run(self._plan_write(results, keys, options), keeper=keeper)
 
     async def _mark_checked(
         self, results: Sequence[Mark], keeper: Keeper | None = None

@@ -1,0 +1,159 @@
+"""Benchmark `notifyonce broadcast --paid`: the command as a user runs it, on PostgreSQL.
+
+Run:  eval "$(scripts/services.sh)" && .venv/bin/python bench/bench_broadcast.py \\
+          [--chats 10000] [--latency 0.02] [--concurrency 64] [--rounds 2] [--rate 1000 0]
+
+Each round runs the command once per ``--rate`` (1000: ``--paid``'s own limit; 0: no
+limiter, the same pipeline without pacing) in a child process, to ``--chats`` new chats
+of a recipients file, against the local Bot API server of the tests in a process of its
+own answering after ``--latency`` seconds, with the ledger on PostgreSQL (a table of its
+own per run). It prints, per run: messages per second over the whole command (start-up
+and summary included), over the sends alone (first to last delivery the server saw),
+the command's CPU time per message, and the server's busiest second (which must stay at
+or under the limit).
+
+The physical limit is the limit itself: Telegram's paid lane allows 1,000 msg/s, and
+the local server answers every request after ``--latency``; ``--rate 0`` shows how far
+the pipeline is from it when nothing paces it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from bench_telegram import serve, server_url
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+TOKEN = "123456:BENCH-token"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pg_url() -> str:
+    url = os.environ.get("NOTIFYONCE_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/test")
+    return make_url(url).render_as_string(False)
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_once(
+    url: str, ask: object, chats: int, concurrency: int, rate: float, workdir: Path
+) -> dict[str, float]:
+    """One command to ``chats`` new chats; its figures."""
+    recipients = workdir / "recipients.txt"
+    recipients.write_text("".join(f"{1_000_000 + n}\n" for n in range(chats)))
+    message = workdir / "text.txt"
+    message.write_text("The new tariff starts on Monday.")
+    table = f"bench_bc_{uuid.uuid4().hex[:8]}"
+    command = [
+        sys.executable,
+        "-m",
+        "notifyonce",
+        "broadcast",
+        "--database-url",
+        pg_url(),
+        "--table",
+        table,
+        "--recipients-file",
+        str(recipients),
+        "--text-file",
+        str(message),
+        "--action",
+        "news",
+        "--campaign",
+        table,
+        "--base-url",
+        url,
+        "--paid",
+        "--concurrency",
+        str(concurrency),
+        "--rate",
+        str(rate),
+        "--progress-every",
+        "3600",
+    ]
+    env = {**os.environ, "NOTIFYONCE_BOT_TOKEN": TOKEN, "PYTHONPATH": str(ROOT / "src")}
+    assert callable(ask)
+    ask("reset")
+    subprocess.run(
+        [sys.executable, "-m", "notifyonce", "migrate", "--database-url", pg_url()]
+        + ["--table", table],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+    cpu = children_cpu()
+    start = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    used = children_cpu() - cpu
+    if done.returncode != 0:
+        raise RuntimeError(f"broadcast exited {done.returncode}: {done.stderr[-2000:]}")
+    seen = ask("stats")
+    assert isinstance(seen, dict)
+    assert seen["deliveries"] == chats, (seen["deliveries"], done.stdout[-500:])
+    times = sorted(seen["times"])
+    sending = times[-1] - times[0]
+    engine = create_engine(make_url(pg_url()).set(drivername="postgresql+psycopg"))
+    with engine.begin() as conn:
+        names = conn.execute(
+            text("SELECT tablename FROM pg_tables WHERE tablename LIKE :p"), {"p": f"{table}%"}
+        ).scalars()
+        for name in list(names):
+            conn.execute(text(f'DROP TABLE "{name}"'))
+    engine.dispose()
+    return {
+        "overall": chats / wall,
+        "sending": (chats - 1) / sending if sending > 0 else float("inf"),
+        "cpu_ms": used / chats * 1000,
+        "busiest": float(seen["busiest"]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chats", type=int, default=10_000)
+    parser.add_argument("--latency", type=float, default=0.02)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rate", type=float, nargs="+", default=[1000.0, 0.0])
+    args = parser.parse_args()
+    parent, child = mp.Pipe()
+    process = mp.get_context("spawn").Process(target=serve, args=(child, args.latency))
+    process.start()
+    url = server_url(parent, process)
+
+    def ask(command: object) -> object:
+        parent.send(command)
+        return parent.recv()
+
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for round_ in range(args.rounds):
+                for rate in args.rate:
+                    f = run_once(url, ask, args.chats, args.concurrency, rate, Path(tmp))
+                    print(
+                        f"round {round_ + 1}, --rate {rate:g}: {f['overall']:,.0f} msg/s overall, "
+                        f"{f['sending']:,.0f} msg/s sending, {f['cpu_ms']:.2f} ms CPU per "
+                        f"message, busiest second {f['busiest']:.0f}",
+                        flush=True,
+                    )
+    finally:
+        ask("stop")
+        process.join(10)
+
+
+if __name__ == "__main__":
+    main()
