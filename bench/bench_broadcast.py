@@ -88,8 +88,16 @@ def run_once(
     assert callable(ask)
     ask("reset")
     subprocess.run(
-        [sys.executable, "-m", "notifyonce", "migrate", "--database-url", pg_url()]
-        + ["--table", table],
+        [
+            sys.executable,
+            "-m",
+            "notifyonce",
+            "migrate",
+            "--database-url",
+            pg_url(),
+            "--table",
+            table,
+        ],
         check=True,
         env=env,
         capture_output=True,

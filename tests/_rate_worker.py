@@ -96,13 +96,18 @@ async def send_many(
         ledger = AsyncLedger(engine, table_name=config["ledger"])
         delay = float(config.get("claim_delay", 0.0))
         if delay:  # every claim statement that much slower, as on a busy database
-            claim_keys = ledger._claim_keys
+            claim_keys, write = ledger._claim_keys, ledger._write
 
             async def slow_claims(*args: Any) -> Any:
                 await asyncio.sleep(delay)
                 return await claim_keys(*args)
 
+            async def slow_writes(*args: Any) -> Any:  # outcomes with the next claims
+                await asyncio.sleep(delay)
+                return await write(*args)
+
             ledger._claim_keys = slow_claims  # type: ignore[method-assign]
+            ledger._write = slow_writes  # type: ignore[method-assign]
         items = [Notification(chat, "bench", Message(f"m{n}")) for n, chat in enumerate(chats)]
         report = await Notifier(ledger, sender).send_many("shared_limit", items)
     finally:

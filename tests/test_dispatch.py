@@ -19,6 +19,7 @@ from notifyonce import (
     DeliveryMode,
     Ledger,
     LedgerError,
+    LedgerUnavailableError,
     Message,
     Notification,
     Notifier,
@@ -37,6 +38,7 @@ from notifyonce.testing import FakeSender
 
 from ._clocks import WallClock
 from ._fakes import CountedTurns
+from ._ledger_seams import ApartLedger, write_apart
 
 UTC = dt.timezone.utc
 CYCLE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
@@ -159,7 +161,7 @@ async def test_finished_slots_take_no_turn(ledger: AsyncLedger) -> None:
 # -- cancellation at every moment ---------------------------------------------------------------
 
 
-class ProbedLedger(AsyncLedger):
+class ProbedLedger(ApartLedger):
     """An AsyncLedger that pauses at one named moment and says when it got there."""
 
     def __init__(self, *args: Any, moment: str, **kwargs: Any) -> None:
@@ -299,7 +301,7 @@ async def test_a_foreign_base_exception_stops_every_send(ledger: AsyncLedger) ->
     assert 8 == report.counts[Outcome.DUPLICATE]
 
 
-class HeldMarks(AsyncLedger):
+class HeldMarks(ApartLedger):
     """Its outcome writes say when they start, then wait for ``go`` (at most 2 s)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -405,7 +407,7 @@ async def test_unstorable_receipts_cost_nothing(ledger: AsyncLedger) -> None:
     assert {"sent": 5, "unknown": 1} == dict(await statuses(ledger))
 
 
-class RefusingLedger(AsyncLedger):
+class RefusingLedger(ApartLedger):
     """A database that refuses any write carrying one poisoned detail."""
 
     async def _mark_checked(self, results: Any, *args: Any) -> list[bool]:
@@ -439,12 +441,73 @@ async def test_a_refused_row_is_isolated(ledger: AsyncLedger, clock: WallClock) 
     assert None is record.last_error
 
 
+class RefusingWrites(RefusingLedger):
+    """A database whose combined write (outcomes with the next claims) fails once with
+    ``fault`` when it carries the poisoned detail; marks apart refuse it as
+    `RefusingLedger` does, claims apart work."""
+
+    def __init__(self, *args: Any, fault: LedgerError, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fault = fault
+        self.faults = 0
+
+    async def _write(self, results: Any, keys: Any, *args: Any) -> Any:
+        if any(mark[2] == "poison" for mark in results) and not self.faults:
+            self.faults += 1
+            raise self.fault
+        return await AsyncLedger._write(self, results, keys, *args)
+
+
+async def test_a_refused_write_of_outcomes_and_claims_costs_only_the_bad_row(
+    ledger: AsyncLedger, clock: WallClock
+) -> None:
+    """The write carrying an unstorable outcome and the next claims is refused: the
+    outcomes are written apart (the bad one bare), the claims made alone, and the run goes
+    on to the end."""
+    refusing = RefusingWrites(
+        ledger.engine,
+        table_name=ledger.table_name,
+        clock=clock,
+        fault=LedgerError("database error (DataError: value refused)"),
+    )
+    sender = FakeSender()
+    sender.fail_next(TransientSendError("poison"), recipient="0")
+    report = await Notifier(refusing, sender, concurrency=1).send_many(ACTION, items(5))
+    assert 1 == refusing.faults
+    assert (4, 1) == (report.counts[Outcome.SENT], report.counts[Outcome.RETRY])
+    assert {"sent": 4, "released": 1} == dict(await statuses(ledger))
+    record = await ledger.get(ACTION, 0, CYCLE)
+    assert record is not None
+    assert None is record.last_error
+
+
+async def test_a_write_of_outcomes_and_claims_that_loses_the_database_stops_the_run(
+    ledger: AsyncLedger, clock: WallClock
+) -> None:
+    """The database goes away during the write of an outcome with the next claim: the
+    claim fails as a claim alone would (the run stops with the ledger's error, nothing
+    left claimed), and the outcome gets its own retry."""
+    lost = RefusingWrites(
+        ledger.engine,
+        table_name=ledger.table_name,
+        clock=clock,
+        fault=LedgerUnavailableError("database unavailable (OSError: connection reset)"),
+    )
+    sender = FakeSender()
+    sender.fail_next(TransientSendError("poison"), recipient="0")
+    with pytest.raises(LedgerUnavailableError):
+        await Notifier(lost, sender, concurrency=1).send_many(ACTION, items(5))
+    assert 1 == lost.faults
+    assert {"released": 1} == dict(await statuses(ledger))
+    assert 1 == len(sender.records)
+
+
 async def test_a_lost_ledger_reports_unknown_not_recorded(
     ledger: AsyncLedger, clock: WallClock
 ) -> None:
     """When the outcome cannot be written, the run says UNKNOWN, never that it was recorded."""
 
-    class Down(AsyncLedger):
+    class Down(ApartLedger):
         async def _mark_checked(self, results: Any, *args: Any) -> list[bool]:
             raise LedgerError("database unavailable (OSError: connection refused)")
 
@@ -638,6 +701,7 @@ async def test_telegram_sender_turns_gate_the_claims(
         return await claim_keys(keys, options, *args)
 
     ledger._claim_keys = counted_claims  # type: ignore[method-assign]
+    write_apart(ledger)
     with BotAPIServer() as server:
         limit = RateLimit(bot_per_second=5)
         async with TelegramSender("123:abc", base_url=server.url, rate_limit=limit) as sender:
@@ -701,6 +765,7 @@ async def test_a_slow_claim_costs_no_second_turn(ledger: AsyncLedger) -> None:
         return await claim_keys(keys, options, *args)
 
     ledger._claim_keys = slow_claims  # type: ignore[method-assign]
+    write_apart(ledger)
     store = CountingTurns()
     with BotAPIServer() as server:
         async with TelegramSender("123:abc", base_url=server.url, rate_store=store) as sender:

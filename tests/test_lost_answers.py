@@ -72,6 +72,16 @@ def drop_the_claims_answer(proxy: FaultProxy, backend: Backend) -> None:
         proxy.drop_answer(after=(b"INSERT INTO", b"COMMIT"))
 
 
+def drop_the_writes_answer(proxy: FaultProxy, backend: Backend) -> None:
+    """A run's write of outcomes with its next claims. PostgreSQL makes it one statement,
+    whose answer alone carries rows of the kind "claimed": it is cut. MySQL makes it one
+    transaction (the marks' lock, the claim, its read back): the answer to its COMMIT is."""
+    if backend.dialect == "postgresql":
+        proxy.drop_answer(containing=b"claimed")
+    else:
+        proxy.drop_answer(after=(b"FOR UPDATE", b"INSERT INTO", b"COMMIT"))
+
+
 def statuses(backend: Backend, table: str) -> dict[str, int]:
     engine = sa.create_engine(backend.sync_url)
     try:
@@ -142,6 +152,36 @@ async def test_a_run_whose_claim_answer_is_lost_loses_nothing(
         after = statuses(backend, table)
         assert "claimed" not in after
         assert "unknown" not in after
+        report = await notifier.send_many("news", batch)
+        assert report.counts[Outcome.SENT] == 1000 - after.get("sent", 0)
+        assert sorted(r.recipient for r in sender.sent) == sorted(str(n) for n in range(1000))
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("mode", list(DeliveryMode))
+async def test_a_run_whose_write_of_outcomes_and_claims_loses_its_answer_loses_nothing(
+    backend: Backend, proxy: FaultProxy, table: str, mode: DeliveryMode
+) -> None:
+    """1,000 notifications; the answer of a write that carried outcomes and the next claims
+    is cut after the server committed both. The run stops with the ledger's error, the
+    claims of that write are released by their tokens (nothing stays claimed, nothing is
+    made unknown), and the next run sends every chat not yet sent, once."""
+    engine = create_async_engine(through(proxy, backend.async_url), pool_size=10)
+    try:
+        ledger = AsyncLedger(engine, table_name=table)
+        await ledger.create_schema()
+        sender = FakeSender()
+        batch = [Notification(n, CYCLE, Message("hi")) for n in range(1000)]
+        notifier = Notifier(ledger, sender, mode=mode, concurrency=32)
+        drop_the_writes_answer(proxy, backend)
+        with pytest.raises(LedgerError):
+            await notifier.send_many("news", batch)
+        assert 1 == proxy.cut
+        after = statuses(backend, table)
+        assert "claimed" not in after
+        assert "unknown" not in after
+        assert after.get("released", 0) > 0  # the cut write's claims, given back
         report = await notifier.send_many("news", batch)
         assert report.counts[Outcome.SENT] == 1000 - after.get("sent", 0)
         assert sorted(r.recipient for r in sender.sent) == sorted(str(n) for n in range(1000))

@@ -30,6 +30,7 @@ from notifyonce import (
 from notifyonce.testing import FakeSender
 
 from ._clocks import WallClock
+from ._ledger_seams import ApartLedger
 
 UTC = dt.timezone.utc
 CYCLE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
@@ -472,7 +473,7 @@ async def test_claims_are_made_just_before_their_send(
     assert [dt.timedelta(minutes=10)] * 2 == [created[1] - created[0], created[2] - created[1]]
 
 
-class LateClaimLedger(AsyncLedger):
+class LateClaimLedger(ApartLedger):
     """Its claims come back ``late`` after they were made (a stalled database); by default
     after their lease (5 minutes) has already run out."""
 
@@ -522,7 +523,7 @@ async def test_a_send_starts_only_with_a_tenth_of_the_lease_left(
         assert (0, SlotStatus.RELEASED) == (len(sender.records), await status_of(ledger, 1))
 
 
-class SlowToReturnLedger(AsyncLedger):
+class SlowToReturnLedger(ApartLedger):
     """Commits its claims, then takes a moment to return them (the window a shutdown hits)."""
 
     async def _claim_keys(self, *args: Any, **kwargs: Any) -> list[Claim]:

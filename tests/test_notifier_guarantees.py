@@ -30,6 +30,8 @@ from notifyonce import (
 )
 from notifyonce.testing import FakeSender
 
+from ._ledger_seams import ApartLedger
+
 ACTION = "trial_6h"
 CYCLE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=dt.timezone.utc)
 SHORT = dt.timedelta(milliseconds=300)
@@ -132,7 +134,7 @@ async def test_at_most_once_never_takes_over_an_expired_claim(
 # -- the ledger failing while outcomes are recorded ----------------------------------------
 
 
-class MarksFail(AsyncLedger):
+class MarksFail(ApartLedger):
     """Claims work; every way of recording an outcome fails as a database outage would."""
 
     def _outage(self, *args: Any, **kwargs: Any) -> NoReturn:

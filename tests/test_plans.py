@@ -306,7 +306,11 @@ def check_bounded(
     bound = PER_KEY * asked + SLACK if limit is None else limit
     checked = 0
     for statement, parameters in campaign.recorded:
-        if not statement.lstrip().upper().startswith(("SELECT", "UPDATE", "INSERT", "DELETE", "WITH")):
+        if (
+            not statement.lstrip()
+            .upper()
+            .startswith(("SELECT", "UPDATE", "INSERT", "DELETE", "WITH"))
+        ):
             continue  # BEGIN, PRAGMA, the server clock
         sql, params = _sync_parameters(campaign, statement, parameters)
         for scans in explain(campaign, sql, params):

@@ -61,6 +61,7 @@ __all__ = [
 
 _CLAIMED = SlotStatus.CLAIMED.value
 _SENT = SlotStatus.SENT.value
+_MARKED = "marked"  # the rows of `PostgreSQL.write` that are marks, not claims
 # MySQL/MariaDB: 1213 deadlock victim, 1205 lock wait timeout. The server rolled the
 # transaction back, so running it again from the start is safe.
 _MYSQL_RETRY_CODES = frozenset({1213, 1205})
@@ -552,7 +553,8 @@ class PostgreSQL(Dialect):
         limited: bool,
     ) -> tuple[set[int], Sequence[Any]]:
         # One statement: the marks' UPDATE and the claims' INSERT as two data-modifying
-        # CTEs, their RETURNING rows told apart by a first column. They touch distinct
+        # CTEs, their RETURNING rows told apart by a first column ("marked" or "claimed":
+        # text, so a test can tell this statement's answer on the wire). They touch distinct
         # rows (a slot is claimed again only once its outcome is written), so neither
         # sees or waits for the other; both commit together, in autocommit.
         def build() -> sa.ClauseElement:
@@ -561,8 +563,8 @@ class PostgreSQL(Dialect):
             claimed = claim.cte("claimed")
             none = sa.null()
             return sa.union_all(
-                sa.select(sa.literal(0), marked.c.id, sa.cast(none, sa.BigInteger), none),
-                sa.select(sa.literal(1), claimed.c.id, claimed.c.token, claimed.c.attempt),
+                sa.select(sa.literal(_MARKED), marked.c.id, sa.cast(none, sa.BigInteger), none),
+                sa.select(sa.literal(_CLAIMED), claimed.c.id, claimed.c.token, claimed.c.attempt),
             )
 
         compiled = self.compiled(link.dialect, ("write", take_expired, limited), build)
@@ -571,7 +573,7 @@ class PostgreSQL(Dialect):
         landed: set[int] = set()
         won: list[Any] = []
         for kind, row_id, token, attempt in link.rows(compiled, params):
-            if kind:
+            if kind == _CLAIMED:
                 won.append((row_id, token, attempt))
             else:
                 landed.add(row_id)
