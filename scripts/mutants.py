@@ -67,7 +67,7 @@ MUTANTS = [
     Mutant(
         "alo-claims-ignore-max-attempts",
         "at-least-once take-overs stop at max_attempts",
-        "_notifier.py",
+        "_dispatch.py",
         r"return self\.max_attempts if self\.mode is DeliveryMode\.AT_LEAST_ONCE else None",
         "return None",
         (GUARANTEES + "::test_at_least_once_take_over_stops_at_max_attempts",),
@@ -75,7 +75,7 @@ MUTANTS = [
     Mutant(
         "alo-never-takes-over",
         "at-least-once takes over expired claims itself (sweep_every=None loses nothing)",
-        "_notifier.py",
+        "_dispatch.py",
         r"return self\.mode is DeliveryMode\.AT_LEAST_ONCE\n",
         "return False\n",
         (GUARANTEES + "::test_at_least_once_takes_over_without_the_sweep",),
@@ -83,7 +83,7 @@ MUTANTS = [
     Mutant(
         "amo-takes-over",
         "at-most-once never takes over an expired claim (its worker may have sent)",
-        "_notifier.py",
+        "_dispatch.py",
         r"return self\.mode is DeliveryMode\.AT_LEAST_ONCE\n",
         "return True\n",
         (GUARANTEES + "::test_at_most_once_never_takes_over_an_expired_claim",),
@@ -228,7 +228,7 @@ MUTANTS = [
         "cancelled-claimer-keeps-the-claim",
         "a claim won for a worker cancelled meanwhile is released, not left claimed",
         "_dispatch.py",
-        r"run\.recorder\.put\(_Entry\(item, claim, INTERRUPTED\)\)",
+        r"self\.put\(_Entry\(item, claim, INTERRUPTED\)\)",
         "pass",
         (NOTIFIER + "::test_cancelled_while_claiming_frees_the_batch", DISPATCH),
     ),
@@ -360,8 +360,8 @@ MUTANTS = [
         "batch-mark-without-fencing-postgres",
         "a worker whose claim was taken over cannot mark it in a batch (PostgreSQL)",
         "_ledger/dialects.py",
-        r"t\.c\.token == v\.c\.tokens, _still_claimed\(t\)\)\n(\s+)\.values\(_batch",
-        r"_still_claimed(t))\n\1.values(_batch",
+        r"t\.c\.token == v\.c\.mark_tokens, _still_claimed\(t\)\)",
+        r"_still_claimed(t))",
         (LEDGER, "tests/test_ledger_races.py", DISPATCH, NOTIFIER),
     ),
     Mutant(
@@ -373,6 +373,25 @@ MUTANTS = [
         r"mine = \[r for r in rows if \(r\[0\], r\[1\]\) in live\]",
         "mine = [r for r in rows if r[0] in {i for i, _ in live}]",
         (LEDGER + "::test_mark_many_applies_each_mark_once",),
+    ),
+    Mutant(
+        "write-keeps-lost-claims",
+        "a write of outcomes and claims whose answer is lost releases its claims by token",
+        "_ledger/ledger.py",
+        r"return Plan\(body, autocommit=one, undo=undo\)",
+        "return Plan(body, autocommit=one)",
+        (
+            "tests/test_lost_answers.py::"
+            "test_a_run_whose_write_of_outcomes_and_claims_loses_its_answer_loses_nothing",
+        ),
+    ),
+    Mutant(
+        "write-refusal-stops-the-run",
+        "a write of outcomes and claims refused for one outcome costs only that outcome",
+        "_dispatch.py",
+        r"outcome = await run\.ledger\._claim_keys\(keys, run\.options, keeper\)\n(\s+)except",
+        r"raise\n\1except",
+        (DISPATCH + "::test_a_refused_write_of_outcomes_and_claims_costs_only_the_bad_row",),
     ),
     Mutant(
         "mark-without-fencing",

@@ -719,6 +719,40 @@ async def test_telegram_sender_turns_gate_the_claims(
     assert [] == [(claimed, granted) for claimed, granted in asked if claimed > granted]
 
 
+async def test_claims_of_turns_that_come_one_after_another_share_a_statement(
+    ledger: AsyncLedger,
+) -> None:
+    """Through a fast rate limit (1,000 sends a second, the paid lane's), the claims of
+    turns that came while a statement ran share the next one: the 200 sends need far
+    fewer claim statements than sends."""
+    from notifyonce.telegram import RateLimit, TelegramSender
+    from notifyonce.testing import BotAPIServer
+
+    statements: list[int] = []  # claims per statement
+    claim_keys, write = ledger._claim_keys, ledger._write
+
+    async def counted_claims(keys: Any, *args: Any) -> Any:
+        statements.append(len(keys))
+        return await claim_keys(keys, *args)
+
+    async def counted_writes(results: Any, keys: Any, *args: Any) -> Any:
+        statements.append(len(keys))
+        return await write(results, keys, *args)
+
+    ledger._claim_keys = counted_claims  # type: ignore[method-assign]
+    ledger._write = counted_writes  # type: ignore[method-assign]
+    limit = RateLimit(bot_per_second=1000)
+    with BotAPIServer(latency=0.02) as server:
+        async with TelegramSender("123:abc", base_url=server.url, rate_limit=limit) as sender:
+            counted = CountedTurns(sender)
+            notifier = Notifier(ledger, counted, concurrency=64)
+            report = await notifier.send_many(ACTION, items(200, start=1))
+        assert 200 == len(server.deliveries)
+    assert 200 == report.counts[Outcome.SENT]
+    assert 200 == sum(statements)
+    assert len(statements) <= 100, sorted(statements)
+
+
 async def test_an_in_memory_sqlite_ledger_takes_a_whole_run() -> None:
     """One shared in-memory connection: concurrent claims and marks take turns, never nest."""
     from sqlalchemy.ext.asyncio import create_async_engine

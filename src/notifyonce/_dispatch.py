@@ -2,11 +2,12 @@
 
 ::
 
-    source ─► intake ─────────► ready ─► workers (``concurrency``) ──────► recorder ─► ledger
-              check, dedupe,    queue    rate-limit turn, then claim,      outcomes written
-              quiet hours,               then send at once; claims of      as soon as known,
-              spacing, one               workers ready together share      grouped while the
-              look-up per batch          one statement                     last write runs
+    source ─► intake ─────────► ready ─► workers (``concurrency``) ──────► writer ─► ledger
+              check, dedupe,    queue    rate-limit turn, then claim,      the claims of the
+              quiet hours,               then send at once                 workers ready
+              spacing, one                                                 together and the
+              look-up per batch                                            outcomes known so
+                                                                           far: one round trip
 
 Why this shape:
 
@@ -14,7 +15,8 @@ Why this shape:
   when the sender offers one), so at most ``concurrency`` claims are ever held whose
   request was not written yet. A SIGKILL loses (at most once) or repeats (at least once)
   those, never a whole batch of claims that were never tried.
-- Each outcome is written as soon as it is known. A write the database refuses is split
+- Each outcome is written as soon as it is known, with the next claims (one round trip
+  and one commit for both). A write the database refuses is written apart, the outcomes
   row by row, so one unstorable value costs only its own row.
 - Structured concurrency: no send outlives the call. A cancellation or a foreign
   ``BaseException`` stops every worker; a send that had started is recorded as
@@ -310,11 +312,11 @@ class Run:
         # Connections the run keeps for its statements, one per lane, where the ledger
         # allows (given back when the run is settled).
         self.keepers = ledger._keepers(ledger._claim_lanes) or []
-        self.writer = _Writer(self)
         turn = getattr(parts.sender, "turn", None)
         self.turn: Callable[[str], contextlib.AbstractAsyncContextManager[Any]] | None = (
             turn if callable(turn) else None
         )
+        self.writer = _Writer(self)
         self.lease_margin = ledger.lease * _LEASE_MARGIN
         observer = parts.observer
         self.hooks = None if observer is None else Hooks(observer, type(parts.sender).__name__)
@@ -767,8 +769,10 @@ class _Writer:
         self.pending: list[_Entry] = []
         self.lanes: set[asyncio.Task[None]] = set()
         self.most = run.ledger._claim_lanes
-        # Workers a claim statement waits for: a lane's share of them.
-        self.share = -(-run.policy.concurrency // self.most)
+        # A statement claims for every worker that is ready: when they all come back
+        # together (a fast sender), one statement serves them all; the other lane takes
+        # those that come back while it runs.
+        self.share = run.policy.concurrency
         self.gathering = False
         self.linger: asyncio.TimerHandle | None = None
         # The connections the lanes keep (none where the ledger keeps none).
@@ -823,7 +827,7 @@ class _Writer:
             if gather:
                 # Workers whose turn came in this same moment join in: wait while each pass
                 # of the event loop brings more of them (a worker that just handed over
-                # its outcome is a few passes away from asking again), up to a share.
+                # its outcome is a few passes away from asking again).
                 asked = 0
                 while asked < len(self.asking) < self.share:
                     asked = len(self.asking)
