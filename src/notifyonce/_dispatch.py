@@ -54,7 +54,7 @@ from notifyonce._errors import (
 )
 from notifyonce._keys import KeyMaker, SlotKey
 from notifyonce._ledger.table import SlotStatus
-from notifyonce._message import Message, Receipt
+from notifyonce._message import Message, Receipt, SupportsTurn
 from notifyonce._observe import SENDING, Hooks, SendProbe
 from notifyonce._outcome import DeliveryMode, Outcome
 from notifyonce._results import ATTENTION, Notification, Report, Result
@@ -257,7 +257,7 @@ class Run:
         self.keepers = notifier.ledger._keepers(notifier.ledger._claim_lanes + 1) or []
         self.claimer = _Claimer(self)
         self.recorder = _Recorder(self)
-        turn = getattr(notifier.sender, "turn", None)
+        turn = notifier.sender.turn if isinstance(notifier.sender, SupportsTurn) else None
         self.turn: Callable[[str], contextlib.AbstractAsyncContextManager[Any]] | None = (
             turn if callable(turn) else None
         )

@@ -38,7 +38,7 @@ from notifyonce._dispatch import Keep, Run
 from notifyonce._errors import SenderConfigError, ValidationError, ValidationTypeError
 from notifyonce._keys import KeyMaker, SlotKey, normalize_action
 from notifyonce._ledger.ledger import AsyncLedger
-from notifyonce._message import Message, Sender
+from notifyonce._message import Message, Sender, SupportsCheck
 from notifyonce._observe import Observer
 from notifyonce._outcome import DeliveryMode, Outcome
 from notifyonce._quiet import QuietHours
@@ -216,7 +216,7 @@ class Notifier:
         self.keep_results = keep_results
         self.on_result = on_result
         self.observer = observer
-        check = getattr(sender, "check", None)
+        check = sender.check if isinstance(sender, SupportsCheck) else None
         self._sender_check: Callable[[str, Message], None] | None = (
             check if callable(check) else None
         )
