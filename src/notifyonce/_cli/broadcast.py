@@ -475,8 +475,10 @@ def _telegram(args: argparse.Namespace, token: str) -> Callable[[AsyncEngine], S
 
 
 def _check_token(base_url: str, token: str, env: str) -> None:
-    """Ask ``getMe`` before the first send: a rejected token must stop the broadcast
-    before any chat is tried (the sender would record each one as failed for good)."""
+    """Ask ``getMe`` before the first send: a rejected token stops the broadcast before
+    any chat is claimed, with a usage error that names the variable. (A send's 401 is a
+    SenderConfigError: it would stop the run too and burn no slot, but only once the
+    campaign had started.)"""
     from notifyonce._senders.telegram.probe import get_me_status  # httpx: lazy, as above
     from notifyonce._senders.telegram.sender import check_token
 

@@ -23,6 +23,7 @@ import httpx
 from typing_extensions import TypedDict, Unpack
 
 from notifyonce._errors import (
+    SenderClosedError,
     SendError,
     TransientSendError,
     UncertainSendError,
@@ -69,15 +70,6 @@ DEFAULT_LIMITS = httpx.Limits(
 
 
 T = TypeVar("T")
-
-
-class SenderClosedError(TransientSendError, RuntimeError):
-    """The sender (or the caller's client) was closed: certainly nothing was sent.
-
-    A [`TransientSendError`][notifyonce.TransientSendError], so a Notifier releases the slot for a
-    later run instead of recording an unknown outcome; also a ``RuntimeError``, because it is a
-    usage error.
-    """
 
 
 # --------------------------------------------------------------------------------------
