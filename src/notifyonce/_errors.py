@@ -121,8 +121,7 @@ class SendError(NotifyOnceError):
             entities, a text too long, a media file gone): every recipient of that message
             would be refused alike. Nothing was delivered. Until a send of its run
             succeeds, the Notifier gives such a slot back instead of burning it, and stops
-            the run after three of them (see
-            [`Report.stopped`][notifyonce.Report]).
+            the run after three of them (see [`Report.stopped`][notifyonce.Report]).
     """
 
     def __init__(
@@ -187,8 +186,7 @@ class FloodWaitError(TransientSendError):
     Raised by a sender's rate-limit turn before anything is claimed or sent. The Notifier
     gives the notification back as ``RETRY`` and goes on with the others when the wait is
     one chat's; when it is the whole bot's, it stops the run: the sends under way finish,
-    the rest come back as ``RETRY``, and [`Report.stopped`][notifyonce.Report]
-    says why.
+    the rest come back as ``RETRY``, and [`Report.stopped`][notifyonce.Report] says why.
 
     Attributes:
         retry_after: Seconds until the flood wait ends.
@@ -207,9 +205,9 @@ class RateStoreUnavailableError(TransientSendError):
 class SenderClosedError(TransientSendError, RuntimeError):
     """The sender (or the caller's client) was closed: certainly nothing was sent.
 
-    A [`TransientSendError`][notifyonce.TransientSendError], so a Notifier releases the slot for a
-    later run instead of recording an unknown outcome; also a ``RuntimeError``, because it is a
-    usage error.
+    A [`TransientSendError`][notifyonce.TransientSendError], so a Notifier releases the slot
+    for a later run instead of recording an unknown outcome; also a ``RuntimeError``,
+    because it is a usage error.
     """
 
 

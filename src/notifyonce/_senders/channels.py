@@ -160,8 +160,8 @@ def combine_fanout(results: Mapping[str, Receipt | SendError]) -> SendError | No
     """The fan-out rule: None when every channel delivered, else the one error to raise.
 
     0. Nothing delivered, every failure certain (transient or a config error) and one a
-       config error -> [`SenderConfigError`][notifyonce.SenderConfigError]: fix the channel, and
-       all go out.
+       config error -> [`SenderConfigError`][notifyonce.SenderConfigError]: fix the channel,
+       and all go out.
     1. Any permanent failure -> permanent: all channels can never succeed together, and a
        retry would only repeat the others.
     2. Else any uncertain failure, or a delivery next to a transient failure -> uncertain:
@@ -295,8 +295,7 @@ class FallbackSender:
 
     When no channel delivered: uncertain if any channel was uncertain, else a
     [`SenderConfigError`][notifyonce.SenderConfigError] if a channel is set up wrong, else
-    transient if
-    any was transient (``retry_after``: the shortest wait), else permanent.
+    transient if any was transient (``retry_after``: the shortest wait), else permanent.
 
     It has a ``check`` ([`SupportsCheck`][notifyonce.SupportsCheck]) when every channel
     has one, refusing only what all of them refuse (a channel without one refuses
@@ -358,8 +357,8 @@ class FallbackSender:
         """Send through the first channel that delivers.
 
         Returns:
-            A [`ChannelReceipt`][notifyonce.ChannelReceipt] naming the channel that delivered and
-            the failures before it.
+            A [`ChannelReceipt`][notifyonce.ChannelReceipt] naming the channel that
+            delivered and the failures before it.
 
         Raises:
             UncertainSendError: A channel may have delivered (and fallback stopped there),
