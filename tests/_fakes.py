@@ -68,6 +68,17 @@ class Script:
         return [json.loads(r.content) for r in self.requests]
 
 
+def scripted(script: Script, clock: FakeClock) -> dict[str, Any]:
+    """The options that make an HTTP sender send through ``script`` on ``clock``: a
+    MockTransport client, the clock's sleep and a fixed jitter."""
+    return {
+        "client": httpx.AsyncClient(transport=httpx.MockTransport(script)),
+        "clock": clock,
+        "sleep": clock.sleep,
+        "rng": lambda: 0.5,
+    }
+
+
 class Wrapper:
     """A sender that sends through ``inner``, with its ``check`` and ``turn`` where
     ``inner`` has them (as every sender that wraps another must)."""

@@ -103,9 +103,7 @@ def test_http_options_are_one_typed_dict_for_both_senders() -> None:
         ("notifyonce._senders.redaction", "RedactedTransportError"),
     ],
 )
-def test_every_exception_lives_in_errors_and_keeps_its_import_paths(
-    module: str, name: str
-) -> None:
+def test_every_exception_lives_in_errors_and_keeps_its_import_paths(module: str, name: str) -> None:
     """The exceptions the senders raise are defined with all the others, and are still
     importable from where they were."""
     from notifyonce import _errors

@@ -35,7 +35,7 @@ from notifyonce.telegram import TelegramSender
 from notifyonce.testing import BotAPIServer, FakeSender, Reply
 from notifyonce.webhook import WebhookSender
 
-from ._fakes import FakeClock, Script
+from ._fakes import FakeClock, Script, scripted
 
 TOKEN = "424242:EDGE-secret_token"
 TEXT = "the very private reminder text"
@@ -43,16 +43,8 @@ OK_BODY = {"ok": True, "result": {"message_id": 7, "chat": {"id": 42}}}
 
 
 def mock_sender(script: Script, clock: FakeClock | None = None, **options: Any) -> TelegramSender:
-    clock = clock or FakeClock()
-    client = httpx.AsyncClient(transport=httpx.MockTransport(script))
     return TelegramSender(
-        TOKEN,
-        client=client,
-        rate_limit=None,
-        clock=clock,
-        sleep=clock.sleep,
-        rng=lambda: 0.5,
-        **options,
+        TOKEN, rate_limit=None, **scripted(script, clock or FakeClock()), **options
     )
 
 

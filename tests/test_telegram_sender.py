@@ -29,7 +29,7 @@ from notifyonce import (
 from notifyonce.ratelimit import MemoryRateStore
 from notifyonce.telegram import RateLimit, TelegramSender
 
-from ._fakes import FakeClock, Script
+from ._fakes import FakeClock, Script, scripted
 
 TOKEN = "123456:SECRET-token_value"
 OK_BODY = {"ok": True, "result": {"message_id": 77, "chat": {"id": 42}, "text": "hi"}}
@@ -53,16 +53,7 @@ def make_sender(
     rate_limit: RateLimit | None = None,
     **options: Any,
 ) -> TelegramSender:
-    client = httpx.AsyncClient(transport=httpx.MockTransport(script))
-    return TelegramSender(
-        TOKEN,
-        client=client,
-        rate_limit=rate_limit,
-        clock=clock,
-        sleep=clock.sleep,
-        rng=lambda: 0.5,
-        **options,
-    )
+    return TelegramSender(TOKEN, rate_limit=rate_limit, **scripted(script, clock), **options)
 
 
 async def send(

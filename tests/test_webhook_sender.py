@@ -34,7 +34,7 @@ from notifyonce import (
 from notifyonce._senders.webhook import Accepted, classify_webhook_response
 from notifyonce.webhook import WebhookSender, sign, verify_signature
 
-from ._fakes import FakeClock, Script
+from ._fakes import FakeClock, Script, scripted
 
 URL = "https://user:pa55word@hooks.example.com/T0/B1/path-secret?token=query-secret"
 SECRET = "hmac-shared-secret"
@@ -45,16 +45,7 @@ NOW = 1_700_000_000.0
 def make_sender(
     script: Script, clock: FakeClock, *, url: str = URL, **options: Any
 ) -> WebhookSender:
-    client = httpx.AsyncClient(transport=httpx.MockTransport(script))
-    return WebhookSender(
-        url,
-        client=client,
-        clock=clock,
-        sleep=clock.sleep,
-        rng=lambda: 0.5,
-        wall_clock=lambda: NOW,
-        **options,
-    )
+    return WebhookSender(url, wall_clock=lambda: NOW, **scripted(script, clock), **options)
 
 
 async def send(
