@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from notifyonce import SupportsCheck, SupportsTurn
+from notifyonce import Message, SendError, SupportsCheck, SupportsTurn
 from notifyonce._message import keep_capabilities
 
 
@@ -77,6 +77,19 @@ def scripted(script: Script, clock: FakeClock) -> dict[str, Any]:
         "sleep": clock.sleep,
         "rng": lambda: 0.5,
     }
+
+
+async def send_scripted(
+    make: Callable[..., Any], steps: Iterable[Any], message: Any = None, **options: Any
+) -> tuple[Any, Script, FakeClock]:
+    """One send to chat 42 by ``make(script, clock, **options)``, a sender answered from
+    ``steps``: its receipt or the SendError it raised, the script and the clock."""
+    script, clock = Script(steps), FakeClock()
+    sender = make(script, clock, **options)
+    try:
+        return await sender.send("42", message or Message("hello")), script, clock
+    except SendError as exc:
+        return exc, script, clock
 
 
 class Wrapper:
