@@ -421,7 +421,7 @@ MUTANTS = [
     Mutant(
         "cli-sweep-mode-ignored",
         "notifyonce sweep --mode at-least-once sweeps at least once",
-        "_cli.py",
+        "_cli/ledger.py",
         r'mode = DeliveryMode\(args\.mode\.replace\("-", "_"\)\)',
         "mode = DeliveryMode.AT_MOST_ONCE",
         ("tests/test_cli.py",),

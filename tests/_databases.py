@@ -113,24 +113,27 @@ def _from_container(kind: str) -> str:
     return _started[kind]
 
 
-def postgres_base_url() -> str:
-    example = "postgresql://root@127.0.0.1:5432/test"
-    url = os.environ.get(POSTGRES_ENV)
+# Each server kind: its variable, its name in messages and an example URL.
+_SERVERS = {
+    "postgres": (POSTGRES_ENV, "PostgreSQL", "postgresql://root@127.0.0.1:5432/test"),
+    "mysql": (MYSQL_ENV, "MariaDB/MySQL", "mysql://root@127.0.0.1:3306/test"),
+}
+
+
+def _base_url(kind: str) -> str:
+    """The server's URL: from its variable, else a container's (where Docker answers)."""
+    env, what, example = _SERVERS[kind]
+    url = os.environ.get(env)
     if not url:
         if IN_CI or not _docker_available():
-            _unavailable("PostgreSQL", POSTGRES_ENV, example)
-        url = _from_container("postgres")
+            _unavailable(what, env, example)
+        url = _from_container(kind)
     return url
 
 
-def mysql_base_url() -> str:
-    example = "mysql://root@127.0.0.1:3306/test"
-    url = os.environ.get(MYSQL_ENV)
-    if not url:
-        if IN_CI or not _docker_available():
-            _unavailable("MariaDB/MySQL", MYSQL_ENV, example)
-        url = _from_container("mysql")
-    return url
+def _reachable(sync_url: str, kind: str) -> None:
+    env, what, example = _SERVERS[kind]
+    _check_reachable(sync_url, what, env, example)
 
 
 def _with_driver(url: str, drivername: str) -> str:
@@ -143,19 +146,17 @@ def make_backend(name: str, tmp_path: Path) -> Backend:
         path = tmp_path / "ledger.sqlite3"
         return Backend(name, "sqlite", f"sqlite:///{path}", f"sqlite+aiosqlite:///{path}")
     if name.startswith("postgres"):
-        base = postgres_base_url()
+        base = _base_url("postgres")
         sync_url = _with_driver(base, "postgresql+psycopg")
         async_driver = "postgresql+asyncpg" if name == "postgres-asyncpg" else "postgresql+psycopg"
         backend = Backend(name, "postgresql", sync_url, _with_driver(base, async_driver))
-        _check_reachable(
-            sync_url, "PostgreSQL", POSTGRES_ENV, "postgresql://root@127.0.0.1:5432/test"
-        )
+        _reachable(sync_url, "postgres")
         return backend
     if name == "mariadb":
-        base = mysql_base_url()
+        base = _base_url("mysql")
         sync_url = _with_driver(base, "mysql+pymysql")
         backend = Backend(name, "mysql", sync_url, _with_driver(base, "mysql+asyncmy"))
-        _check_reachable(sync_url, "MariaDB/MySQL", MYSQL_ENV, "mysql://root@127.0.0.1:3306/test")
+        _reachable(sync_url, "mysql")
         return backend
     raise ValueError(f"unknown backend {name!r}")
 

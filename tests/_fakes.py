@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import httpx
+
+from notifyonce import Message, SendError, SupportsCheck, SupportsTurn
+from notifyonce._message import keep_capabilities
 
 
 class FakeClock:
@@ -64,18 +68,73 @@ class Script:
         return [json.loads(r.content) for r in self.requests]
 
 
-class CountedTurns:
+def scripted(script: Script, clock: FakeClock) -> dict[str, Any]:
+    """The options that make an HTTP sender send through ``script`` on ``clock``: a
+    MockTransport client, the clock's sleep and a fixed jitter."""
+    return {
+        "client": httpx.AsyncClient(transport=httpx.MockTransport(script)),
+        "clock": clock,
+        "sleep": clock.sleep,
+        "rng": lambda: 0.5,
+    }
+
+
+async def send_scripted(
+    make: Callable[..., Any], steps: Iterable[Any], message: Any = None, **options: Any
+) -> tuple[Any, Script, FakeClock]:
+    """One send to chat 42 by ``make(script, clock, **options)``, a sender answered from
+    ``steps``: its receipt or the SendError it raised, the script and the clock."""
+    script, clock = Script(steps), FakeClock()
+    sender = make(script, clock, **options)
+    try:
+        return await sender.send("42", message or Message("hello")), script, clock
+    except SendError as exc:
+        return exc, script, clock
+
+
+class Wrapper:
+    """A sender that sends through ``inner``, with its ``check`` and ``turn`` where
+    ``inner`` has them (as every sender that wraps another must)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        keep_capabilities(
+            self, check=isinstance(inner, SupportsCheck), turn=isinstance(inner, SupportsTurn)
+        )
+
+    async def send(self, recipient: str, message: Any) -> Any:
+        return await self.inner.send(recipient, message)
+
+    def _check(self, recipient: str, message: Any) -> None:
+        self.inner.check(recipient, message)
+
+    def _turn(self, recipient: str) -> contextlib.AbstractAsyncContextManager[object]:
+        return self.inner.turn(recipient)
+
+
+class CountedTurns(Wrapper):
     """A TelegramSender seen through its turns: ``granted`` counts the turns entered."""
 
     def __init__(self, sender: Any) -> None:
-        self.sender = sender
+        super().__init__(sender)
         self.granted = 0
 
-    async def send(self, recipient: str, message: Any) -> Any:
-        return await self.sender.send(recipient, message)
-
     @contextlib.asynccontextmanager
-    async def turn(self, recipient: str) -> AsyncIterator[None]:
-        async with self.sender.turn(recipient):
+    async def _turn(self, recipient: str) -> AsyncIterator[None]:
+        async with self.inner.turn(recipient):
             self.granted += 1
             yield
+
+
+class StampingSender(Wrapper):
+    """Sends through ``inner``, noting the time (``now()``, the ledger's) of every send's
+    start."""
+
+    def __init__(self, inner: Any, now: Callable[[], dt.datetime]) -> None:
+        super().__init__(inner)
+        self.now = now
+        self.started: list[dt.datetime] = []
+
+    async def send(self, recipient: str, message: Any) -> Any:
+        self.started.append(self.now())
+        return await super().send(recipient, message)

@@ -5,16 +5,14 @@ message; a second /broadcast of the same post sends nothing more."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from notifyonce.testing import BotAPIServer
+
+from ._examples import load_module, wait_for
 
 pytest.importorskip("aiogram")
 
@@ -26,21 +24,7 @@ USERS = list(range(1001, 1021))
 @pytest.fixture(scope="module")
 def example() -> ModuleType:
     """examples/admin_broadcast/bot.py, imported as a module."""
-    spec = importlib.util.spec_from_file_location("admin_broadcast_example_bot", BOT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
-
-
-async def wait_for(condition: Callable[[], bool], seconds: float = 20.0) -> None:
-    """Wait until ``condition()`` holds, for at most ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
+    return load_module("admin_broadcast_example_bot", BOT)
 
 
 async def test_a_reply_broadcast_copies_the_post_to_every_user_once(

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import importlib.util
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -16,6 +13,8 @@ import pytest
 import sqlalchemy as sa
 
 from notifyonce.testing import BotAPIServer
+
+from ._examples import load_module, wait_for
 
 pytest.importorskip("aiogram")
 
@@ -25,21 +24,7 @@ BOT = Path(__file__).resolve().parent.parent / "examples" / "aiogram_bot" / "bot
 @pytest.fixture(scope="module")
 def example() -> ModuleType:
     """examples/aiogram_bot/bot.py, imported as a module."""
-    spec = importlib.util.spec_from_file_location("aiogram_example_bot", BOT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
-
-
-async def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
-    """Wait until ``condition()`` holds, for at most ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
+    return load_module("aiogram_example_bot", BOT)
 
 
 async def test_bot_welcomes_once_and_sends_the_open_reminder_once(

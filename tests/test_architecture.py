@@ -6,6 +6,8 @@
 - The shared vocabulary imports no wing and nothing of the hall (at run time: the observer
   names the hall's results in its annotations, for the type checker only).
 - ``Ledger`` and ``AsyncLedger`` are twins: the same methods with the same signatures.
+- No module imports one that is still loading: the import graph has no cycle, and inside
+  the command line imports go one way (parser -> the commands -> common), lazy ones too.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -79,18 +82,48 @@ def _imports(path: Path) -> set[str]:
     return _imports_in(ast.parse(path.read_text(), str(path)), path)
 
 
+def _type_checking(node: ast.AST) -> bool:
+    """Whether ``node`` is an ``if TYPE_CHECKING:`` block (its body is the type checker's)."""
+    return isinstance(node, ast.If) and ast.unparse(node.test) in (
+        "TYPE_CHECKING",
+        "typing.TYPE_CHECKING",
+    )
+
+
 def _run_time_imports(path: Path) -> set[str]:
     """The same, without the imports under ``if TYPE_CHECKING:`` (the type checker's)."""
     tree = ast.parse(path.read_text(), str(path))
-    guarded = [
-        node
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If)
-        and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
-    ]
-    for node in guarded:
+    for node in [n for n in ast.walk(tree) if _type_checking(n)]:
+        assert isinstance(node, ast.If)
         node.body = [ast.Pass()]
     return _imports_in(tree, path)
+
+
+def _load_time_imports(path: Path) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements that run when the module is imported: neither inside a
+    function (a lazy import runs when called) nor under ``if TYPE_CHECKING:``."""
+    tree = ast.parse(path.read_text(), str(path))
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                found.append(node)
+                continue
+            for name, value in ast.iter_fields(node):
+                if name == "body" and _type_checking(node):
+                    continue
+                if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                    visit(value)
+                elif isinstance(value, list):  # the handlers of a try
+                    for item in value:
+                        if isinstance(item, ast.excepthandler):
+                            visit(item.body)
+
+    visit(tree.body)
+    return found
 
 
 MODULES = _modules()
@@ -205,3 +238,120 @@ def test_the_architecture_page_names_every_private_module_and_no_other() -> None
     assert not named - existing, (
         f"docs/architecture.md names modules that do not exist: {sorted(named - existing)}"
     )
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Each module of the package -> the modules of the package it imports on load.
+
+    ``from notifyonce._cli import common`` names the module ``notifyonce._cli.common``;
+    ``from notifyonce._cli.common import plural`` the module ``notifyonce._cli.common``.
+    The packages above a module imported are left out: Python has started importing them
+    already when a module inside them imports a sibling.
+    """
+    return {
+        module: _package_modules(_load_time_imports(path)) - {module} for module, path in MODULES
+    }
+
+
+PACKAGE_MODULES = {module for module, _ in MODULES}
+
+
+def _package_modules(nodes: Iterable[ast.stmt]) -> set[str]:
+    """The modules of the package that these import statements load."""
+    targets: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.module is not None
+            named = {f"{node.module}.{alias.name}" for alias in node.names}
+            targets.update(named & PACKAGE_MODULES)
+            if named - PACKAGE_MODULES:  # names defined in node.module itself
+                targets.add(node.module)
+    return targets & PACKAGE_MODULES
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` as its modules in order (the first one repeated at
+    the end), or None when there is none."""
+    done: set[str] = set()
+    path: list[str] = []
+    on_path: set[str] = set()
+
+    def visit(module: str) -> list[str] | None:
+        path.append(module)
+        on_path.add(module)
+        for target in sorted(graph[module]):
+            if target in on_path:
+                return [*path[path.index(target) :], target]
+            if target not in done:
+                found = visit(target)
+                if found is not None:
+                    return found
+        path.pop()
+        on_path.discard(module)
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        if module not in done:
+            found = visit(module)
+            if found is not None:
+                return found
+    return None
+
+
+def test_the_cycle_finder_names_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert ["a", "b", "c", "a"] == _cycle(graph)
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_load_time_imports_leave_out_functions_and_type_checking(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "import a\n"
+        "try:\n    import b\nexcept ImportError:\n    import c\n"
+        "if TYPE_CHECKING:\n    import d\nelse:\n    import e\n"
+        "def f():\n    import g\n"
+        "class K:\n    import h\n"
+    )
+    found = [ast.unparse(node) for node in _load_time_imports(source)]
+    assert ["from typing import TYPE_CHECKING", *(f"import {m}" for m in "abceh")] == found
+
+
+def test_no_import_cycle_among_the_packages_modules() -> None:
+    """Importing any module of the package never comes back to a module still loading:
+    the command line's parser imports its commands, the commands import what they share,
+    and nothing imports back (imports in functions and for the type checker aside)."""
+    cycle = _cycle(_import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+# The command line's layers, top down: each module imports only the layers below its own.
+CLI_LAYERS = (
+    ("notifyonce._cli",),  # re-exports main
+    ("notifyonce._cli.parser",),
+    (
+        "notifyonce._cli.ledger",
+        "notifyonce._cli.broadcast",
+        "notifyonce._cli.serve",
+        "notifyonce._cli.web",
+    ),
+    ("notifyonce._cli.common",),
+)
+CLI = [(m, p) for m, p in MODULES if _room(m) == "_cli"]
+
+
+@pytest.mark.parametrize(("module", "path"), CLI, ids=[m for m, _ in CLI])
+def test_the_command_lines_imports_go_one_way(module: str, path: Path) -> None:
+    """parser -> the commands -> common, lazy imports too: a command never reaches back
+    into the parser or into another command, and common into none of them."""
+    level = next(i for i, layer in enumerate(CLI_LAYERS) if module in layer)
+    below = {m for layer in CLI_LAYERS[level + 1 :] for m in layer}
+    cli = {m for layer in CLI_LAYERS for m in layer}
+    assert {m for m, _ in CLI} == cli, "CLI_LAYERS places every module of the command line"
+    imported = _package_modules(ast.walk(ast.parse(path.read_text(), str(path))))
+    wrong = (imported & cli) - below - {module}
+    assert not wrong, f"{module} imports {sorted(wrong)}: the command line imports go one way"

@@ -9,7 +9,6 @@ benchmark writes is what the plot script reads.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import sys
@@ -19,19 +18,15 @@ from typing import Any
 
 import pytest
 
+from ._examples import load_module
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 PAGE = ROOT / "docs" / "benchmarks.md"
 
 
 def _module(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # a dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_module(f"_bench_{name}", BENCH / f"{name}.py")
 
 
 PLOTTER = _module("plot_benchmarks")

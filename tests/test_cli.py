@@ -11,7 +11,8 @@ import pytest
 import sqlalchemy as sa
 
 from notifyonce import Ledger, SlotStatus
-from notifyonce._cli import main, parse_duration
+from notifyonce._cli import main
+from notifyonce._cli.common import parse_duration
 
 from ._databases import Backend
 

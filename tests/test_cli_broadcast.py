@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from notifyonce import BroadcastProgress, BroadcastReport, Ledger, Report
 from notifyonce._campaign import cancel_statement
 from notifyonce._cli import main
-from notifyonce._cli_broadcast import render_bar, render_line, render_lines, summary
+from notifyonce._cli.broadcast import render_bar, render_line, render_lines, summary
 from notifyonce.testing import BotAPIServer, Reply
 
 from ._databases import IN_CI
@@ -312,7 +312,7 @@ def test_every_option_of_broadcast_has_help() -> None:
     """broadcast --help describes every option (--mode, --max-attempts and --parse-mode too)."""
     import argparse
 
-    from notifyonce._cli import _parser
+    from notifyonce._cli.parser import _parser
 
     commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
     broadcast = commands.choices["broadcast"]

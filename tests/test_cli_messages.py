@@ -13,7 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from notifyonce import Ledger, migrations
-from notifyonce._cli import _database_error, _sync_url, ledger_tables, main
+from notifyonce._cli import main
+from notifyonce._cli.common import database_error, ledger_tables, sync_url
 
 UTC = dt.timezone.utc
 
@@ -44,7 +45,7 @@ def server_url(variable: str) -> str:
 )
 def test_postgres_scheme_is_an_alias_of_postgresql(given: str, used: str) -> None:
     """postgres:// (what Heroku and libpq print) is read as PostgreSQL with psycopg."""
-    assert used == _sync_url(given)
+    assert used == sync_url(given)
 
 
 @pytest.mark.postgres
@@ -58,7 +59,7 @@ def test_postgres_url_works_end_to_end(capsys: pytest.CaptureFixture[str]) -> No
         assert 0 == main(["stats", "--database-url", given, "--table", table])
         assert "(the ledger is empty)" in capsys.readouterr().out
     finally:
-        engine = sa.create_engine(_sync_url(given))
+        engine = sa.create_engine(sync_url(given))
         with engine.begin() as conn:
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}, {table}_alembic_version"))
         engine.dispose()
@@ -92,7 +93,7 @@ def test_migrate_says_when_nothing_changed(
 )
 def test_credentials_refused_read_as_authentication_failure(message: str) -> None:
     """PostgreSQL's and MySQL's refusals of the credentials are reported as such."""
-    text = _database_error(message)
+    text = database_error(message)
     assert text.startswith("authentication failed: the database refused the URL's user")
     assert "unavailable" not in text
     assert "migrate" not in text
@@ -107,7 +108,7 @@ def test_credentials_refused_read_as_authentication_failure(message: str) -> Non
 )
 def test_other_database_errors_are_not_called_authentication(message: str, hint: bool) -> None:
     """A refused connection stays 'unavailable'; a missing table suggests migrate."""
-    text = _database_error(message)
+    text = database_error(message)
     assert not text.startswith("authentication failed")
     assert hint == text.endswith("run `notifyonce migrate` first?")
 
@@ -131,7 +132,7 @@ def test_other_database_errors_are_not_called_authentication(message: str, hint:
 def test_migrate_is_suggested_only_for_the_ledgers_own_tables(message: str, hint: bool) -> None:
     """A missing ledger (or side) table suggests migrate; the user's own table or a missing
     database does not, and a missing database says to create it."""
-    text = _database_error(message, ledger_tables("notifyonce_slots"))
+    text = database_error(message, ledger_tables("notifyonce_slots"))
     assert hint == text.endswith("run `notifyonce migrate` first?")
     assert ("Unknown database" in message or 'database "app"' in message) == text.endswith(
         "the URL names a database the server does not have: create it first"

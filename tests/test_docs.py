@@ -242,7 +242,7 @@ def test_the_command_line_guide_lists_every_command() -> None:
     """Each subcommand of `notifyonce` has a row in the command line guide's table."""
     import argparse
 
-    from notifyonce._cli import _parser
+    from notifyonce._cli.parser import _parser
 
     commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
     page = (ROOT / "docs" / "guides" / "cli.md").read_text(encoding="utf-8")

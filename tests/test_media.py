@@ -31,13 +31,9 @@ from notifyonce.testing import BotAPIServer, Reply
 from notifyonce.testing._server import parse_form
 from notifyonce.webhook import WebhookSender
 
-TOKEN = "987654:media-secret_token"
+from ._bot_api import TOKEN, sender_for
+
 IMAGE = b"\xff\xd8\xff\xe0" + bytes(range(256)) * 40
-
-
-def sender_for(server: BotAPIServer, **options: object) -> TelegramSender:
-    options.setdefault("rate_limit", None)
-    return TelegramSender(TOKEN, base_url=server.url, **options)  # type: ignore[arg-type]
 
 
 @pytest.fixture

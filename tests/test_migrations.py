@@ -282,7 +282,7 @@ HEAD = REVISIONS[-1]
 def ledger_table(sync_backend: Backend) -> Iterator[tuple[Backend, str]]:
     """A fresh ledger table name on each database; it, its side tables and its version
     table are dropped afterwards."""
-    from notifyonce._cli import ledger_tables
+    from notifyonce._cli.common import ledger_tables
 
     table = sync_backend.unique_table()
     yield sync_backend, table
@@ -306,7 +306,8 @@ def test_migrate_adopts_a_ledger_table_made_by_create_schema(
 ) -> None:
     """`notifyonce migrate` after create_schema() records the ledger's revision as done,
     creates the tables beside it, keeps the rows, and a second run has nothing to do."""
-    from notifyonce._cli import ledger_tables, main
+    from notifyonce._cli import main
+    from notifyonce._cli.common import ledger_tables
 
     backend, table = ledger_table
     engine = sa.create_engine(backend.sync_url)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-from pathlib import Path
 
 import pytest
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from notifyonce import (
     AsyncLedger,
@@ -62,21 +60,18 @@ def telemetry() -> tuple[Telemetry, InMemoryMetricReader, InMemorySpanExporter]:
 
 
 async def test_outcomes_are_counted_per_action_and_the_run_is_a_span(
-    telemetry: tuple[Telemetry, InMemoryMetricReader, InMemorySpanExporter], tmp_path: Path
+    telemetry: tuple[Telemetry, InMemoryMetricReader, InMemorySpanExporter],
+    sqlite_ledger: AsyncLedger,
 ) -> None:
     """Sent, failed, unknown and duplicate are counted per action; the span has the counts."""
     tel, reader, exporter = telemetry
-    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'l.sqlite3'}")
-    ledger = AsyncLedger(engine)
-    await ledger.create_schema()
     sender = FakeSender()
     sender.fail_next(PermanentSendError("Forbidden: bot was blocked", code=403), recipient="2")
     sender.fail_next(UncertainSendError("connection lost"), recipient="3")
-    notifier = Notifier(ledger, sender, on_result=tel.on_result)
+    notifier = Notifier(sqlite_ledger, sender, on_result=tel.on_result)
     items = [Notification(i, "c1", Message(SECRET_TEXT)) for i in (1, 2, 3, 4, 1)]
     await tel.send_many(notifier, "news", items)
     await notifier.send_once("other", 9, "c1", Message(SECRET_TEXT))
-    await engine.dispose()
 
     counted = points(reader, "notifyonce.notifications")
     assert {
@@ -100,19 +95,16 @@ async def test_outcomes_are_counted_per_action_and_the_run_is_a_span(
 
 
 async def test_a_failed_run_span_names_the_error_class_only(
-    telemetry: tuple[Telemetry, InMemoryMetricReader, InMemorySpanExporter], tmp_path: Path
+    telemetry: tuple[Telemetry, InMemoryMetricReader, InMemorySpanExporter],
+    sqlite_ledger: AsyncLedger,
 ) -> None:
     """A run that raises ends its span in error with the exception's class, not its text."""
     tel, _, exporter = telemetry
-    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'l.sqlite3'}")
-    ledger = AsyncLedger(engine)
-    await ledger.create_schema()
     sender = FakeSender()
     sender.fail_next(SenderConfigError(f"Unauthorized {SECRET_TEXT}", code=401))
-    notifier = Notifier(ledger, sender)
+    notifier = Notifier(sqlite_ledger, sender)
     with pytest.raises(SenderConfigError):
         await tel.send_many(notifier, "news", [Notification(1, "c1", Message("x"))])
-    await engine.dispose()
     [span] = exporter.get_finished_spans()
     assert ("SenderConfigError", "SenderConfigError") == (
         span.status.description,
@@ -141,19 +133,16 @@ def test_missed_windows_are_counted(
 
 
 async def test_a_broadcast_is_a_span_with_its_campaign_and_counts(
-    telemetry: tuple[Telemetry, InMemoryMetricReader, InMemorySpanExporter], tmp_path: Path
+    telemetry: tuple[Telemetry, InMemoryMetricReader, InMemorySpanExporter],
+    sqlite_ledger: AsyncLedger,
 ) -> None:
     """run_broadcast wraps a broadcast in a span; the Notifier's counters see every result."""
     from notifyonce import Broadcast
 
     tel, reader, exporter = telemetry
-    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'l.sqlite3'}")
-    ledger = AsyncLedger(engine)
-    await ledger.create_schema()
-    notifier = Notifier(ledger, FakeSender(), on_result=tel.on_result)
+    notifier = Notifier(sqlite_ledger, FakeSender(), on_result=tel.on_result)
     await tel.run_broadcast(Broadcast(notifier, "news", "c7", Message(SECRET_TEXT), [1, 2, 3]))
     await tel.run_broadcast(Broadcast(notifier, "news", "c7", Message(SECRET_TEXT), [1, 2, 3, 4]))
-    await engine.dispose()
     first, second = exporter.get_finished_spans()
     attributes = dict(second.attributes or {})
     assert ("notifyonce.broadcast", "c7", 1, 3, False) == (

@@ -89,3 +89,24 @@ def test_http_options_are_one_typed_dict_for_both_senders() -> None:
         "budget", "connect_timeout", "write_timeout", "pool_timeout", "limits",
         "max_retries", "backoff_base", "backoff_max",
     } == set(typing.get_type_hints(telegram.HTTPOptions))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("notifyonce.telegram", "SenderClosedError"),
+        ("notifyonce._senders.http", "SenderClosedError"),
+        ("notifyonce.ratelimit", "RateStoreUnavailableError"),
+        ("notifyonce._senders.rate.stores", "RateStoreUnavailableError"),
+        ("notifyonce.telegram", "RedactedTransportError"),
+        ("notifyonce.webhook", "RedactedTransportError"),
+        ("notifyonce._senders.redaction", "RedactedTransportError"),
+    ],
+)
+def test_every_exception_lives_in_errors_and_keeps_its_import_paths(module: str, name: str) -> None:
+    """The exceptions the senders raise are defined with all the others, and are still
+    importable from where they were."""
+    from notifyonce import _errors
+
+    assert name in _errors.__all__
+    assert getattr(_errors, name) is getattr(importlib.import_module(module), name)

@@ -10,30 +10,18 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from notifyonce import AsyncLedger, Broadcast, Message, Notifier, Receipt, ValidationError
+from notifyonce import AsyncLedger, Broadcast, Message, Notifier, ValidationError
 from notifyonce.telegram import RateLimit, TelegramSender
 from notifyonce.testing import BotAPIServer, FakeSender
 
 from ._clocks import WallClock
+from ._fakes import StampingSender
 
 TOKEN = "424242:SCHEDULE-secret"
 FAST = RateLimit(bot_per_second=500.0, private_chat_per_second=50.0)
 RUN_TIMEOUT = 60.0
 # How long the runs are watched waiting before the clock is moved to their start.
 WAITED = 0.5
-
-
-class StampingSender:
-    """Sends through ``inner``, noting the ledger's time of every send's start."""
-
-    def __init__(self, inner: TelegramSender, ledger: AsyncLedger) -> None:
-        self.inner = inner
-        self.ledger = ledger
-        self.started: list[datetime] = []
-
-    async def send(self, recipient: str, message: Message) -> Receipt:
-        self.started.append(self.ledger.now())
-        return await self.inner.send(recipient, message)
 
 
 def test_a_naive_or_wrongly_typed_start_is_refused() -> None:
@@ -61,17 +49,18 @@ async def test_two_schedulers_starting_a_campaign_at_once_send_it_once(
     other = AsyncLedger(engine, table_name=ledger.table_name, clock=clock)
     try:
         async with TelegramSender(TOKEN, base_url=bot_api_server.url, rate_limit=FAST) as inner:
-            senders = [StampingSender(inner, ledger), StampingSender(inner, other)]
+            ledgers = [ledger, other]
+            senders = [StampingSender(inner, each.now) for each in ledgers]
             runs = [
                 Broadcast(
-                    Notifier(sender.ledger, sender, concurrency=8),
+                    Notifier(each, sender, concurrency=8),
                     "xmas",
                     "2026",
                     message,
                     chats,
                     start_at=start,
                 )
-                for sender in senders
+                for each, sender in zip(ledgers, senders, strict=True)
             ]
             both = asyncio.gather(*(run.run() for run in runs))
             await asyncio.sleep(WAITED)

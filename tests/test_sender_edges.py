@@ -8,10 +8,13 @@ raised error leaves neither the text nor the token in its frames.
 
 from __future__ import annotations
 
+import asyncio
 import decimal
+import socket
 from collections.abc import Iterator
 from typing import Any
 
+import httpcore
 import httpx
 import pytest
 
@@ -27,11 +30,12 @@ from notifyonce import (
     UncertainSendError,
     ValidationError,
 )
+from notifyonce._senders.transport import placed_by_httpcore
 from notifyonce.telegram import TelegramSender
 from notifyonce.testing import BotAPIServer, FakeSender, Reply
 from notifyonce.webhook import WebhookSender
 
-from ._fakes import FakeClock, Script
+from ._fakes import FakeClock, Script, scripted
 
 TOKEN = "424242:EDGE-secret_token"
 TEXT = "the very private reminder text"
@@ -39,16 +43,8 @@ OK_BODY = {"ok": True, "result": {"message_id": 7, "chat": {"id": 42}}}
 
 
 def mock_sender(script: Script, clock: FakeClock | None = None, **options: Any) -> TelegramSender:
-    clock = clock or FakeClock()
-    client = httpx.AsyncClient(transport=httpx.MockTransport(script))
     return TelegramSender(
-        TOKEN,
-        client=client,
-        rate_limit=None,
-        clock=clock,
-        sleep=clock.sleep,
-        rng=lambda: 0.5,
-        **options,
+        TOKEN, rate_limit=None, **scripted(script, clock or FakeClock()), **options
     )
 
 
@@ -410,6 +406,69 @@ async def test_an_untraced_transport_failure_is_uncertain(exc: Exception) -> Non
     with pytest.raises(UncertainSendError):
         await mock_sender(script, max_retries=3).send("42", Message(TEXT))
     assert 1 == len(script.requests)
+
+
+def _raised_from(exc: Exception, cause: Exception) -> Exception:
+    exc.__cause__ = cause
+    return exc
+
+
+async def test_an_untraced_failure_of_httpxs_own_transport_is_placed() -> None:
+    """A caller's client whose failure is httpx's own transport reporting httpcore's (a
+    pool timeout, which httpcore does not trace): the class places it before the write,
+    so it is retried; the same class raised by another transport is uncertain above."""
+    busy = _raised_from(httpx.PoolTimeout("busy"), httpcore.PoolTimeout("busy"))
+    script = Script([busy, httpx.Response(200, json=OK_BODY)], traced=False)
+    receipt = await mock_sender(script, max_retries=3).send("42", Message(TEXT))
+    assert 7 == receipt.message_id
+    assert 2 == len(script.requests)
+
+
+@pytest.mark.parametrize(
+    ("exc", "placed"),
+    [
+        (_raised_from(httpx.ConnectTimeout("slow"), httpcore.ConnectTimeout("slow")), True),
+        (_raised_from(httpx.ReadError("reset"), httpcore.ReadError("reset")), True),
+        (httpx.ConnectTimeout("slow"), False),  # a transport raising httpx's class itself
+        (_raised_from(httpx.ConnectTimeout("drop"), httpcore.ReadError("drop")), False),
+        (_raised_from(httpx.ConnectTimeout("drop"), httpx.RemoteProtocolError("drop")), False),
+    ],
+    ids=["connect", "read", "no-cause", "other-name", "httpx-cause"],
+)
+def test_placed_by_httpcore_knows_httpxs_own_mapping(exc: Exception, placed: bool) -> None:
+    assert placed == placed_by_httpcore(exc)
+
+
+async def test_httpxs_own_transport_raises_from_httpcore() -> None:
+    """What `placed_by_httpcore` relies on, with httpx's real transport: a refused
+    connection and a pool timeout come as httpx's classes raised from httpcore's."""
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # never answers
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    limits = httpx.Limits(max_connections=1)
+    try:
+        async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(5.0, pool=0.05)) as c:
+            held = asyncio.create_task(c.post(f"http://127.0.0.1:{port}/", content=b"x"))
+            await asyncio.sleep(0.1)  # the one connection is taken
+            with pytest.raises(httpx.PoolTimeout) as pool:
+                await c.post(f"http://127.0.0.1:{port}/", content=b"y")
+            held.cancel()
+            await asyncio.gather(held, return_exceptions=True)
+    finally:
+        server.close()
+        await server.wait_closed()
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        closed = unused.getsockname()[1]
+    async with httpx.AsyncClient() as client:
+        with pytest.raises(httpx.ConnectError) as refused:
+            await client.post(f"http://127.0.0.1:{closed}/", content=b"z")
+    assert placed_by_httpcore(pool.value)
+    assert placed_by_httpcore(refused.value)
 
 
 @pytest.mark.parametrize(

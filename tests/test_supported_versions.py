@@ -3,28 +3,17 @@ the README and docs listing exactly what pyproject.toml claims."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from ._examples import load_module
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _load_matrix() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_notifyonce_matrix", ROOT / "scripts/matrix.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
-
-
-matrix = _load_matrix()
+matrix = load_module("_notifyonce_matrix", ROOT / "scripts/matrix.py")
 
 
 def _pyproject(tmp_path: Path, dependencies: str, extras: str) -> Path:

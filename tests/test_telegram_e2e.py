@@ -26,12 +26,7 @@ from notifyonce.telegram import RateLimit, TelegramSender
 from notifyonce.testing import BotAPIServer, Reply
 from notifyonce.testing._server import busiest_window
 
-TOKEN = "987654:E2E-secret_token"
-
-
-def sender_for(server: BotAPIServer, **options: object) -> TelegramSender:
-    options.setdefault("rate_limit", None)
-    return TelegramSender(TOKEN, base_url=server.url, **options)  # type: ignore[arg-type]
+from ._bot_api import TOKEN, sender_for
 
 
 async def test_sequential_sends_reuse_one_connection(

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from notifyonce import ValidationError, ValidationTypeError
-from notifyonce._senders.telegram.ratelimit import AsyncRateLimiter, RateLimitState
+from notifyonce._senders.rate.stores import BOT_LANE, Grant, MemoryRateStore, SharedRateLimiter
+from notifyonce._senders.telegram.ratelimit import RateLimitState
 from notifyonce.telegram import RateLimit
 
 from ._fakes import FakeClock
@@ -147,14 +150,25 @@ def test_stale_state_is_pruned() -> None:
     assert len(state._booked) <= 2
 
 
+def limiter_on(
+    clock: FakeClock | None = None, sleep: Any = None
+) -> tuple[SharedRateLimiter, RateLimitState]:
+    """The limiter a TelegramSender paces with (its own memory store), and the store's
+    calendar for the bot's lane."""
+    options: dict[str, Any] = {} if clock is None else {"clock": clock}
+    store = MemoryRateStore(**options)
+    limiter = SharedRateLimiter(RateLimit(), store, "bot", **options, sleep=sleep or asyncio.sleep)
+    return limiter, store._state("bot", BOT_LANE, RateLimit())
+
+
 async def test_async_limiter_sleeps_until_the_booked_start() -> None:
     """acquire() sleeps exactly until the start it booked, on the injected clock."""
     clock = FakeClock()
-    limiter = AsyncRateLimiter(RateLimit(), clock=clock, sleep=clock.sleep)
-    assert await limiter.acquire("7", max_wait=math.inf) is None
-    assert await limiter.acquire("7", max_wait=math.inf) is None
+    limiter, _ = limiter_on(clock, clock.sleep)
+    assert isinstance(await limiter.acquire("7", max_wait=math.inf), Grant)
+    assert isinstance(await limiter.acquire("7", max_wait=math.inf), Grant)
     assert [1.03] == clock.waits
-    limiter.flood_wait("7", 30.0)
+    await limiter.flood_wait("7", 30.0)
     assert 30.0 == await limiter.acquire("7", max_wait=5.0)
 
 
@@ -166,25 +180,25 @@ async def test_late_wake_up_books_again() -> None:
         await clock.sleep(seconds)
         clock.now += 0.5  # the event loop was blocked
 
-    limiter = AsyncRateLimiter(RateLimit(), clock=clock, sleep=oversleep)
-    limiter.state.flood_wait("7", 1.0, now=0.0)
-    assert await limiter.acquire("7", max_wait=math.inf) is None
-    # Booked at 1.0, woke at 1.5: the 1.0 booking was given back and 1.5 booked instead.
+    limiter, state = limiter_on(clock, oversleep)
+    state.flood_wait("7", 1.0, now=0.0)
+    assert isinstance(await limiter.acquire("7", max_wait=math.inf), Grant)
+    # The flood wait ended at 1.0, the wake-up came at 1.5: the start booked is 1.5.
     assert [1.0] == clock.waits
-    assert [1.5] == limiter.state._booked
-    assert 1.5 + 1.03 == limiter.state._chat_ready["7"]
+    assert [1.5] == state._booked
+    assert 1.5 + 1.03 == state._chat_ready["7"]
 
 
 async def test_cancelled_wait_releases_the_slot() -> None:
     """A caller cancelled while waiting gives its booked start back."""
-    limiter = AsyncRateLimiter(RateLimit())
-    limiter.flood_wait("7", 60.0)
+    limiter, state = limiter_on()
+    state.flood_wait("7", 60.0, now=time.monotonic())
     task = asyncio.ensure_future(limiter.acquire("7", max_wait=math.inf))
     await asyncio.sleep(0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert [] == limiter.state._booked
+    assert [] == state._booked
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ from notifyonce import (
 from notifyonce.ratelimit import MemoryRateStore
 from notifyonce.telegram import RateLimit, TelegramSender
 
-from ._fakes import FakeClock, Script
+from ._fakes import FakeClock, Script, scripted, send_scripted
 
 TOKEN = "123456:SECRET-token_value"
 OK_BODY = {"ok": True, "result": {"message_id": 77, "chat": {"id": 42}, "text": "hi"}}
@@ -53,27 +53,13 @@ def make_sender(
     rate_limit: RateLimit | None = None,
     **options: Any,
 ) -> TelegramSender:
-    client = httpx.AsyncClient(transport=httpx.MockTransport(script))
-    return TelegramSender(
-        TOKEN,
-        client=client,
-        rate_limit=rate_limit,
-        clock=clock,
-        sleep=clock.sleep,
-        rng=lambda: 0.5,
-        **options,
-    )
+    return TelegramSender(TOKEN, rate_limit=rate_limit, **scripted(script, clock), **options)
 
 
 async def send(
     steps: Iterable[Any], **options: Any
 ) -> tuple[Receipt | SendError, Script, FakeClock]:
-    script, clock = Script(steps), FakeClock()
-    sender = make_sender(script, clock, **options)
-    try:
-        return await sender.send("42", Message("hello")), script, clock
-    except SendError as exc:
-        return exc, script, clock
+    return await send_scripted(make_sender, steps, **options)
 
 
 async def test_delivers_and_returns_receipt() -> None:

@@ -34,7 +34,7 @@ from notifyonce import (
 from notifyonce._senders.webhook import Accepted, classify_webhook_response
 from notifyonce.webhook import WebhookSender, sign, verify_signature
 
-from ._fakes import FakeClock, Script
+from ._fakes import FakeClock, Script, scripted, send_scripted
 
 URL = "https://user:pa55word@hooks.example.com/T0/B1/path-secret?token=query-secret"
 SECRET = "hmac-shared-secret"
@@ -45,27 +45,13 @@ NOW = 1_700_000_000.0
 def make_sender(
     script: Script, clock: FakeClock, *, url: str = URL, **options: Any
 ) -> WebhookSender:
-    client = httpx.AsyncClient(transport=httpx.MockTransport(script))
-    return WebhookSender(
-        url,
-        client=client,
-        clock=clock,
-        sleep=clock.sleep,
-        rng=lambda: 0.5,
-        wall_clock=lambda: NOW,
-        **options,
-    )
+    return WebhookSender(url, wall_clock=lambda: NOW, **scripted(script, clock), **options)
 
 
 async def send(
     steps: Iterable[Any], message: Message | None = None, **options: Any
 ) -> tuple[Receipt | SendError, Script, FakeClock]:
-    script, clock = Script(steps), FakeClock()
-    sender = make_sender(script, clock, **options)
-    try:
-        return await sender.send("42", message or Message("hello")), script, clock
-    except SendError as exc:
-        return exc, script, clock
+    return await send_scripted(make_sender, steps, message, **options)
 
 
 async def test_posts_json_body_with_idempotency_key() -> None:

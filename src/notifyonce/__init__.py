@@ -36,7 +36,7 @@ from notifyonce._ledger.ledger import AsyncLedger, Ledger
 from notifyonce._ledger.records import LedgerStats, SlotRecord, SweepResult
 from notifyonce._ledger.table import SlotStatus
 from notifyonce._media import Album, Copy, Document, Photo, Video
-from notifyonce._message import Message, Receipt, Sender
+from notifyonce._message import Message, Receipt, Sender, SupportsCheck, SupportsTurn
 from notifyonce._notifier import Notification, Notifier, Report, Result, TickReport
 from notifyonce._observe import Observer, SendEvent, report_flood_wait
 from notifyonce._outcome import DeliveryMode, Outcome
@@ -99,6 +99,8 @@ __all__ = [
     "SlotRecord",
     "SlotStatus",
     "Subject",
+    "SupportsCheck",
+    "SupportsTurn",
     "SweepResult",
     "TickReport",
     "TransientSendError",

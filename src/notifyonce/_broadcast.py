@@ -3,10 +3,9 @@
 A campaign is an action plus a cycle (the campaign id): each chat's slot is
 ``(action, chat, campaign)``, so running the same campaign again after a crash or a
 cancellation sends only to the chats that were not handled yet. The sends go through
-[`Notifier.send_many`][notifyonce.Notifier.send_many] (claims just in time, outcomes written at
-once), so a crash
-costs only the sends in flight; in at-most-once mode those are recorded ``unknown`` and
-`BroadcastReport.unknown` lists them.
+[`Notifier.send_many`][notifyonce.Notifier.send_many] (claims just in time, outcomes written
+at once), so a crash costs only the sends in flight; in at-most-once mode those are recorded
+``unknown`` and `BroadcastReport.unknown` lists them.
 """
 
 from __future__ import annotations
@@ -132,25 +131,25 @@ class BroadcastProgress:
 
 @dataclass
 class BroadcastReport:
-    """What a [`Broadcast.run`][notifyonce.Broadcast.run] did, and where the campaign stands in the
-    ledger.
+    """What a [`Broadcast.run`][notifyonce.Broadcast.run] did, and where the campaign stands
+    in the ledger.
 
     Attributes:
         action: The broadcast's action.
         campaign: The campaign id (the slots' cycle).
         progress: The last progress snapshot of this run.
-        report: The underlying [`Report`][notifyonce.Report] (counts, and the results that need
-            attention).
+        report: The underlying [`Report`][notifyonce.Report] (counts, and the results that
+            need attention).
         unknown: Every chat of the campaign whose delivery is unknown, from the ledger
             (this run's and earlier runs', including sends cut short by a crash once their
             lease expired): send them again only after checking by hand.
         held: Chats of the campaign still claimed by another run (or by a crashed one
             whose lease has not expired yet); a later run settles them.
-        cancelled: True when [`Broadcast.cancel`][notifyonce.Broadcast.cancel] stopped the run
-            (run it again to resume), or when a cancel request from the operator console
-            did: then ``report.stopped`` says so and when, the sends under way were
-            finished and recorded, the chats not tried came back ``RETRY``, and the
-            campaign runs again only with ``resume_cancelled=True``.
+        cancelled: True when [`Broadcast.cancel`][notifyonce.Broadcast.cancel] stopped the
+            run (run it again to resume), or when a cancel request from the operator console
+            did: then ``report.stopped`` says so and when, the sends under way were finished
+            and recorded, the chats not tried came back ``RETRY``, and the campaign runs
+            again only with ``resume_cancelled=True``.
     """
 
     action: str
@@ -320,8 +319,7 @@ class Broadcast:
         total: How many recipients there are, for ``remaining`` and the ETA. Default:
             ``len`` of a list, ``count()`` of a source, else unknown.
         on_progress: Called with a [`BroadcastProgress`][notifyonce.BroadcastProgress] every
-            ``every`` seconds
-            and once at the end.
+            ``every`` seconds and once at the end.
         every: Seconds between progress snapshots.
         allow_changed_message: The campaign remembers the message it started with (a
             fingerprint of its text, formatting and media, kept in the ledger); a later run

@@ -57,7 +57,7 @@ from notifyonce._errors import (
 )
 from notifyonce._keys import KeyMaker, SlotKey
 from notifyonce._ledger.table import SlotStatus
-from notifyonce._message import Message, Receipt
+from notifyonce._message import Message, Receipt, SupportsTurn
 from notifyonce._observe import SENDING, Hooks, SendProbe
 from notifyonce._outcome import DeliveryMode, Outcome
 from notifyonce._results import ATTENTION, Notification, Report, Result
@@ -312,7 +312,7 @@ class Run:
         # Connections the run keeps for its statements, one per lane, where the ledger
         # allows (given back when the run is settled).
         self.keepers = ledger._keepers(ledger._claim_lanes) or []
-        turn = getattr(parts.sender, "turn", None)
+        turn = parts.sender.turn if isinstance(parts.sender, SupportsTurn) else None
         self.turn: Callable[[str], contextlib.AbstractAsyncContextManager[Any]] | None = (
             turn if callable(turn) else None
         )

@@ -13,10 +13,17 @@ The tree::
         │   └── MessageRefusedError              the message itself is refused, for every
         │                                        recipient alike: the run stops, slots kept
         ├── TransientSendError                   certainly not delivered: retry later
-        │   └── FloodWaitError                   a flood wait longer than the sender waits out
+        │   ├── FloodWaitError                   a flood wait longer than the sender waits out
+        │   ├── RateStoreUnavailableError        the rate store could not be asked for a turn
+        │   └── SenderClosedError                the sender (or its client) was closed
+        │       (also RuntimeError)
         ├── UncertainSendError                   may have been delivered: never blindly retried
-        └── SenderConfigError                    the sender is set up wrong (bad token, bad URL):
-                                                 nothing was delivered; stop the run, fix it
+        └── SenderConfigError                    the sender is set up wrong (a rejected token,
+                                                 a wrong URL): nothing was delivered; stop
+                                                 the run, fix it
+
+    RedactedTransportError                       not raised: the ``__cause__`` a sender chains
+                                                 in place of a transport's own exception
 
 Messages never contain a bot token or a message text: only field names, key parts,
 provider codes and descriptions.
@@ -33,8 +40,11 @@ __all__ = [
     "MessageRefusedError",
     "NotifyOnceError",
     "PermanentSendError",
+    "RateStoreUnavailableError",
+    "RedactedTransportError",
     "ScheduleError",
     "SendError",
+    "SenderClosedError",
     "SenderConfigError",
     "TransientSendError",
     "UncertainSendError",
@@ -111,8 +121,7 @@ class SendError(NotifyOnceError):
             entities, a text too long, a media file gone): every recipient of that message
             would be refused alike. Nothing was delivered. Until a send of its run
             succeeds, the Notifier gives such a slot back instead of burning it, and stops
-            the run after three of them (see
-            [`Report.stopped`][notifyonce.Report]).
+            the run after three of them (see [`Report.stopped`][notifyonce.Report]).
     """
 
     def __init__(
@@ -130,9 +139,11 @@ class SendError(NotifyOnceError):
 
 
 class PermanentSendError(SendError):
-    """The provider refused the message for good (bot blocked, chat not found, bad token).
+    """The provider refused the message for good (bot blocked, chat not found).
 
-    Retrying cannot help. The Notifier records the slot as ``failed``.
+    Retrying cannot help. The Notifier records the slot as ``failed``. A rejected token is
+    not this but a [`SenderConfigError`][notifyonce.SenderConfigError]: it refuses every
+    send alike, and burns no slot.
     """
 
 
@@ -175,8 +186,7 @@ class FloodWaitError(TransientSendError):
     Raised by a sender's rate-limit turn before anything is claimed or sent. The Notifier
     gives the notification back as ``RETRY`` and goes on with the others when the wait is
     one chat's; when it is the whole bot's, it stops the run: the sends under way finish,
-    the rest come back as ``RETRY``, and [`Report.stopped`][notifyonce.Report]
-    says why.
+    the rest come back as ``RETRY``, and [`Report.stopped`][notifyonce.Report] says why.
 
     Attributes:
         retry_after: Seconds until the flood wait ends.
@@ -186,6 +196,19 @@ class FloodWaitError(TransientSendError):
     def __init__(self, description: str = "", *, retry_after: float, bot_wide: bool) -> None:
         super().__init__(description, code=429, retry_after=retry_after)
         self.bot_wide = bot_wide
+
+
+class RateStoreUnavailableError(TransientSendError):
+    """The rate store could not be asked for a turn, so nothing was sent (fail closed)."""
+
+
+class SenderClosedError(TransientSendError, RuntimeError):
+    """The sender (or the caller's client) was closed: certainly nothing was sent.
+
+    A [`TransientSendError`][notifyonce.TransientSendError], so a Notifier releases the slot
+    for a later run instead of recording an unknown outcome; also a ``RuntimeError``,
+    because it is a usage error.
+    """
 
 
 class UncertainSendError(SendError):
@@ -205,3 +228,8 @@ class SenderConfigError(SendError):
     frees the claims of the run and raises this error, so the same reminders go out once
     the configuration is fixed.
     """
+
+
+class RedactedTransportError(Exception):
+    """Stands in as ``__cause__`` for a sender's underlying exception: its class name and
+    its text with every secret removed, and no reference to the request or its frames."""

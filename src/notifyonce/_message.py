@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, runtime_checkable
 
@@ -10,7 +11,7 @@ from notifyonce._buttons import inline_keyboard
 from notifyonce._errors import ValidationError, ValidationTypeError
 from notifyonce._media import Album, Copy, Document, Media, Photo, Video
 
-__all__ = ["Message", "Receipt", "Sender"]
+__all__ = ["Message", "Receipt", "Sender", "SupportsCheck", "SupportsTurn", "keep_capabilities"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,11 +180,10 @@ class Sender(Protocol):
     have been. Any other exception is treated as uncertain. A sender that is set up wrong
     (a rejected token, a wrong URL) raises [`SenderConfigError`][notifyonce.SenderConfigError].
 
-    A sender may also offer ``check(recipient: str, message: Message) -> None``, a plain
-    (not async) method that raises [`ValidationError`][notifyonce.ValidationError] when it would
-    refuse the recipient or the message without sending anything (a malformed chat id, a
-    text too long for the provider). The Notifier calls it before claiming, so such a
-    notification writes nothing and burns no slot.
+    A sender may also offer ``check`` ([`SupportsCheck`][notifyonce.SupportsCheck]), to
+    refuse a notification before anything is claimed, and ``turn``
+    ([`SupportsTurn`][notifyonce.SupportsTurn]), to hold the rate-limit turn its claim is
+    made in. A sender that wraps others has each of them exactly when what it wraps does.
 
     Examples:
         >>> class PrintSender:
@@ -197,3 +197,108 @@ class Sender(Protocol):
     async def send(self, recipient: str, message: Message) -> Receipt:
         """Deliver ``message`` to ``recipient`` and return the receipt."""
         ...
+
+
+@runtime_checkable
+class SupportsCheck(Protocol):
+    """A sender that can tell, without sending anything, that it would refuse a send.
+
+    ``check`` is a plain (not async) method that raises
+    [`ValidationError`][notifyonce.ValidationError] when the sender would refuse the
+    recipient or the message (a malformed chat id, a text too long for the provider). The
+    Notifier calls it before claiming, so such a notification writes nothing and burns no
+    slot.
+
+    Examples:
+        >>> from notifyonce.testing import FakeSender
+        >>> class DigitsOnly(FakeSender):
+        ...     def check(self, recipient: str, message: Message) -> None:
+        ...         if not recipient.isdigit():
+        ...             raise ValidationError("recipient", "not a chat id")
+        >>> isinstance(DigitsOnly(), SupportsCheck), isinstance(FakeSender(), SupportsCheck)
+        (True, False)
+    """
+
+    def check(self, recipient: str, message: Message) -> None:
+        """Raise ValidationError if sending ``message`` to ``recipient`` would be refused."""
+        ...
+
+
+@runtime_checkable
+class SupportsTurn(Protocol):
+    """A sender that paces its sends and lets the Notifier wait for a send's turn first.
+
+    ``turn(recipient)`` returns an async context manager that waits for the recipient's
+    rate-limit turn; the Notifier claims the slot inside it and sends before it exits, so
+    no slot sits claimed while its send waits in the limiter.
+    [`TelegramSender`][notifyonce.telegram.TelegramSender] has one.
+    """
+
+    def turn(self, recipient: str) -> AbstractAsyncContextManager[object]:
+        """Wait for ``recipient``'s turn on entering; the send goes inside."""
+        ...
+
+
+class _Checks:
+    """The public ``check`` of a wrapper whose inner senders have one (see
+    `keep_capabilities`): the wrapper's own ``_check``."""
+
+    __slots__ = ()
+
+    def check(self, recipient: str, message: Message) -> None:
+        """Raise ValidationError where what this sender wraps would refuse the send."""
+        self._check(recipient, message)
+
+    def _check(self, recipient: str, message: Message) -> None:
+        raise NotImplementedError
+
+
+class _Turns:
+    """The public ``turn`` of a wrapper whose inner senders have one (see
+    `keep_capabilities`): the wrapper's own ``_turn``."""
+
+    __slots__ = ()
+
+    def turn(self, recipient: str) -> AbstractAsyncContextManager[object]:
+        """Wait for the turn of what this sender wraps; the send goes inside."""
+        return self._turn(recipient)
+
+    def _turn(self, recipient: str) -> AbstractAsyncContextManager[object]:
+        raise NotImplementedError
+
+
+_CAPABLE: dict[tuple[type, bool, bool], type] = {}
+
+
+def _capable(plain: type, check: bool, turn: bool) -> type:
+    """``plain``, or its subclass (of the same name) with a public check, turn or both."""
+    extra = (*((_Checks,) if check else ()), *((_Turns,) if turn else ()))
+    if not extra:
+        return plain
+    key = (plain, check, turn)
+    if key not in _CAPABLE:
+        namespace = {
+            "__slots__": (),
+            "__module__": plain.__module__,
+            "__qualname__": plain.__qualname__,
+            "__doc__": plain.__doc__,
+            "_plain_class": plain,
+        }
+        _CAPABLE[key] = type(plain.__name__, (plain, *extra), namespace)
+    return _CAPABLE[key]
+
+
+def keep_capabilities(wrapper: object, *, check: bool, turn: bool) -> None:
+    """Give a sender that wraps others exactly their capabilities.
+
+    A class that defines ``check`` or ``turn`` satisfies
+    [`SupportsCheck`][notifyonce.SupportsCheck] or
+    [`SupportsTurn`][notifyonce.SupportsTurn] for every instance; a wrapper whose inner
+    senders lack one must not. So the wrapper's class implements ``_check`` and ``_turn``,
+    and this call (at the end of its ``__init__``) makes ``wrapper`` an instance of its
+    class's subclass that adds the public ``check`` where ``check`` is true and ``turn``
+    where ``turn`` is: ``isinstance(wrapper, type(...))`` and its class's name stay.
+    """
+    cls = type(wrapper)
+    plain: type = cls.__dict__.get("_plain_class", cls)
+    wrapper.__class__ = _capable(plain, check, turn)

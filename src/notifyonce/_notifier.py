@@ -38,7 +38,7 @@ from notifyonce._dispatch import Keep, Parts, Policy, Run
 from notifyonce._errors import SenderConfigError, ValidationError, ValidationTypeError
 from notifyonce._keys import KeyMaker, SlotKey, normalize_action
 from notifyonce._ledger.ledger import AsyncLedger
-from notifyonce._message import Message, Sender
+from notifyonce._message import Message, Sender, SupportsCheck
 from notifyonce._observe import Observer
 from notifyonce._outcome import DeliveryMode, Outcome
 from notifyonce._quiet import QuietHours
@@ -69,8 +69,7 @@ class TickReport:
 
     Attributes:
         now: The time the tick ran for.
-        reports: A [`Report`][notifyonce.Report] per window action, for every window open at
-            ``now``.
+        reports: A [`Report`][notifyonce.Report] per action of each window open at ``now``.
         missed: Windows whose whole span fell between the previous tick and this one,
             with the deadlines that missed them (the job was down for longer than the
             window). They are skipped, never sent late; this list is how you see them.
@@ -123,10 +122,9 @@ class Notifier:
         sweep_every: How often the Notifier sweeps expired leases before a run (None: never;
             then call ``ledger.sweep`` yourself).
         dry_run: Claim nothing, send nothing, record nothing; report what would happen.
-        keep_results: Which results a [`Report`][notifyonce.Report] keeps: True every one, False
-            none
-            (``counts`` is always complete), None (the default) every one for a list and
-            only those that need attention (``FAILED``, ``UNKNOWN``, ``RETRY``,
+        keep_results: Which results a [`Report`][notifyonce.Report] keeps: True every one,
+            False none (``counts`` is always complete), None (the default) every one for a
+            list and only those that need attention (``FAILED``, ``UNKNOWN``, ``RETRY``,
             ``LEASE_LOST``) for a stream, so that a streamed run's memory stays flat.
         on_result: Called with every [`Result`][notifyonce.Result], e.g. to feed metrics.
             If it raises, the run stops (no new sends) and raises it.
@@ -216,7 +214,7 @@ class Notifier:
         self.keep_results = keep_results
         self.on_result = on_result
         self.observer = observer
-        check = getattr(sender, "check", None)
+        check = sender.check if isinstance(sender, SupportsCheck) else None
         self._sender_check: Callable[[str, Message], None] | None = (
             check if callable(check) else None
         )
@@ -275,12 +273,11 @@ class Notifier:
             action: The reminder's name shared by all of them.
             notifications: A list, any iterable, or an async iterable of
                 [`Notification`][notifyonce.Notification]. A list is validated whole before
-                anything is
-                written; a stream is validated batch by batch.
+                anything is written; a stream is validated batch by batch.
 
         Returns:
-            A [`Report`][notifyonce.Report] with the counts per outcome and, by default, every
-            result.
+            A [`Report`][notifyonce.Report] with the counts per outcome and, by default,
+            every result.
 
         Raises:
             ValidationError: Bad input (including a recipient or message the sender's

@@ -21,6 +21,7 @@ Examples:
 
 from __future__ import annotations
 
+from notifyonce._errors import RateStoreUnavailableError
 from notifyonce._senders.rate.redis import RedisRateStore
 from notifyonce._senders.rate.sql import (
     DEFAULT_LOCK_TIMEOUT,
@@ -30,7 +31,6 @@ from notifyonce._senders.rate.sql import (
 from notifyonce._senders.rate.stores import (
     MemoryRateStore,
     RateStore,
-    RateStoreUnavailableError,
     Turn,
     TurnRequest,
     bot_key,

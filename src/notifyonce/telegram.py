@@ -19,8 +19,8 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         'notifyonce.telegram needs httpx: pip install "notifyonce[telegram]"'
     ) from exc
 
-from notifyonce._senders.http import HTTPOptions, SenderClosedError
-from notifyonce._senders.redaction import RedactedTransportError
+from notifyonce._errors import RedactedTransportError, SenderClosedError
+from notifyonce._senders.http import HTTPOptions
 from notifyonce._senders.telegram.file_sql import SQLFileIdStore
 from notifyonce._senders.telegram.files import FileIdStore, MemoryFileIdStore
 from notifyonce._senders.telegram.markup import escape_html, escape_markdown_v2

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from notifyonce._errors import RedactedTransportError
 from notifyonce._senders.signing import (
     DEFAULT_TOLERANCE,
     IDEMPOTENCY_HEADER,
@@ -28,7 +29,6 @@ from notifyonce._senders.signing import (
 
 if TYPE_CHECKING:
     from notifyonce._senders.http import HTTPOptions
-    from notifyonce._senders.redaction import RedactedTransportError
     from notifyonce._senders.webhook import BodyBuilder, WebhookSender, default_body
 
 __all__ = [
@@ -48,7 +48,6 @@ __all__ = [
 _NEEDS_HTTPX = {
     "BodyBuilder",
     "HTTPOptions",
-    "RedactedTransportError",
     "WebhookSender",
     "default_body",
 }
@@ -64,8 +63,8 @@ def __getattr__(name: str) -> Any:
         raise ImportError(
             f'notifyonce.webhook.{name} needs httpx: pip install "notifyonce[webhook]"'
         ) from exc
-    from notifyonce._senders import http, redaction, webhook
+    from notifyonce._senders import http, webhook
 
-    value = getattr(http, name, None) or getattr(redaction, name, None) or getattr(webhook, name)
+    value = getattr(http, name, None) or getattr(webhook, name)
     globals()[name] = value
     return value

@@ -65,11 +65,11 @@ class AppriseSender:
     **What cannot be known.** Apprise reports per call whether every service accepted the
     notification, not whether a failed service's request reached the provider before
     it failed (a timeout after sending and a refused connection look the same). So a
-    failure is [`UncertainSendError`][notifyonce.UncertainSendError] by default: in at-most-once
-    mode it is never repeated. Pass ``failure=TransientSendError`` if your services tolerate a
-    duplicate better than a lost notification. With several URLs, Apprise 2.x reports a
-    partial delivery, which is always uncertain (a retry would resend to the services
-    that delivered); Apprise 1.x cannot tell it from a total failure.
+    failure is [`UncertainSendError`][notifyonce.UncertainSendError] by default: in
+    at-most-once mode it is never repeated. Pass ``failure=TransientSendError`` if your
+    services tolerate a duplicate better than a lost notification. With several URLs,
+    Apprise 2.x reports a partial delivery, which is always uncertain (a retry would resend
+    to the services that delivered); Apprise 1.x cannot tell it from a total failure.
 
     Args:
         urls: One Apprise URL, several, or an ``apprise.Apprise`` object you configured.
@@ -120,8 +120,7 @@ class AppriseSender:
 
     def check(self, recipient: str, message: Message) -> None:
         """Raise [`ValidationError`][notifyonce.ValidationError] for a blank recipient or a
-        non-Message
-        (the Notifier calls it before claiming)."""
+        non-Message (the Notifier calls it before claiming)."""
         if not isinstance(recipient, str) or not recipient.strip():
             raise ValidationError("recipient", "must be a non-empty str")
         if not isinstance(message, Message):

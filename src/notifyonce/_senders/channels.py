@@ -21,7 +21,14 @@ from notifyonce._errors import (
     ValidationError,
     ValidationTypeError,
 )
-from notifyonce._message import Message, Receipt, Sender
+from notifyonce._message import (
+    Message,
+    Receipt,
+    Sender,
+    SupportsCheck,
+    SupportsTurn,
+    keep_capabilities,
+)
 
 __all__ = ["Channel", "ChannelReceipt", "FallbackSender", "FanoutSender"]
 
@@ -95,11 +102,10 @@ def _channels(channels: Mapping[str, Sender] | Iterable[Channel]) -> tuple[Chann
     return items
 
 
-def _check(channel: Channel, recipient: str, message: Message) -> None:
+def _check_channel(channel: Channel, recipient: str, message: Message) -> None:
     """The channel sender's own ``check``, if it has one."""
-    check = getattr(channel.sender, "check", None)
-    if callable(check):
-        check(channel.address(recipient), message)
+    if isinstance(channel.sender, SupportsCheck):
+        channel.sender.check(channel.address(recipient), message)
 
 
 def _as_send_error(exc: BaseException) -> SendError:
@@ -154,8 +160,8 @@ def combine_fanout(results: Mapping[str, Receipt | SendError]) -> SendError | No
     """The fan-out rule: None when every channel delivered, else the one error to raise.
 
     0. Nothing delivered, every failure certain (transient or a config error) and one a
-       config error -> [`SenderConfigError`][notifyonce.SenderConfigError]: fix the channel, and
-       all go out.
+       config error -> [`SenderConfigError`][notifyonce.SenderConfigError]: fix the channel,
+       and all go out.
     1. Any permanent failure -> permanent: all channels can never succeed together, and a
        retry would only repeat the others.
     2. Else any uncertain failure, or a delivery next to a transient failure -> uncertain:
@@ -195,9 +201,8 @@ def combine_fanout(results: Mapping[str, Receipt | SendError]) -> SendError | No
 
 async def _enter_turn(turns: contextlib.AsyncExitStack, channel: Channel, recipient: str) -> None:
     """Enter ``channel``'s turn for ``recipient`` on ``turns``, if its sender has turns."""
-    turn = getattr(channel.sender, "turn", None)
-    if callable(turn):
-        await turns.enter_async_context(turn(channel.address(recipient)))
+    if isinstance(channel.sender, SupportsTurn):
+        await turns.enter_async_context(channel.sender.turn(channel.address(recipient)))
 
 
 class FanoutSender:
@@ -207,6 +212,11 @@ class FanoutSender:
     any permanent failure is permanent; otherwise any uncertain failure, or a partial
     delivery, is uncertain; otherwise (nothing delivered, all transient) transient. For
     independent outcomes per channel, use one slot per channel (see the fan-out guide).
+
+    It has a ``check`` ([`SupportsCheck`][notifyonce.SupportsCheck]) when a channel has
+    one, refusing what any channel refuses, and a ``turn``
+    ([`SupportsTurn`][notifyonce.SupportsTurn]) when a channel has one, waiting for every
+    channel's turn.
 
     Args:
         channels: ``{"name": sender}`` or [`Channel`][notifyonce.Channel] objects (to map
@@ -220,21 +230,27 @@ class FanoutSender:
 
     def __init__(self, channels: Mapping[str, Sender] | Iterable[Channel]) -> None:
         self.channels = _channels(channels)
+        senders = [c.sender for c in self.channels]
+        keep_capabilities(
+            self,
+            check=any(isinstance(s, SupportsCheck) for s in senders),
+            turn=any(isinstance(s, SupportsTurn) for s in senders),
+        )
 
     def __repr__(self) -> str:
         return f"FanoutSender(channels={[c.name for c in self.channels]!r})"
 
-    def check(self, recipient: str, message: Message) -> None:
-        """Raise the first channel's [`ValidationError`][notifyonce.ValidationError]: a fan-out
-        counts as sent only when every channel delivers, so one refusal refuses it."""
+    def _check(self, recipient: str, message: Message) -> None:
+        """``check``: raise the first channel's ValidationError: a fan-out counts as sent
+        only when every channel delivers, so one refusal refuses it."""
         for channel in self.channels:
-            _check(channel, recipient, message)
+            _check_channel(channel, recipient, message)
 
     @contextlib.asynccontextmanager
-    async def turn(self, recipient: str) -> AsyncIterator[None]:
-        """Wait for the rate-limit turn of every channel that has one (in channel order):
-        the Notifier claims the slot inside it, and every channel's send then uses its
-        own turn instead of waiting in its limiter with the slot claimed."""
+    async def _turn(self, recipient: str) -> AsyncIterator[None]:
+        """``turn``: wait for the rate-limit turn of every channel that has one (in
+        channel order): the Notifier claims the slot inside it, and every channel's send
+        then uses its own turn instead of waiting in its limiter with the slot claimed."""
         async with contextlib.AsyncExitStack() as turns:
             for channel in self.channels:
                 await _enter_turn(turns, channel, recipient)
@@ -279,8 +295,12 @@ class FallbackSender:
 
     When no channel delivered: uncertain if any channel was uncertain, else a
     [`SenderConfigError`][notifyonce.SenderConfigError] if a channel is set up wrong, else
-    transient if
-    any was transient (``retry_after``: the shortest wait), else permanent.
+    transient if any was transient (``retry_after``: the shortest wait), else permanent.
+
+    It has a ``check`` ([`SupportsCheck`][notifyonce.SupportsCheck]) when every channel
+    has one, refusing only what all of them refuse (a channel without one refuses
+    nothing), and a ``turn`` ([`SupportsTurn`][notifyonce.SupportsTurn]) when the first
+    channel has one.
 
     Args:
         channels: ``{"name": sender}`` or [`Channel`][notifyonce.Channel] objects, in fallback
@@ -302,18 +322,22 @@ class FallbackSender:
     ) -> None:
         self.channels = _channels(channels)
         self.fallback_on_uncertain = fallback_on_uncertain
+        keep_capabilities(
+            self,
+            check=all(isinstance(c.sender, SupportsCheck) for c in self.channels),
+            turn=isinstance(self.channels[0].sender, SupportsTurn),
+        )
 
     def __repr__(self) -> str:
         return f"FallbackSender(channels={[c.name for c in self.channels]!r})"
 
-    def check(self, recipient: str, message: Message) -> None:
-        """Raise [`ValidationError`][notifyonce.ValidationError] only when every channel would
-        refuse:
-        a fallback delivers through any one of them."""
+    def _check(self, recipient: str, message: Message) -> None:
+        """``check``: raise ValidationError only when every channel would refuse: a
+        fallback delivers through any one of them."""
         refusals: list[str] = []
         for channel in self.channels:
             try:
-                _check(channel, recipient, message)
+                _check_channel(channel, recipient, message)
             except ValidationError as exc:
                 refusals.append(f"{channel.name}: {exc.field}")
             else:
@@ -321,8 +345,8 @@ class FallbackSender:
         raise ValidationError("recipient", "every channel refuses it (" + "; ".join(refusals) + ")")
 
     @contextlib.asynccontextmanager
-    async def turn(self, recipient: str) -> AsyncIterator[None]:
-        """Wait for the first channel's rate-limit turn, if it has one: the channel the
+    async def _turn(self, recipient: str) -> AsyncIterator[None]:
+        """``turn``: wait for the first channel's rate-limit turn: the channel the
         send tries first uses it. A channel fallen back to waits for its own turn in its
         send, as it would alone."""
         async with contextlib.AsyncExitStack() as turns:
@@ -333,8 +357,8 @@ class FallbackSender:
         """Send through the first channel that delivers.
 
         Returns:
-            A [`ChannelReceipt`][notifyonce.ChannelReceipt] naming the channel that delivered and
-            the failures before it.
+            A [`ChannelReceipt`][notifyonce.ChannelReceipt] naming the channel that
+            delivered and the failures before it.
 
         Raises:
             UncertainSendError: A channel may have delivered (and fallback stopped there),

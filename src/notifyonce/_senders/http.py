@@ -23,6 +23,7 @@ import httpx
 from typing_extensions import TypedDict, Unpack
 
 from notifyonce._errors import (
+    SenderClosedError,
     SendError,
     TransientSendError,
     UncertainSendError,
@@ -30,7 +31,7 @@ from notifyonce._errors import (
     ValidationTypeError,
 )
 from notifyonce._senders.retry import RetryPlan
-from notifyonce._senders.transport import Progress, classify_transport_error
+from notifyonce._senders.transport import Progress, classify_transport_error, placed_by_httpcore
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -69,15 +70,6 @@ DEFAULT_LIMITS = httpx.Limits(
 
 
 T = TypeVar("T")
-
-
-class SenderClosedError(TransientSendError, RuntimeError):
-    """The sender (or the caller's client) was closed: certainly nothing was sent.
-
-    A [`TransientSendError`][notifyonce.TransientSendError], so a Notifier releases the slot for a
-    later run instead of recording an unknown outcome; also a ``RuntimeError``, because it is a
-    usage error.
-    """
 
 
 # --------------------------------------------------------------------------------------
@@ -308,27 +300,11 @@ class HTTPSenderBase:
             error = classify_transport_error(
                 exc,
                 request_started=progress.evidence,
-                placed=self._transport_is_httpx(client),
+                placed=self._owns_client or placed_by_httpcore(exc),
                 scrub=scrub,
             )
             return error, exc, isinstance(error, TransientSendError)
         return response, None, False
-
-    def _transport_is_httpx(self, client: httpx.AsyncClient) -> bool:
-        """Whether ``client`` sends through httpx's own transport (httpcore), whose
-        exception classes place a failure before or after the write."""
-        if self._owns_client:
-            return True
-        # A caller's client: look at its transports. Private attributes of httpx, read
-        # defensively: if they move, the answer is "cannot tell", the safe side.
-        transport = getattr(client, "_transport", None)
-        mounts = getattr(client, "_mounts", None)
-        if not isinstance(mounts, dict):
-            return False
-        transports = [transport, *mounts.values()]
-        return all(type(t) is httpx.AsyncHTTPTransport or t is None for t in transports[1:]) and (
-            type(transport) is httpx.AsyncHTTPTransport
-        )
 
     async def _pause(
         self, logger: logging.Logger, what: str, plan: RetryPlan, error: SendError, wait: float

@@ -7,7 +7,7 @@ import re
 import weakref
 from collections.abc import Callable, Mapping
 
-from notifyonce._errors import SendError
+from notifyonce._errors import RedactedTransportError, SendError
 
 __all__ = ["RedactedTransportError", "Secrets", "chain_cause", "redact", "scrubbed", "short"]
 
@@ -29,11 +29,6 @@ def short(text: str, scrub: Callable[[str], str]) -> str:
     """``text`` on one line, scrubbed of secrets and cut to 200 characters."""
     text = scrub(" ".join(text.split()))
     return text if len(text) <= _MAX_DESCRIPTION else text[: _MAX_DESCRIPTION - 3] + "..."
-
-
-class RedactedTransportError(Exception):
-    """Stands in as ``__cause__`` for a sender's underlying exception: its class name and
-    its text with every secret removed, and no reference to the request or its frames."""
 
 
 def chain_cause(error: SendError, cause: BaseException | None, scrub: Callable[[str], str]) -> None:

@@ -12,12 +12,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import httpcore
 import httpx
 
 from notifyonce._errors import PermanentSendError, SendError, TransientSendError, UncertainSendError
 from notifyonce._senders.redaction import short
 
-__all__ = ["EXCEPTION_CLASSES", "Progress", "classify_transport_error", "transport_error_class"]
+__all__ = [
+    "EXCEPTION_CLASSES",
+    "Progress",
+    "classify_transport_error",
+    "placed_by_httpcore",
+    "transport_error_class",
+]
 
 # Every httpx exception class, mapped explicitly (tests walk httpx's hierarchy and fail on
 # a class missing here). Lookup walks the MRO, so a future subclass gets its parent's rule.
@@ -70,6 +77,30 @@ def transport_error_class(exc: BaseException) -> type[SendError]:
     return UncertainSendError  # the Sender protocol's default
 
 
+# The bases of httpcore's exceptions: httpx's own transport raises each as the httpx class
+# of the same name, from it.
+_HTTPCORE_ERRORS = (
+    httpcore.TimeoutException,
+    httpcore.NetworkError,
+    httpcore.ProtocolError,
+    httpcore.ProxyError,
+    httpcore.UnsupportedProtocol,
+)
+
+
+def placed_by_httpcore(exc: BaseException) -> bool:
+    """Whether ``exc`` is httpx's own transport reporting a failure of httpcore's.
+
+    httpx's transport raises the httpx exception of the same name as httpcore's, from it
+    (``httpx.PoolTimeout`` from ``httpcore.PoolTimeout``); httpcore's classes say whether
+    the failure came before the write. Any other exception (a caller's transport raising
+    an httpx class itself, or from another library's error) may not: httpx-aiohttp, for
+    one, reports a drop after delivery as ``ConnectTimeout``.
+    """
+    cause = exc.__cause__
+    return isinstance(cause, _HTTPCORE_ERRORS) and type(cause).__name__ == type(exc).__name__
+
+
 def classify_transport_error(
     exc: BaseException,
     *,
@@ -86,10 +117,10 @@ def classify_transport_error(
             transport failure is transient; True makes every failure that is not a
             programming error uncertain; None (a transport that does not trace) falls
             back to the exception class when ``placed``.
-        placed: Whether the transport's exception classes say where a failure happened
-            (httpx's own transport, over httpcore, or the senders' own). A foreign
-            transport that does not trace cannot be trusted to: its connect errors are
-            uncertain. Nor can its messages: one may quote the request (the message's
+        placed: Whether the exception's class says where the failure happened: the
+            senders' own transport, or httpx's over httpcore (`placed_by_httpcore`). A
+            foreign transport that does not trace cannot be trusted to: its connect errors
+            are uncertain. Nor can its messages: one may quote the request (the message's
             text), so only the exception's class is kept.
         scrub: Removes secrets from the description.
 

@@ -156,13 +156,12 @@ class WebhookSender(HTTPSenderBase):
     [`verify_signature`][notifyonce.webhook.verify_signature].
 
     **Failures.** 2xx delivers. 408, 409, 425, 429 and 5xx other than 502/504 are
-    transient (``retry_after`` from ``Retry-After``, seconds or an HTTP-date); 502/504
-    from a gateway are uncertain (the receiver may have processed it); 401, 404, 405 and
-    3xx mean the URL or the credentials are wrong
-    ([`SenderConfigError`][notifyonce.SenderConfigError]);
-    other 4xx are permanent. Connect errors, refusals and pool timeouts are transient; a
-    timeout or reset after the request was written, or a failure of a transport that
-    cannot tell where it happened, is uncertain.
+    transient (``retry_after`` from ``Retry-After``, seconds or an HTTP-date); 502/504 from
+    a gateway are uncertain (the receiver may have processed it); 401, 404, 405 and 3xx
+    are a [`SenderConfigError`][notifyonce.SenderConfigError] (the URL or the credentials
+    are wrong); other 4xx are permanent. Connect errors, refusals and pool timeouts are
+    transient; a timeout or reset after the request was written, or a failure of a
+    transport that cannot tell where it happened, is uncertain.
 
     **Secrets.** The secret, your ``headers``' values and the URL's path, query and
     credentials never appear in logs, reprs or exception messages; the repr shows only
@@ -337,9 +336,9 @@ class WebhookSender(HTTPSenderBase):
         raise scrubbed(error)
 
     def check(self, recipient: str, message: Message) -> None:
-        """Raise [`ValidationError`][notifyonce.ValidationError] if this send would be refused
-        before
-        any request: a blank recipient, a bad idempotency key, a body that is not JSON.
+        """Raise [`ValidationError`][notifyonce.ValidationError] if this send would be
+        refused before any request: a blank recipient, a bad idempotency key, a body that is
+        not JSON.
 
         The Notifier calls it before claiming, so such a notification burns no slot.
         """

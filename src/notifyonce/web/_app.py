@@ -536,9 +536,9 @@ def create_app(
         ```
     """
     if isinstance(engine_or_url, str):
-        from notifyonce._cli import _sync_url
+        from notifyonce._cli.common import sync_url
 
-        engine_or_url = sa.create_engine(_sync_url(engine_or_url), pool_pre_ping=True)
+        engine_or_url = sa.create_engine(sync_url(engine_or_url), pool_pre_ping=True)
     if not isinstance(engine_or_url, (sa.Engine, AsyncEngine)):
         raise ValidationError(
             "engine_or_url",

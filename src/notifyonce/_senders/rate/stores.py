@@ -34,7 +34,7 @@ from typing import Protocol, runtime_checkable
 
 from notifyonce._errors import (
     FloodWaitError,
-    TransientSendError,
+    RateStoreUnavailableError,
     ValidationError,
     ValidationTypeError,
 )
@@ -309,10 +309,6 @@ class Grant:
 
     turn: Turn
     due: float
-
-
-class RateStoreUnavailableError(TransientSendError):
-    """The rate store could not be asked for a turn, so nothing was sent (fail closed)."""
 
 
 class SharedRateLimiter:

@@ -1,10 +1,10 @@
 """A message checked the way Telegram will check it, before any claim or request.
 
 Everything here runs before the request is written, so a failure is certain: nothing was
-sent, and [`TelegramSender.check`][notifyonce.telegram.TelegramSender.check] lets the Notifier
-refuse the notification before it
-claims a slot. Standard library only; models of aiogram and python-telegram-bot are
-recognised by their methods (``model_dump``, ``to_dict``), never imported.
+sent, and [`TelegramSender.check`][notifyonce.telegram.TelegramSender.check] lets the
+Notifier refuse the notification before it claims a slot. Standard library only; models of
+aiogram and python-telegram-bot are recognised by their methods (``model_dump``,
+``to_dict``), never imported.
 """
 
 from __future__ import annotations

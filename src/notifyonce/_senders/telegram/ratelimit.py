@@ -22,16 +22,13 @@ other chats, and a real bot-wide flood stalls everything after its second answer
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import math
-import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from notifyonce._errors import ValidationError, ValidationTypeError
 
-__all__ = ["AsyncRateLimiter", "RateLimit", "RateLimitState", "Reservation", "chat_kind"]
+__all__ = ["RateLimit", "RateLimitState", "Reservation", "chat_kind"]
 
 _PRUNE_EVERY = 1024
 
@@ -199,49 +196,3 @@ class RateLimitState:
     def _prune(self, now: float) -> None:
         self._chat_ready = {c: t for c, t in self._chat_ready.items() if t > now}
         self._chat_flood = {c: t for c, t in self._chat_flood.items() if t > now}
-
-
-class AsyncRateLimiter:
-    """Waits for a booked start on an injectable monotonic clock and sleep."""
-
-    def __init__(
-        self,
-        limit: RateLimit,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
-    ) -> None:
-        self.state = RateLimitState(limit)
-        self._clock = clock
-        self._sleep = sleep
-
-    async def acquire(self, chat: str, max_wait: float) -> float | None:
-        """Wait for this send's turn; return None, or the seconds needed if beyond ``max_wait``."""
-        start = self._clock()
-        # Waking up late (a busy event loop) would bunch this send with the next booked
-        # ones; half the jitter allowance is tolerated, beyond that the send books again.
-        tolerance = self.state.limit.jitter_allowance / 2
-        while True:
-            now = self._clock()
-            left = max_wait - (now - start)
-            reservation = self.state.reserve(chat, now, left)
-            if not reservation.booked:
-                if reservation.flood is None or reservation.at - now > left:
-                    return reservation.at - now
-                await self._sleep(reservation.at - now)  # a flood wait: wait, ask again
-                continue
-            delay = reservation.at - now
-            if delay <= 0:
-                return None
-            try:
-                await self._sleep(delay)
-            except BaseException:
-                self.state.cancel(reservation)
-                raise
-            if self._clock() - reservation.at <= tolerance:
-                return None
-            self.state.cancel(reservation)
-
-    def flood_wait(self, chat: str, retry_after: float) -> None:
-        """Record a 429 answer for ``chat``."""
-        self.state.flood_wait(chat, retry_after, self._clock())

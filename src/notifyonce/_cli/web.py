@@ -10,6 +10,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from notifyonce._cli.common import EXIT_OK, UsageError, sync_engine
+from notifyonce._errors import ValidationError
+
 __all__ = ["DEFAULT_PORT", "add_parser", "run"]
 
 DEFAULT_PORT = 8080
@@ -43,34 +46,23 @@ def add_parser(commands: argparse._SubParsersAction[Any], db: argparse.ArgumentP
 
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted; the exit code."""
-    import os
-
-    import sqlalchemy as sa
-
-    from notifyonce._cli import ENV_URL, EXIT_OK, _sync_url, _UsageError, engine_error
-    from notifyonce._errors import ValidationError
-
     if not 0 < args.port < 65536:
-        raise _UsageError("--port must be between 1 and 65535")
-    try:
+        raise UsageError("--port must be between 1 and 65535")
+    try:  # lazy: the web extra may be missing, and the error names it
         import uvicorn
 
         from notifyonce.web import WebAuth, create_app
         from notifyonce.web._security import check_bind
     except ImportError:
-        raise _UsageError(
+        raise UsageError(
             "notifyonce web needs the web extra: pip install 'notifyonce[web]'"
         ) from None
     try:
         auth = WebAuth.from_env()
         check_bind(args.host, auth)
     except ValidationError as exc:
-        raise _UsageError(f"web: {exc}") from None
-    url = _sync_url(args.database_url or os.environ.get(ENV_URL))
-    try:
-        engine = sa.create_engine(url, pool_pre_ping=True)
-    except (ImportError, sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
-        raise _UsageError(engine_error(exc)) from None
+        raise UsageError(f"web: {exc}") from None
+    engine = sync_engine(args, pool_pre_ping=True)
     app = create_app(
         engine, table=args.table, schema=args.schema, rate_table=args.rate_table, auth=auth
     )

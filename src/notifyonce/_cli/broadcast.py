@@ -22,24 +22,48 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
+import json
 import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from notifyonce._broadcast import (
+    Broadcast,
+    BroadcastProgress,
+    BroadcastReport,
+    recipients_from_file,
+    recipients_from_query,
+)
+from notifyonce._buttons import inline_keyboard
+from notifyonce._cli.common import (
+    ENV_URL,
+    EXIT_OK,
+    UsageError,
+    async_url,
+    duration_arg,
+    engine_error,
+    plural,
+)
 from notifyonce._errors import SenderConfigError, ValidationError
+from notifyonce._ledger.ledger import AsyncLedger
+from notifyonce._media import Copy, Document, Media, Photo, Video
+from notifyonce._message import Message, Receipt, Sender
+from notifyonce._notifier import Notifier
+from notifyonce._outcome import DeliveryMode
+from notifyonce._progress_chat import ProgressMessage
 from notifyonce._senders.telegram.api_url import DEFAULT_API_URL, ENV_API_URL, default_api_url
+from notifyonce._senders.telegram.chat import validate_recipient
+from notifyonce._senders.telegram.file_sql import default_file_table
+from notifyonce._senders.telegram.payload import check_message
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from rich.live import Live
-    from sqlalchemy.ext.asyncio import AsyncEngine
-
-    from notifyonce._broadcast import Broadcast, BroadcastProgress, BroadcastReport
-    from notifyonce._media import Copy, Media
-    from notifyonce._message import Message, Receipt, Sender
 
 __all__ = ["add_parser", "render_bar", "render_line", "render_lines", "run"]
 
@@ -47,17 +71,6 @@ ENV_TOKEN = "NOTIFYONCE_BOT_TOKEN"  # noqa: S105 (the variable's name, not a sec
 EXIT_ATTENTION = 1
 EXIT_INTERRUPTED = 130
 
-# Sync drivers (and bare dialect names) map to the async driver a broadcast runs on.
-_ASYNC_DRIVERS = {
-    "postgresql": "postgresql+asyncpg",
-    "postgresql+psycopg2": "postgresql+asyncpg",
-    "sqlite": "sqlite+aiosqlite",
-    "sqlite+pysqlite": "sqlite+aiosqlite",
-    "mysql": "mysql+asyncmy",
-    "mysql+pymysql": "mysql+asyncmy",
-    "mariadb": "mariadb+asyncmy",
-    "mariadb+pymysql": "mariadb+asyncmy",
-}
 _LISTED = 100  # unknown chats printed in full up to this many
 _BAR_WIDTH = 24
 _BAR_MIN, _BAR_MAX = 10, 40  # a narrower bar says nothing; a wider one only takes room
@@ -68,8 +81,6 @@ def add_parser(
     commands: argparse._SubParsersAction[argparse.ArgumentParser], db: argparse.ArgumentParser
 ) -> None:
     """Register ``broadcast`` on the command line's subcommands."""
-    from notifyonce._cli import _duration_arg
-
     parser = commands.add_parser(
         "broadcast",
         parents=[db],
@@ -181,7 +192,7 @@ def add_parser(
     )
     parser.add_argument(
         "--lease",
-        type=_duration_arg,
+        type=duration_arg,
         default=dt.timedelta(minutes=5),
         metavar="DURATION",
         help="how long a claim is held before a crashed run's sends count as unknown",
@@ -231,53 +242,47 @@ def _start_time(value: str) -> dt.datetime:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``notifyonce broadcast``; the exit code."""
-    from notifyonce._cli import ENV_URL, _UsageError
-
     message = _message(args)
     args.base_url = args.base_url or default_api_url()
     token = os.environ.get(args.token_env, "")
     if not token and not args.dry_run:
-        raise _UsageError(f"no bot token: set ${args.token_env}")
+        raise UsageError(f"no bot token: set ${args.token_env}")
     for name in ("concurrency", "max_attempts"):
         if getattr(args, name) < 1:
-            raise _UsageError(f"--{name.replace('_', '-')} must be at least 1")
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
     if args.recipients_file and not os.path.isfile(args.recipients_file):
-        raise _UsageError("--recipients-file: no such file")
+        raise UsageError("--recipients-file: no such file")
     url = args.database_url or os.environ.get(ENV_URL)
     if not url:
-        raise _UsageError(f"no database URL: pass --database-url or set ${ENV_URL}")
+        raise UsageError(f"no database URL: pass --database-url or set ${ENV_URL}")
     tty = sys.stderr.isatty()
     every = args.progress_every or (0.2 if tty else 5.0)
     try:
         make_sender = _no_sender if args.dry_run else _telegram(args, token)
-        return asyncio.run(_broadcast(args, message, make_sender, _async_url(url), tty, every))
+        return asyncio.run(_broadcast(args, message, make_sender, async_url(url), tty, every))
     except SenderConfigError as exc:
-        raise _UsageError(f"the sender is set up wrong, nothing more was sent: {exc}") from None
+        raise UsageError(f"the sender is set up wrong, nothing more was sent: {exc}") from None
 
 
 def _message(args: argparse.Namespace) -> Message:
-    from notifyonce._cli import _UsageError
-    from notifyonce._message import Message
-    from notifyonce._senders.telegram.payload import check_message
-
     media = _media(args)
     if media is None and args.caption_file:
-        raise _UsageError("--caption-file: needs --photo, --document, --video or --copy-from")
+        raise UsageError("--caption-file: needs --photo, --document, --video or --copy-from")
     if media is not None and args.caption_file and args.text_file:
-        raise _UsageError("--caption-file: give the caption once, not also as --text-file")
+        raise UsageError("--caption-file: give the caption once, not also as --text-file")
     option = "--caption-file" if args.caption_file else "--text-file"
     path = args.caption_file or args.text_file
     if path is None and media is None:
-        raise _UsageError(
+        raise UsageError(
             "--text-file: required (or send media: --photo, --document, --video, --copy-from)"
         )
     if media is not None and media.kind == "copy" and args.text_file:
-        raise _UsageError(
+        raise UsageError(
             "--text-file: a copy keeps the post's text; override a caption with --caption-file"
         )
     text = "" if path is None else _read_text(option, path)
     if not text and media is None:
-        raise _UsageError(f"{option}: the file is empty")
+        raise UsageError(f"{option}: the file is empty")
     options = {"allow_paid_broadcast": True} if args.paid else {}
     buttons = None if args.buttons_file is None else _buttons(args.buttons_file)
     try:
@@ -288,45 +293,33 @@ def _message(args: argparse.Namespace) -> Message:
         # long) stops here, before the database is opened: a dry run reports it too.
         check_message(message)
     except ValidationError as exc:
-        raise _UsageError(f"{option}: {exc.field} {exc.problem}") from None
+        raise UsageError(f"{option}: {exc.field} {exc.problem}") from None
     return message
 
 
 def _buttons(path: str) -> dict[str, object]:
     """The --buttons-file keyboard, checked button by button (named by row and column)."""
-    import json
-
-    from notifyonce._buttons import inline_keyboard
-    from notifyonce._cli import _UsageError
-
     try:
         rows = json.loads(_read_text("--buttons-file", path))
     except ValueError as exc:
-        raise _UsageError(f"--buttons-file: not JSON ({exc})") from None
+        raise UsageError(f"--buttons-file: not JSON ({exc})") from None
     try:
         return inline_keyboard(rows, "--buttons-file")
     except ValidationError as exc:
-        raise _UsageError(f"{exc.field}: {exc.problem}") from None
+        raise UsageError(f"{exc.field}: {exc.problem}") from None
 
 
 def _read_text(option: str, path: str) -> str:
-    from notifyonce._cli import _UsageError
-
     try:
         with open(path, encoding="utf-8") as file:
             return file.read().strip()
     except (OSError, UnicodeDecodeError) as exc:
-        raise _UsageError(f"{option}: cannot read it ({type(exc).__name__})") from None
+        raise UsageError(f"{option}: cannot read it ({type(exc).__name__})") from None
 
 
 def _media(args: argparse.Namespace) -> Media | Copy | None:
     """The --photo, --document or --video file, checked (exists, readable, size), or the
     --copy-from message."""
-    from pathlib import Path
-
-    from notifyonce._cli import _UsageError
-    from notifyonce._media import Document, Photo, Video
-
     if args.copy_from is not None:
         return _copy_from(args.copy_from)
     for option, kind in (("photo", Photo), ("document", Document), ("video", Video)):
@@ -335,42 +328,23 @@ def _media(args: argparse.Namespace) -> Media | Copy | None:
             try:
                 return kind(Path(path))
             except ValidationError as exc:
-                raise _UsageError(f"--{option}: {exc.problem}") from None
+                raise UsageError(f"--{option}: {exc.problem}") from None
     return None
 
 
 def _copy_from(value: str) -> Copy:
     """``CHAT:MESSAGE_ID`` as a checked Copy; a usage error naming the part that is wrong."""
-    from notifyonce._cli import _UsageError
-    from notifyonce._media import Copy
-
     chat, colon, message = value.rpartition(":")
     if not colon or not chat:
-        raise _UsageError("--copy-from: expected CHAT:MESSAGE_ID, e.g. -100123:42")
+        raise UsageError("--copy-from: expected CHAT:MESSAGE_ID, e.g. -100123:42")
     try:
         number = int(message)
     except ValueError:
-        raise _UsageError("--copy-from: the message id must be a number") from None
+        raise UsageError("--copy-from: the message id must be a number") from None
     try:
         return Copy(int(chat) if chat.lstrip("-").isdigit() else chat, number)
     except ValidationError as exc:
-        raise _UsageError(f"--copy-from: {exc.field} {exc.problem}") from None
-
-
-def _async_url(raw: str) -> str:
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    from notifyonce._cli import _UsageError
-
-    try:
-        url = make_url(raw)
-    except ArgumentError:
-        raise _UsageError("the database URL is not a valid SQLAlchemy URL") from None
-    driver = _ASYNC_DRIVERS.get(url.drivername)
-    if driver is not None:
-        url = url.set(drivername=driver)
-    return url.render_as_string(hide_password=False)
+        raise UsageError(f"--copy-from: {exc.field} {exc.problem}") from None
 
 
 class _NoSender:
@@ -381,6 +355,7 @@ class _NoSender:
         raise AssertionError("a dry run sends nothing")
 
     def check(self, recipient: str, message: Message) -> None:
+        # Lazy here and below: the Bot API sender needs httpx (the telegram extra).
         from notifyonce._senders.telegram.sender import prepare
 
         prepare(recipient, message)
@@ -398,18 +373,10 @@ async def _broadcast(
     tty: bool,
     every: float,
 ) -> int:
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    from notifyonce._broadcast import Broadcast, recipients_from_file, recipients_from_query
-    from notifyonce._cli import _UsageError, engine_error
-    from notifyonce._ledger.ledger import AsyncLedger
-    from notifyonce._notifier import Notifier
-    from notifyonce._outcome import DeliveryMode
-
     try:
         engine = create_async_engine(url)
     except Exception as exc:  # a missing driver, a bad dialect name
-        raise _UsageError(engine_error(exc)) from None
+        raise UsageError(engine_error(exc)) from None
     sender: Sender | None = None
     try:
         sender = make_sender(engine)
@@ -429,13 +396,10 @@ async def _broadcast(
         display = _Display(sys.stderr, tty)
         progress_chat = None
         if args.progress_chat is not None and not args.dry_run:
-            from notifyonce._progress_chat import ProgressMessage
-            from notifyonce._senders.telegram.chat import validate_recipient
-
             try:
                 validate_recipient(args.progress_chat)
             except ValidationError as exc:
-                raise _UsageError(f"--progress-chat: {exc.problem}") from None
+                raise UsageError(f"--progress-chat: {exc.problem}") from None
             progress_chat = ProgressMessage(sender, args.progress_chat)  # type: ignore[arg-type]
         try:
             broadcast = Broadcast(
@@ -467,7 +431,7 @@ async def _broadcast(
     p = report.progress
     if report.unknown or report.held or p.retry or p.lease_lost:
         return EXIT_ATTENTION
-    return 0
+    return EXIT_OK
 
 
 async def _run_interruptibly(broadcast: Broadcast) -> BroadcastReport:
@@ -486,17 +450,13 @@ async def _run_interruptibly(broadcast: Broadcast) -> BroadcastReport:
 
 def _telegram(args: argparse.Namespace, token: str) -> Callable[[AsyncEngine], Sender]:
     """Check the options and the token now; build the sender once the engine exists."""
-    from notifyonce._cli import _UsageError
-
-    try:
+    try:  # lazy: the telegram extra (httpx) may be missing, and the error names it
         from notifyonce.telegram import RateLimit, SQLFileIdStore, TelegramSender
     except ImportError:
-        raise _UsageError("broadcast needs httpx: pip install 'notifyonce[telegram]'") from None
-    from notifyonce._senders.telegram.file_sql import default_file_table
-
+        raise UsageError("broadcast needs httpx: pip install 'notifyonce[telegram]'") from None
     rate = args.rate if args.rate is not None else (1000.0 if args.paid else 30.0)
     if rate < 0:
-        raise _UsageError("--rate must be 0 (no limit) or positive")
+        raise UsageError("--rate must be 0 (no limit) or positive")
     limit = RateLimit(bot_per_second=rate) if rate > 0 else None
     _check_token(args.base_url, token, args.token_env)
 
@@ -509,27 +469,28 @@ def _telegram(args: argparse.Namespace, token: str) -> Callable[[AsyncEngine], S
             return TelegramSender(token, base_url=args.base_url, rate_limit=limit, file_store=files)
         except ValidationError as exc:
             # Never echo the token: name the field only.
-            raise _UsageError(f"{exc.field}: {exc.problem}") from None
+            raise UsageError(f"{exc.field}: {exc.problem}") from None
 
     return make
 
 
 def _check_token(base_url: str, token: str, env: str) -> None:
-    """Ask ``getMe`` before the first send: a rejected token must stop the broadcast
-    before any chat is tried (the sender would record each one as failed for good)."""
-    from notifyonce._cli import _UsageError
-    from notifyonce._senders.telegram.probe import get_me_status
+    """Ask ``getMe`` before the first send: a rejected token stops the broadcast before
+    any chat is claimed, with a usage error that names the variable. (A send's 401 is a
+    SenderConfigError: it would stop the run too and burn no slot, but only once the
+    campaign had started.)"""
+    from notifyonce._senders.telegram.probe import get_me_status  # httpx: lazy, as above
     from notifyonce._senders.telegram.sender import check_token
 
     try:
         check_token(token)
     except ValidationError as exc:
-        raise _UsageError(f"${env}: the {exc.field} {exc.problem}; nothing was sent") from None
+        raise UsageError(f"${env}: the {exc.field} {exc.problem}; nothing was sent") from None
     status = get_me_status(base_url, token)
     if isinstance(status, str):
-        raise _UsageError(f"cannot reach the Bot API at --base-url ({status})")
+        raise UsageError(f"cannot reach the Bot API at --base-url ({status})")
     if status in (401, 404):
-        raise _UsageError(
+        raise UsageError(
             f"the Bot API refused the token ({status}): check "
             f"${env} and --base-url; nothing was sent"
         )
@@ -679,6 +640,7 @@ class _Display(logging.Handler):
 
 def _live(stream: IO[str]) -> Live | None:
     """A started live display on ``stream``, or None without rich (then plain lines)."""
+    # Lazy here and in _Display: rich comes with the telegram extra, and may be missing.
     try:
         from rich.console import Console
         from rich.live import Live
@@ -692,8 +654,6 @@ def _live(stream: IO[str]) -> Live | None:
 
 def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
     """The final summary: counts, time and rate, the chats that need attention."""
-    from notifyonce._cli import plural
-
     p = report.progress
     name = f"{report.action}/{report.campaign}"
     if dry_run:

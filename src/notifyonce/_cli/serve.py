@@ -12,11 +12,12 @@ import argparse
 import datetime as dt
 import json
 import signal
+import sys
 import threading
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
-if TYPE_CHECKING:
-    from notifyonce.testing import BotAPIServer, Delivery, Request
+from notifyonce._cli.common import EXIT_OK, UsageError
+from notifyonce.testing import BotAPIServer, Delivery, Request
 
 __all__ = ["DEFAULT_PORT", "add_parser", "run"]
 
@@ -60,20 +61,15 @@ def add_parser(
 
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted; the exit code."""
-    import sys
-
-    from notifyonce._cli import EXIT_OK, _UsageError
-    from notifyonce.testing import BotAPIServer
-
     if not 0 < args.port < 65536:
-        raise _UsageError("--port must be between 1 and 65535")
+        raise UsageError("--port must be between 1 and 65535")
     if args.latency < 0:
-        raise _UsageError("--latency must be 0 or more")
+        raise UsageError("--latency must be 0 or more")
     server = BotAPIServer(port=args.port, latency=args.latency)
     try:
         server.start()
     except OSError as exc:
-        raise _UsageError(
+        raise UsageError(
             f"cannot listen on 127.0.0.1:{args.port} ({exc.strerror or type(exc).__name__}): "
             "is another server running there? Pass --port"
         ) from None

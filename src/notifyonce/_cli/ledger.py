@@ -1,0 +1,250 @@
+"""The ledger's commands: ``check`` a schedule, and ``stats``, ``sweep``, ``purge``,
+``migrate``, ``list`` and ``requeue`` on the ledger table.
+
+`COMMANDS` maps each command's name to its function: it takes the parsed arguments and
+returns the exit code; a usage error is raised as ``UsageError``, a database failure as
+the ledger's own error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from collections.abc import Callable
+
+import sqlalchemy as sa
+from alembic.runtime.migration import MigrationContext
+from alembic.util import CommandError
+
+from notifyonce._cli.common import EXIT_INVALID, EXIT_OK, UsageError, plural, sync_engine
+from notifyonce._errors import ScheduleError
+from notifyonce._ledger.ledger import Ledger
+from notifyonce._ledger.records import LedgerStats
+from notifyonce._ledger.table import SlotStatus
+from notifyonce._outcome import DeliveryMode
+from notifyonce._schedule.durations import format_duration
+from notifyonce._schedule.schedule import Schedule
+from notifyonce._schedule.timeline_svg import render_timeline_svg
+from notifyonce.migrations import _upgrade_on, default_version_table
+
+__all__ = ["COMMANDS"]
+
+
+def _ledger(args: argparse.Namespace) -> Ledger:
+    """The ledger that --database-url, --table and --schema name, on a sync engine."""
+    engine = sync_engine(args, poolclass=sa.pool.NullPool)
+    return Ledger(engine, table_name=args.table, schema=args.schema)
+
+
+def _load(target: str) -> object:
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise UsageError(f"{target!r} is not MODULE:ATTRIBUTE")
+    sys.path.insert(0, os.getcwd())
+    try:
+        value: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"cannot import {module_name!r}: {exc}") from None
+    for part in attribute.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise UsageError(f"{module_name!r} has no attribute {attribute!r}") from None
+    return value
+
+
+def _check(args: argparse.Namespace) -> int:
+    """``notifyonce check``: validate a Schedule and draw its timeline."""
+    try:
+        schedule = _load(args.target)
+        if callable(schedule) and not isinstance(schedule, Schedule):
+            schedule = schedule()
+    except ScheduleError as exc:
+        print(f"invalid schedule {args.target}: {exc.problem}")
+        return EXIT_INVALID
+    except UsageError:
+        raise
+    except Exception as exc:  # the user's module or function failed: not "invalid"
+        raise UsageError(f"loading {args.target} failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(schedule, Schedule):
+        raise UsageError(f"{args.target} is a {type(schedule).__name__}, not a Schedule")
+    print(schedule.render(width=args.width))
+    if args.svg is not None:
+        try:
+            with open(args.svg, "w", encoding="utf-8") as picture:
+                picture.write(render_timeline_svg(schedule))
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.svg}: {exc.strerror}") from None
+        print(f"\ndrew the timeline in {args.svg}")
+    print(f"\n{args.target}: valid")
+    return EXIT_OK
+
+
+def _stats(args: argparse.Namespace) -> int:
+    """``notifyonce stats``: slots per action and status."""
+    stats = _ledger(args).stats()
+    if args.json:
+        print(json.dumps(_stats_dict(stats), indent=2))
+    else:
+        print(_render_stats(stats))
+    return EXIT_OK
+
+
+def _stats_dict(stats: LedgerStats) -> dict[str, object]:
+    actions: dict[str, dict[str, int]] = {}
+    for (action, status), count in sorted(stats.counts.items()):
+        actions.setdefault(action, {})[status.value] = count
+    oldest = stats.oldest_live_claim
+    return {
+        "actions": actions,
+        "live_claims": stats.live_claims,
+        "oldest_live_claim": oldest.isoformat() if oldest is not None else None,
+        "expired_leases": stats.expired_leases,
+        "unknown": stats.unknown,
+    }
+
+
+def _render_stats(stats: LedgerStats) -> str:
+    statuses = list(SlotStatus)
+    rows = _stats_dict(stats)["actions"]
+    assert isinstance(rows, dict)
+    width = max([len("action"), *(len(a) for a in rows)])
+    lines = [f"{'action':<{width}}  " + "  ".join(f"{s.value:>8}" for s in statuses)]
+    for action, counts in rows.items():
+        cells = "  ".join(f"{counts.get(s.value, 0):>8}" for s in statuses)
+        lines.append(f"{action:<{width}}  {cells}")
+    if not rows:
+        lines.append("(the ledger is empty)")
+    oldest = stats.oldest_live_claim
+    lines += [
+        "",
+        f"live claims:     {stats.live_claims}"
+        + (f" (oldest taken {oldest:%Y-%m-%d %H:%M:%S} UTC)" if oldest is not None else ""),
+        f"expired leases:  {stats.expired_leases}"
+        + ("  (run `notifyonce sweep`)" if stats.expired_leases else ""),
+        f"unknown outcomes: {stats.unknown}",
+    ]
+    return "\n".join(lines)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    """``notifyonce sweep``: settle the claims whose lease expired."""
+    mode = DeliveryMode(args.mode.replace("-", "_"))
+    result = _ledger(args).sweep(mode, max_attempts=args.max_attempts, actions=args.actions)
+    print(f"expired leases: {len(result.unknown)} now unknown, {len(result.released)} released")
+    for key in result.unknown:
+        print(f"  unknown   {key}")
+    for key in result.released:
+        print(f"  released  {key}")
+    return EXIT_OK
+
+
+def _purge(args: argparse.Namespace) -> int:
+    """``notifyonce purge``: delete the slots whose cycle ended long ago."""
+    ledger = _ledger(args)
+    what = f"whose cycle ended more than {format_duration(args.older_than)} ago"
+    opaque = args.opaque_finished_before
+    if opaque is not None:
+        what += f", or whose int or str cycle last changed before {opaque:%Y-%m-%d %H:%M:%S %Z}"
+    if args.dry_run:
+        # The same DELETE, in a transaction that is rolled back: the count is exact.
+        with ledger.engine.connect() as connection:
+            count = ledger._run(ledger._plan_purge(args.older_than, opaque), connection=connection)
+            connection.rollback()
+        print(f"would delete {plural(count, 'slot')} {what} (dry run)")
+        return EXIT_OK
+    deleted = ledger.purge(older_than=args.older_than, opaque_finished_before=opaque)
+    print(f"deleted {plural(deleted, 'slot')} {what}")
+    return EXIT_OK
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    """``notifyonce migrate``: create or upgrade the ledger table (Alembic)."""
+    ledger = _ledger(args)
+    before = _revisions(ledger, args.table, args.schema)
+    try:
+        with ledger.engine.begin() as connection:
+            adopted = _upgrade_on(connection, args.table, args.schema, None, args.revision)
+    except CommandError as exc:
+        raise UsageError(f"migrate: {exc}") from None
+    after = _revisions(ledger, args.table, args.schema)
+    name = f"ledger table {args.table!r}"
+    if adopted:
+        # Tables made by create_schema(): their revisions were recorded, not run.
+        print(
+            f"{name}: its tables were made without the migration (create_schema()); "
+            f"{plural(len(adopted), 'revision')} recorded as done without running: "
+            f"{', '.join(adopted)}"
+        )
+        if adopted[-1] != after:
+            print(f"{name} upgraded from {adopted[-1]} to {after}")
+    elif before == after:
+        print(f"{name} is already at {after}: nothing to do")
+    else:
+        print(f"{name} upgraded from {before or 'nothing'} to {after}")
+    return EXIT_OK
+
+
+def _revisions(ledger: Ledger, table: str, schema: str | None) -> str:
+    """The revisions the ledger table's own version table records, or "" before any."""
+    options = {"version_table": default_version_table(table), "version_table_schema": schema}
+    with ledger.engine.connect() as connection:
+        heads = MigrationContext.configure(connection, opts=options).get_current_heads()
+    return ", ".join(sorted(heads))
+
+
+def _list(args: argparse.Namespace) -> int:
+    """``notifyonce list``: the slots with a status, newest first."""
+    records = _ledger(args).slots(
+        status=args.status, action=args.action, since=args.since, limit=args.limit
+    )
+    for record in records:
+        row = {
+            "action": record.key.action,
+            "subject": record.key.subject,
+            "cycle": record.key.cycle,
+            "status": record.status.value,
+            "attempt": record.attempt,
+            "updated_at": record.updated_at.isoformat(),
+            "last_error": record.last_error,
+        }
+        if args.json:
+            print(json.dumps(row))
+        else:
+            print(
+                f"{record.status.value:<8}  {record.updated_at:%Y-%m-%d %H:%M:%S}  "
+                f"{record.key}  {record.last_error or ''}".rstrip()
+            )
+    if not records and not args.json:
+        print(f"no {'/'.join(args.status)} slots")
+    return EXIT_OK
+
+
+def _requeue(args: argparse.Namespace) -> int:
+    """``notifyonce requeue``: put unknown or failed slots back."""
+    keys = _ledger(args).requeue(
+        args.action,
+        status=args.status,
+        since=args.since,
+        subjects=args.subjects,
+        dry_run=args.dry_run,
+    )
+    verb = "would requeue" if args.dry_run else "requeued"
+    print(f"{verb} {len(keys)} {'/'.join(args.status)} slots of {args.action!r}")
+    for key in keys:
+        print(f"  {key}")
+    return EXIT_OK
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "check": _check,
+    "stats": _stats,
+    "sweep": _sweep,
+    "purge": _purge,
+    "migrate": _migrate,
+    "list": _list,
+    "requeue": _requeue,
+}

@@ -1,0 +1,239 @@
+"""The ``notifyonce`` command line: check schedules, look at and maintain the ledger.
+
+Exit codes (stable, for scripts):
+
+- 0: done; ``check``: the schedule is valid.
+- 1: ``check``: the schedule is invalid (every problem is printed).
+- 2: usage error: bad arguments, a bad database URL, a module or attribute not found.
+- 3: the database could not be reached or failed.
+
+This module holds the argument tree and `main`; the commands live beside it
+(``ledger``, ``broadcast``, ``serve``, ``web``) and share ``common``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from notifyonce._cli import broadcast, ledger, serve, web
+from notifyonce._cli.common import (
+    DURATION_HELP,
+    ENV_URL,
+    EXIT_DATABASE,
+    EXIT_USAGE,
+    UsageError,
+    database_error,
+    duration_arg,
+    fail,
+    ledger_tables,
+    since_arg,
+)
+from notifyonce._errors import LedgerError, ValidationError
+from notifyonce._ledger.table import SlotStatus
+from notifyonce._version import __version__
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The whole argument tree: the ledger's commands here, the others from their modules."""
+    parser = argparse.ArgumentParser(
+        prog="notifyonce",
+        description="Check send schedules and look after the notifyonce ledger.",
+        epilog=f"The database URL comes from --database-url or ${ENV_URL}. Exit codes: "
+        "0 ok, 1 invalid schedule, 2 usage error, 3 database error.",
+    )
+    parser.add_argument("--version", action="version", version=f"notifyonce {__version__}")
+    db = argparse.ArgumentParser(add_help=False)
+    db.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="the database, as a SQLAlchemy URL: postgresql://user:password@host/db "
+        "(postgres:// and async drivers such as postgresql+asyncpg work too), "
+        f"mysql://..., sqlite:///path.db (default: ${ENV_URL})",
+    )
+    db.add_argument(
+        "--table",
+        default="notifyonce_slots",
+        help="ledger table name, as given to the ledger (default: notifyonce_slots)",
+    )
+    db.add_argument(
+        "--schema", default=None, help="database schema of the table (default: the search path)"
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    check = commands.add_parser(
+        "check",
+        help="validate a Schedule and draw its timeline",
+        description=(
+            "Import MODULE:ATTRIBUTE (a Schedule, or a zero-argument callable returning "
+            "one), validate it and draw its timeline."
+        ),
+    )
+    check.add_argument("target", metavar="MODULE:ATTRIBUTE")
+    check.add_argument(
+        "--width", type=int, default=72, help="timeline width in characters (default: 72)"
+    )
+    check.add_argument(
+        "--svg",
+        metavar="FILE",
+        default=None,
+        help="also draw the timeline, with the runs of the job, as an SVG picture in FILE",
+    )
+
+    stats = commands.add_parser("stats", parents=[db], help="slots per action and status")
+    stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    sweep = commands.add_parser(
+        "sweep",
+        parents=[db],
+        help="settle claims whose lease expired",
+        description="at-most-once: expired claims become unknown; at-least-once: they "
+        "are released for another attempt while attempts remain.",
+    )
+    sweep.add_argument(
+        "--mode",
+        choices=["at-most-once", "at-least-once"],
+        default="at-most-once",
+        help="the delivery mode of the jobs that use these actions (default: at-most-once)",
+    )
+    sweep.add_argument(
+        "--max-attempts",
+        type=int,
+        default=3,
+        help="at-least-once: claims a slot may have in all (default: 3)",
+    )
+    sweep.add_argument(
+        "--action",
+        action="append",
+        dest="actions",
+        metavar="ACTION",
+        help="sweep only this action (repeatable); jobs with other delivery modes may "
+        "share the table",
+    )
+
+    purge = commands.add_parser(
+        "purge",
+        parents=[db],
+        help="delete slots whose cycle ended long ago",
+        description="Delete slots whose cycle (as a point in time) is older than "
+        "--older-than. A slot whose cycle can still fire is never deleted.",
+    )
+    purge.add_argument(
+        "--older-than",
+        required=True,
+        type=duration_arg,
+        metavar="DURATION",
+        help=DURATION_HELP,
+    )
+    purge.add_argument(
+        "--opaque-finished-before",
+        type=since_arg,
+        metavar="WHEN",
+        help="also delete the slots whose cycle is an int or a str (a broadcast's campaign "
+        f"id), have no live claim and last changed before WHEN: {DURATION_HELP} ago, or "
+        "an ISO 8601 time with its zone. Only for such cycles that cannot fire again: a "
+        "slot deleted while its cycle can still fire is sent again",
+    )
+    purge.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="count the slots that would be deleted, and delete nothing",
+    )
+
+    migrate = commands.add_parser(
+        "migrate", parents=[db], help="create or upgrade the ledger table (Alembic)"
+    )
+    migrate.add_argument("--revision", default="head", help="target revision (default: head)")
+    _add_operator_commands(commands, db)
+    broadcast.add_parser(commands, db)
+    serve.add_parser(commands)
+    web.add_parser(commands, db)
+    return parser
+
+
+def _add_operator_commands(
+    commands: argparse._SubParsersAction[Any], db: argparse.ArgumentParser
+) -> None:
+    """``list`` and ``requeue``: look at settled slots, and put them back knowingly."""
+    since_help = (
+        f"only slots whose outcome was recorded since WHEN: {DURATION_HELP} ago, "
+        "or an ISO 8601 time with its zone"
+    )
+    listing = commands.add_parser(
+        "list",
+        parents=[db],
+        help="list slots with a status (e.g. unknown), newest first",
+        description="List the slots with a status, most recently changed first, with "
+        "their last error. Use it before `requeue` to see what would be sent again.",
+    )
+    listing.add_argument(
+        "--status",
+        required=True,
+        action="append",
+        choices=[s.value for s in SlotStatus],
+        help="the status to list (repeatable)",
+    )
+    listing.add_argument("--action", help="only this action")
+    listing.add_argument("--since", type=since_arg, metavar="WHEN", help=since_help)
+    listing.add_argument("--limit", type=int, default=100, help="at most this many (default: 100)")
+    listing.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+
+    requeue = commands.add_parser(
+        "requeue",
+        parents=[db],
+        help="put unknown or failed slots back, so the next run sends them",
+        description="Release the slots of one action whose outcome was unknown or failed, "
+        "so the next run claims and sends them again. An unknown slot may have been "
+        "delivered: requeueing it accepts a possible duplicate. Try --dry-run first.",
+    )
+    requeue.add_argument("--action", required=True, help="the action whose slots to put back")
+    requeue.add_argument(
+        "--status",
+        required=True,
+        action="append",
+        choices=["unknown", "failed"],
+        help="which outcome to put back (repeatable)",
+    )
+    requeue.add_argument("--since", type=since_arg, metavar="WHEN", help=since_help)
+    requeue.add_argument(
+        "--subject",
+        action="append",
+        dest="subjects",
+        metavar="SUBJECT",
+        help="only this subject (repeatable)",
+    )
+    requeue.add_argument(
+        "--dry-run", action="store_true", help="show what would be requeued; change nothing"
+    )
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    **ledger.COMMANDS,
+    "broadcast": broadcast.run,
+    "serve-test-api": serve.run,
+    "web": web.run,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (see the module docs)."""
+    args = _parser().parse_args(argv)
+    tables = ledger_tables(args.table) if hasattr(args, "table") else []
+    try:
+        return _COMMANDS[args.command](args)
+    except UsageError as exc:
+        fail(EXIT_USAGE, str(exc))
+    except ValidationError as exc:
+        fail(EXIT_USAGE, str(exc))
+    except LedgerError as exc:
+        fail(EXIT_DATABASE, database_error(str(exc), tables))
+    except SQLAlchemyError as exc:  # from Alembic's own connection (migrate), a query's
+        lines = str(exc.orig if isinstance(exc, DBAPIError) else exc).strip().splitlines()
+        first = lines[0] if lines else ""
+        message = f"database error ({type(exc).__name__}: {first})"
+        fail(EXIT_DATABASE, database_error(message, tables))
