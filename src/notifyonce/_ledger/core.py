@@ -473,11 +473,20 @@ class LedgerCore:
     def create_schema(self, conn: Connection) -> None:
         """Create the table and its indexes unless they exist.
 
-        An index added by a later release is created on a table an earlier one made.
+        An index added by a later release is created on a table an earlier one made, and
+        one a later release made partial (``WHERE``) is made again so.
         """
         self.table.metadata.create_all(conn, checkfirst=True)
-        for index in self.table.indexes:
-            index.create(conn, checkfirst=True)
+        t = self.table
+        found = {i["name"]: i for i in sa.inspect(conn).get_indexes(t.name, schema=t.schema)}
+        where = f"{conn.dialect.name}_where"
+        for index in t.indexes:
+            have = found.get(index.name)
+            if have is None:
+                index.create(conn)
+            elif index.kwargs.get(where) is not None and have["dialect_options"].get(where) is None:
+                index.drop(conn)
+                index.create(conn)
 
     # ---- claims ----------------------------------------------------------------------
 

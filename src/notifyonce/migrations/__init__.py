@@ -200,9 +200,19 @@ def _found(inspector: Any, operation: ops.MigrateOperation) -> bool | None:
         if not inspector.has_table(name, schema=schema):
             return False
         # A unique index shows up as a constraint on some databases, as an index on others.
-        names = {i["name"] for i in inspector.get_indexes(name, schema=schema)}
-        names |= {u["name"] for u in inspector.get_unique_constraints(name, schema=schema)}
-        return operation.index_name in names
+        indexes = {i["name"]: i for i in inspector.get_indexes(name, schema=schema)}
+        names = set(indexes) | {
+            u["name"] for u in inspector.get_unique_constraints(name, schema=schema)
+        }
+        if operation.index_name not in names:
+            return False
+        # A partial index (WHERE) is there only as a partial one: an earlier revision made
+        # the same name over every row.
+        where = f"{inspector.dialect.name}_where"
+        found = indexes.get(operation.index_name or "", {}).get("dialect_options", {})
+        return operation.kw.get(where) is None or found.get(where) is not None
+    if isinstance(operation, ops.DropIndexOp):
+        return None  # what a revision drops is judged by what it creates in its place
     if isinstance(operation, ops.AddColumnOp):
         name, schema = operation.table_name, operation.schema
         if not inspector.has_table(name, schema=schema):
@@ -222,8 +232,11 @@ def _describe(operation: ops.MigrateOperation) -> str:
     return type(operation).__name__
 
 
-def _already_there(connection: Connection, script: Script, context: MigrationContext) -> bool:
-    """True when everything ``script`` creates exists; False when none of it does.
+def _already_there(
+    connection: Connection, script: Script, context: MigrationContext
+) -> bool | None:
+    """True when everything ``script`` creates exists; False when none of it does; None
+    when it does nothing on this database.
 
     Raises:
         CommandError: Part of it exists (or what exists does not match): a person must
@@ -233,10 +246,12 @@ def _already_there(connection: Connection, script: Script, context: MigrationCon
     found = [
         (operation, _found(inspector, operation)) for operation in _operations(script, context)
     ]
+    if not found:
+        return None  # nothing to do on this database (a partial index where there are none)
     there = [operation for operation, state in found if state]
     if not there:
         return False
-    missing = [operation for operation, state in found if not state]
+    missing = [operation for operation, state in found if state is False]
     if not missing:
         return True
     raise CommandError(
@@ -272,8 +287,12 @@ def _adopt_existing(connection: Connection, config: Config, target: str) -> list
     except RevisionError as exc:  # an unknown revision: what `alembic upgrade` says too
         raise CommandError(str(exc)) from exc
     adopted: list[str] = []
+    previous: bool | None = True
     for script in reversed(pending):
-        if _already_there(connection, script, context):
+        there = _already_there(connection, script, context)
+        # A revision with nothing to do here is as far along as the one before it.
+        previous = previous if there is None else there
+        if previous:
             command.stamp(config, script.revision)
             adopted.append(script.revision)
             logger.info(
