@@ -43,7 +43,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from notifyonce import AsyncLedger, Message, Notification, Notifier, Outcome, Result
-from notifyonce._ledger import execute
+from notifyonce._drivers import execute
 from notifyonce.testing import FakeSender
 
 ACTION = "campaign"

@@ -288,7 +288,7 @@ MUTANTS = [
         "leases-on-the-host-clock",
         "leases are measured on the database server's clock",
         "_ledger/core.py",
-        r"self\.server_clock = clock is None and self\.dialect\.clock_query is not None",
+        r"self\.server_clock = clock is None and driver\.clock_query is not None",
         "self.server_clock = False",
         ("tests/test_ledger.py::test_leases_are_measured_on_the_database_clock",),
     ),
@@ -296,16 +296,16 @@ MUTANTS = [
         "purge-ignores-age",
         "purge never deletes a cycle that can still fire",
         "_ledger/core.py",
-        r"sa\.delete\(t\)\.where\(old, sa\.not_\(held\)\)",
-        "sa.delete(t).where(sa.not_(held))",
+        r"gone = sa\.and_\(old, sa\.not_\(held\)\)",
+        "gone = sa.not_(held)",
         ("tests/test_ledger.py::test_purge_never_frees_a_slot_that_can_still_fire",),
     ),
     Mutant(
         "purge-ignores-live-leases",
         "purge never deletes a row a live claim holds",
         "_ledger/core.py",
-        r"sa\.delete\(t\)\.where\(old, sa\.not_\(held\)\)",
-        "sa.delete(t).where(old)",
+        r"gone = sa\.and_\(old, sa\.not_\(held\)\)",
+        "gone = old",
         ("tests/test_ledger.py::test_purge_never_frees_a_slot_that_can_still_fire",),
     ),
     Mutant(
@@ -378,8 +378,9 @@ MUTANTS = [
         "write-keeps-lost-claims",
         "a write of outcomes and claims whose answer is lost releases its claims by token",
         "_ledger/ledger.py",
-        r"return Plan\(body, autocommit=one, undo=undo\)",
-        "return Plan(body, autocommit=one)",
+        r"(len\(marks\) <= MARK_CHUNK\n\s+return Plan\(body, Shape\.ALONE if one else "
+        r"Shape\.TOGETHER), undo=undo\)",
+        r"\1)",
         (
             "tests/test_lost_answers.py::"
             "test_a_run_whose_write_of_outcomes_and_claims_loses_its_answer_loses_nothing",

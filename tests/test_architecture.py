@@ -355,3 +355,92 @@ def test_the_command_lines_imports_go_one_way(module: str, path: Path) -> None:
     imported = _package_modules(ast.walk(ast.parse(path.read_text(), str(path))))
     wrong = (imported & cli) - below - {module}
     assert not wrong, f"{module} imports {sorted(wrong)}: the command line imports go one way"
+
+
+# Asking which database an engine is on: SQLAlchemy's dialect or driver name compared, a
+# URL's backend read, a database's name compared as a string.
+_WHICH_DATABASE = re.compile(
+    r"\bdialect\.name\b"
+    r"|\.driver\s*(?:==|!=|\bin\b|\bnot in\b)"
+    r"|get_backend_name\("
+    r"""|(?:==|!=)\s*["'](?:postgresql|postgres|mysql|mariadb|sqlite)["']"""
+    r"""|\bin\s*[(\[{]\s*["'](?:postgresql|postgres|mysql|mariadb|sqlite)["']"""
+)
+
+
+def _asks_which_database(source: str) -> list[str]:
+    """The lines of ``source`` that ask which database they run on (comments left out)."""
+    found = []
+    for number, line in enumerate(source.splitlines(), 1):
+        code = line.split("#", 1)[0]
+        if _WHICH_DATABASE.search(code):
+            found.append(f"{number}: {line.strip()}")
+    return found
+
+
+def test_the_database_question_finder_finds_each_way_of_asking() -> None:
+    asking = [
+        'if engine.dialect.name == "sqlite":',
+        'if conn.dialect.driver == "asyncpg":',
+        "backend = url.get_backend_name()",
+        'if name in ("mysql", "mariadb"):',
+        'return value if kind != "postgresql" else value',
+    ]
+    assert len(asking) == len(_asks_which_database("\n".join(asking)))
+    fine = [
+        'sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"))',
+        "key = (*shape, sa_dialect.driver, sa_dialect.paramstyle)",
+        "if driver.row_locks:  # dialect.name is the driver's question",
+    ]
+    assert [] == _asks_which_database("\n".join(fine))
+
+
+@pytest.mark.parametrize(("module", "path"), MODULES, ids=[m for m, _ in MODULES])
+def test_only_the_drivers_ask_which_database_they_run_on(module: str, path: Path) -> None:
+    """Everything else asks its engine's driver what it needs to know (a capability, an
+    expression, an error's meaning): adding a database is then a driver, not a hunt for
+    every comparison of dialect names."""
+    if _room(module) == "_drivers":
+        return
+    found = _asks_which_database(path.read_text())
+    assert not found, f"{module} asks which database it runs on: {found}"
+
+
+def test_a_broadcast_holds_no_copy_of_its_notifier() -> None:
+    """A broadcast runs through the Notifier it was given: no Notifier is made or copied
+    for it (a copy shared the original's sweep state without its owner knowing)."""
+    import asyncio
+    import gc
+
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from notifyonce import Broadcast, Message, Notifier, Receipt
+    from notifyonce.testing import FakeSender
+
+    def notifiers() -> int:
+        return sum(1 for o in gc.get_objects() if isinstance(o, Notifier))
+
+    during: list[int] = []
+
+    class Counting(FakeSender):
+        async def send(self, recipient: str, message: Message) -> Receipt:
+            during.append(notifiers())
+            return await super().send(recipient, message)
+
+    async def main() -> tuple[int, int]:
+        engine = create_async_engine("sqlite+aiosqlite://")
+        try:
+            ledger = AsyncLedger(engine)
+            await ledger.create_schema()
+            notifier = Notifier(ledger, Counting())
+            before = notifiers()
+            broadcast = Broadcast(notifier, "news", "2026-12", Message("hello"), range(1, 41))
+            report = await broadcast.run()
+            return before, report.report.counts["sent"]
+        finally:
+            await engine.dispose()
+
+    before, sent = asyncio.run(main())
+    assert 40 == sent
+    assert 1 == before
+    assert {1} == set(during)

@@ -332,7 +332,8 @@ async def test_sweep_is_bounded_by_limit(env: Env) -> None:
 
 
 async def test_purge_never_frees_a_slot_that_can_still_fire(env: Env) -> None:
-    """purge deletes only old cycles nobody holds; opaque cycles only when asked."""
+    """purge deletes only old cycles nobody holds; opaque cycles only when asked; a dry run
+    counts them and deletes nothing."""
     ledger = env.make(lease=dt.timedelta(days=30))
     old = START - dt.timedelta(days=10)
     recent = START - dt.timedelta(hours=1)
@@ -346,6 +347,9 @@ async def test_purge_never_frees_a_slot_that_can_still_fire(env: Env) -> None:
     await ledger.mark_sent(recent_sent)
     await ledger.claim_slot("a", "opaque", "campaign-7", lease=MINUTE)
     env.clock.advance(dt.timedelta(minutes=2))
+    # A dry run counts exactly what a purge would delete, and deletes nothing.
+    assert 2 == await ledger.purge(older_than=dt.timedelta(days=7), dry_run=True)
+    assert 6 == env.count()
     assert 2 == await ledger.purge(older_than=dt.timedelta(days=7))
     assert None is await ledger.get("a", "sent-old", old)
     assert None is await ledger.get("a", "expired-old", old)
@@ -354,6 +358,10 @@ async def test_purge_never_frees_a_slot_that_can_still_fire(env: Env) -> None:
     ]
     assert 4 == env.count()
     assert 0 == await ledger.purge(older_than=dt.timedelta(days=7))
+    assert 1 == await ledger.purge(
+        older_than=dt.timedelta(days=7), opaque_finished_before=env.clock.now, dry_run=True
+    )
+    assert 4 == env.count()
     assert 1 == await ledger.purge(
         older_than=dt.timedelta(days=7), opaque_finished_before=env.clock.now
     )

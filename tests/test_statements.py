@@ -13,8 +13,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from notifyonce import Ledger
+from notifyonce._drivers import PostgreSQLDriver, SQLiteDriver
+from notifyonce._drivers.execute import Compiled, is_observed
 from notifyonce._ledger.dialects import PostgreSQL, SQLite
-from notifyonce._ledger.execute import Compiled, is_observed
 from notifyonce._ledger.table import build_table
 
 UTC = dt.timezone.utc
@@ -71,8 +72,9 @@ def test_binds_are_what_sqlalchemy_would_send(url: str, expected: Any) -> None:
 def test_a_postgres_statement_is_planned_anew_as_its_runs_double() -> None:
     """Its text changes after 32 runs and whenever its runs double again, so the driver
     prepares it anew and the server plans it for the table as it is then; the binds stay."""
-    dialect = PostgreSQL(TABLE)
-    sa_dialect = create_async_engine("postgresql+asyncpg://u@h/d").sync_engine.dialect
+    engine = create_async_engine("postgresql+asyncpg://u@h/d").sync_engine
+    dialect = PostgreSQL(TABLE, PostgreSQLDriver(engine))
+    sa_dialect = engine.dialect
     texts = [dialect.compiled(sa_dialect, ("s",), statement).sql for _ in range(300)]
     changes = [n + 1 for n in range(1, 300) if texts[n] != texts[n - 1]]
     assert [33, 65, 129, 257] == changes
@@ -83,8 +85,9 @@ def test_a_postgres_statement_is_planned_anew_as_its_runs_double() -> None:
 
 def test_other_databases_keep_one_text() -> None:
     """SQLite plans every statement when it is prepared, from the table as it is: one text."""
-    dialect = SQLite(TABLE)
-    sa_dialect = sa.create_engine("sqlite://").dialect
+    engine = sa.create_engine("sqlite://")
+    dialect = SQLite(TABLE, SQLiteDriver(engine))
+    sa_dialect = engine.dialect
     assert 1 == len({dialect.compiled(sa_dialect, ("s",), statement).sql for _ in range(200)})
 
 

@@ -31,6 +31,7 @@ from notifyonce._campaign import (
     clear_cancel,
     record_total,
 )
+from notifyonce._drivers import Driver, driver_class
 from notifyonce._errors import LedgerError, ValidationError, ValidationTypeError
 from notifyonce._keys import Subject, normalize_action, normalize_cycle, normalize_subject
 from notifyonce._ledger.table import SlotStatus
@@ -257,7 +258,8 @@ class _QueryRecipients(RecipientSource):
         self.chunk = chunk
 
     async def __aiter__(self) -> AsyncIterator[Subject]:
-        if self.engine.dialect.name == "sqlite":
+        # Any database may hold the users; one notifyonce has no driver for streams.
+        if not driver_class(self.engine.dialect, fallback=Driver).streams_reads:
             # An open read on SQLite keeps the ledger's writes on the same file from
             # committing ("database is locked"): read the ids first, then send.
             async with self.engine.connect() as conn:

@@ -11,14 +11,14 @@ import datetime as dt
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-from notifyonce._drivers import missing_driver
+from notifyonce._drivers import missing_driver, url_driver
 from notifyonce._errors import ValidationError
 from notifyonce._senders.telegram.file_sql import default_file_table
 
@@ -56,34 +56,6 @@ _MAX_DURATION = dt.timedelta(days=36525)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 DURATION_UNITS = "s seconds, m minutes, h hours, d days, w weeks"
 DURATION_HELP = f"a duration such as 30s, 15m, 12h, 7d, 2w or 1h30m ({DURATION_UNITS}; no months)"
-
-# Async drivers (and bare dialect names) map to the sync driver the CLI uses.
-_SYNC_DRIVERS = {
-    # Plain names resolve to drivers the extras do not install (psycopg2, mysqlclient).
-    "postgresql": "postgresql+psycopg",
-    "postgres": "postgresql+psycopg",  # the scheme Heroku, Render and libpq print
-    "mysql": "mysql+pymysql",
-    "mariadb": "mariadb+pymysql",
-    "postgresql+asyncpg": "postgresql+psycopg",
-    "postgresql+psycopg_async": "postgresql+psycopg",
-    "sqlite+aiosqlite": "sqlite",
-    "mysql+asyncmy": "mysql+pymysql",
-    "mysql+aiomysql": "mysql+pymysql",
-    "mariadb+asyncmy": "mariadb+pymysql",
-    "mariadb+aiomysql": "mariadb+pymysql",
-}
-
-# Sync drivers (and bare dialect names) map to the async driver a broadcast runs on.
-_ASYNC_DRIVERS = {
-    "postgresql": "postgresql+asyncpg",
-    "postgresql+psycopg2": "postgresql+asyncpg",
-    "sqlite": "sqlite+aiosqlite",
-    "sqlite+pysqlite": "sqlite+aiosqlite",
-    "mysql": "mysql+asyncmy",
-    "mysql+pymysql": "mysql+asyncmy",
-    "mariadb": "mariadb+asyncmy",
-    "mariadb+pymysql": "mariadb+asyncmy",
-}
 
 
 class UsageError(Exception):
@@ -161,16 +133,17 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
     return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
 
 
-def _with_driver(raw: str, drivers: Mapping[str, str]) -> str:
-    """``raw`` with its driver swapped as ``drivers`` says (the password kept)."""
+def _with_driver(raw: str, sync: bool) -> str:
+    """``raw`` with a DBAPI a sync (or async) engine can use, as the database's driver
+    says (the password kept); a URL of another database as it is."""
     try:
         url = make_url(raw)
     except ArgumentError:
         # Not echoed: a URL can carry a password.
         raise UsageError("the database URL is not a valid SQLAlchemy URL") from None
-    driver = drivers.get(url.drivername)
+    driver = url_driver(url)
     if driver is not None:
-        url = url.set(drivername=driver)
+        url = driver.sync_url(url) if sync else driver.async_url(url)
     return url.render_as_string(hide_password=False)
 
 
@@ -178,12 +151,12 @@ def sync_url(raw: str | None) -> str:
     """The database URL for the commands that run on a sync engine."""
     if not raw:
         raise UsageError(f"no database URL: pass --database-url or set ${ENV_URL}")
-    return _with_driver(raw, _SYNC_DRIVERS)
+    return _with_driver(raw, sync=True)
 
 
 def async_url(raw: str) -> str:
     """The database URL for a broadcast, which runs on an async engine."""
-    return _with_driver(raw, _ASYNC_DRIVERS)
+    return _with_driver(raw, sync=False)
 
 
 def sync_engine(args: argparse.Namespace, **options: Any) -> sa.Engine:

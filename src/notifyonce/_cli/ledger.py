@@ -149,15 +149,13 @@ def _purge(args: argparse.Namespace) -> int:
     opaque = args.opaque_finished_before
     if opaque is not None:
         what += f", or whose int or str cycle last changed before {opaque:%Y-%m-%d %H:%M:%S %Z}"
+    count = ledger.purge(
+        older_than=args.older_than, opaque_finished_before=opaque, dry_run=args.dry_run
+    )
     if args.dry_run:
-        # The same DELETE, in a transaction that is rolled back: the count is exact.
-        with ledger.engine.connect() as connection:
-            count = ledger._run(ledger._plan_purge(args.older_than, opaque), connection=connection)
-            connection.rollback()
         print(f"would delete {plural(count, 'slot')} {what} (dry run)")
-        return EXIT_OK
-    deleted = ledger.purge(older_than=args.older_than, opaque_finished_before=opaque)
-    print(f"deleted {plural(deleted, 'slot')} {what}")
+    else:
+        print(f"deleted {plural(count, 'slot')} {what}")
     return EXIT_OK
 
 

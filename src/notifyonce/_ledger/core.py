@@ -4,7 +4,9 @@ Everything here is plain sync code over a SQLAlchemy ``Connection``. ``Ledger`` 
 directly; ``AsyncLedger`` calls it through ``AsyncConnection.run_sync``, which runs the
 same code on the async driver (SQLAlchemy's greenlet bridge), so there is exactly one
 copy of the SQL and of the transaction rules. What differs between databases is asked of
-the ledger's `Dialect` (``dialects.py``), one class per database.
+the engine's driver (``notifyonce._drivers``: the database, its transactions and errors)
+and of the ledger's `Dialect` (``dialects.py``: its statements), one class each per
+database.
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import enum
 import math
 import operator
 import secrets
 import struct
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -25,19 +27,13 @@ from typing import Any, Generic, Protocol, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from notifyonce._drivers import Driver
+from notifyonce._drivers.execute import ConnectionLink, Link, is_observed, wrap_dbapi_error
 from notifyonce._errors import LedgerError, LedgerUnavailableError, ValidationError
 from notifyonce._keys import SlotKey
 from notifyonce._ledger.checks import ClaimOptions, check_bool, check_lease, check_positive_int
 from notifyonce._ledger.claim import Claim
 from notifyonce._ledger.dialects import Dialect, MarkRow, dialect_for, mark_params
-from notifyonce._ledger.execute import (
-    AsyncpgLink,
-    ConnectionLink,
-    DriverLink,
-    Link,
-    is_observed,
-    wrap_dbapi_error,
-)
 from notifyonce._ledger.records import LedgerStats, SlotRecord, SweepResult
 from notifyonce._ledger.table import (
     SlotStatus,
@@ -48,11 +44,13 @@ from notifyonce._outcome import DeliveryMode
 __all__ = [
     "DATABASE_ERRORS",
     "MARK_CHUNK",
+    "Chain",
     "Held",
     "Keeper",
     "LedgerCore",
     "Mark",
     "Plan",
+    "Shape",
     "Spare",
 ]
 
@@ -87,6 +85,25 @@ DATABASE_ERRORS = (
 )
 
 
+class Shape(enum.Enum):
+    """The transaction a call needs, which its plan names.
+
+    Attributes:
+        READ: Reads only: no write lock is taken, and where the driver prefers it (to save
+            BEGIN and COMMIT) it runs in autocommit.
+        ALONE: Writes that each stand on their own (one statement, or compare-and-sets
+            that need not land together): autocommit where the driver prefers it,
+            otherwise one writing transaction.
+        TOGETHER: Writes that must land together: one writing transaction (on SQLite
+            ``BEGIN IMMEDIATE``, taking the file's write lock up front), run again from
+            the start after a deadlock.
+    """
+
+    READ = "reads only"
+    ALONE = "writes that each stand alone"
+    TOGETHER = "writes that land together"
+
+
 @dataclass(frozen=True, slots=True)
 class Plan(Generic[T]):
     """One call's work and the transaction it needs.
@@ -94,9 +111,7 @@ class Plan(Generic[T]):
     Attributes:
         body: What runs: on a `Link` (``on_link``: the send path's compiled statements),
             else on a SQLAlchemy ``Connection``.
-        write: It writes: begin a writing transaction (SQLite: BEGIN IMMEDIATE).
-        autocommit: It needs no transaction around it (one statement, or reads only), so
-            it may run in autocommit where that saves BEGIN and COMMIT.
+        shape: The transaction it needs.
         on_link: ``body`` takes a `Link`.
         undo: What to run, on a connection of its own, when ``body`` fails in a way that
             may have left its writes committed (a claim whose answer was lost): a best
@@ -104,10 +119,31 @@ class Plan(Generic[T]):
     """
 
     body: Callable[[Any], T]
-    write: bool = True
-    autocommit: bool = False
+    shape: Shape
     on_link: bool = True
     undo: Plan[Any] | None = None
+
+    @property
+    def writes(self) -> bool:
+        """It writes: a writing transaction begins (SQLite: BEGIN IMMEDIATE)."""
+        return self.shape is not Shape.READ
+
+    @property
+    def alone(self) -> bool:
+        """It needs no transaction around it, so it may run in autocommit."""
+        return self.shape is not Shape.TOGETHER
+
+
+@dataclass(frozen=True, slots=True)
+class Chain(Generic[T]):
+    """Plans run one after the other, each in its own transaction (``claim_many``'s
+    chunks), their results joined by ``join``. When one fails, the plan ``compensate``
+    makes of the results so far is run, as a best effort, before the failure is raised.
+    """
+
+    steps: Sequence[Plan[Any]]
+    join: Callable[[list[Any]], T]
+    compensate: Callable[[list[Any]], Plan[Any] | None]
 
 
 class Keeper(Protocol):
@@ -156,22 +192,18 @@ class Spare(Held):
     own execution of the claim). It returns to the pool as soon as the event loop turns,
     so a caller never holds more than it does while a call runs.
 
-    Only for a queue pool and a driver whose connection goes back to it without awaiting
-    anything (asyncpg): a connection the pool would close instead (it is full, or the
-    connection broke) is closed in a task of its own, where closing may await. One kept
-    when the engine is disposed is closed then: the pool it would go back to is gone.
+    Only where the driver's connection goes back to the pool without awaiting anything
+    (``Driver.keeps_connections``): a connection the pool would close instead (it is
+    full, or the connection broke) is closed in a task of its own, where closing may
+    await. One kept when the engine is disposed is closed then (the driver watches it):
+    the pool it would go back to is gone.
     """
 
-    def __init__(self, engine: sa.Engine) -> None:
+    def __init__(self, driver: Driver) -> None:
         super().__init__()
-        self._engine = engine
+        self._engine = driver.engine
         self._closing: set[asyncio.Task[Any]] = set()
-        _watch_disposal(engine, self)
-
-    @staticmethod
-    def usable(engine: sa.Engine) -> bool:
-        """Whether ``engine``'s connections may be kept this way."""
-        return engine.dialect.driver == "asyncpg" and isinstance(engine.pool, sa.pool.QueuePool)
+        driver.watch(self)
 
     def give(self, pooled: Any) -> bool:
         """Keep ``pooled`` until the event loop turns; False when one is kept already."""
@@ -199,29 +231,6 @@ class Spare(Held):
         task.add_done_callback(self._closing.discard)
 
 
-# The Spares of each engine, told when it is disposed: one listener per engine, however
-# many ledgers share it, and neither keeps the other alive.
-_SPARES: weakref.WeakKeyDictionary[sa.Engine, weakref.WeakSet[Spare]] = weakref.WeakKeyDictionary()
-
-
-def _watch_disposal(engine: sa.Engine, spare: Spare) -> None:
-    spares = _SPARES.get(engine)
-    if spares is None:
-        spares = _SPARES[engine] = weakref.WeakSet()
-        sa.event.listen(engine, "engine_disposed", _close_spares)
-    spares.add(spare)
-
-
-def _close_spares(engine: sa.Engine) -> None:
-    # AsyncEngine.dispose runs this in its greenlet, where closing the driver's connection
-    # may await; called from anywhere else, the connection is left to the garbage collector.
-    for spare in list(_SPARES.get(engine, ())):
-        pooled = spare.take()
-        if pooled is not None:
-            with contextlib.suppress(Exception):
-                pooled.invalidate()
-
-
 def _commit(connection: Connection | Any) -> None:
     """COMMIT the ledger's own transaction (a seam for the tests of a lost COMMIT)."""
     connection.commit()
@@ -241,7 +250,7 @@ class LedgerCore:
 
     def __init__(
         self,
-        dialect_name: str,
+        driver: Driver,
         *,
         table_name: str,
         schema: str | None,
@@ -255,12 +264,13 @@ class LedgerCore:
         if schema is not None and (not isinstance(schema, str) or not schema):
             raise ValidationError("schema", "must be a non-empty str or None")
         self.table = build_table(sa.MetaData(), table_name, schema)
-        self.dialect: Dialect = dialect_for(dialect_name, self.table)
+        self.driver = driver
+        self.dialect: Dialect = dialect_for(driver, self.table)
         self.lease = check_lease(lease)
         # Without a clock of the caller's, time is the database server's: every worker then
         # measures leases on one clock, whatever its own host's clock says. SQLite has no
         # server; its workers share the host, and so its clock.
-        self.server_clock = clock is None and self.dialect.clock_query is not None
+        self.server_clock = clock is None and driver.clock_query is not None
         self.local_clock: Clock = clock if clock is not None else _utc_now
         self._offset = dt.timedelta(0)  # server time minus local time
         self._offset_read_at = -math.inf
@@ -298,7 +308,7 @@ class LedgerCore:
         most half of one round trip. On a connection of the ledger's own, call it before
         anything else and end the transaction it began (``rollback``).
         """
-        query = self.dialect.clock_query
+        query = self.driver.clock_query
         if query is None or not self.clock_due:  # no server clock, or a recent reading
             return
         before = self.local_clock().astimezone(dt.timezone.utc)
@@ -362,7 +372,7 @@ class LedgerCore:
         body: Callable[[Connection], T] = (
             (lambda c: plan.body(ConnectionLink(c))) if plan.on_link else plan.body
         )
-        if owned and plan.autocommit and self.dialect.autocommit_single_statements:
+        if owned and plan.alone and self.driver.autocommit_statements:
             conn.execution_options(isolation_level="AUTOCOMMIT")
         if not owned:
             try:
@@ -373,8 +383,9 @@ class LedgerCore:
         attempt = 1
         while True:
             try:
-                if plan.write:
-                    self.dialect.begin_write_connection(conn, self.busy_timeout_ms)
+                if plan.writes:
+                    info = conn.connection.info
+                    self.driver.begin_write(conn.exec_driver_sql, info, self.busy_timeout_ms)
                 result = body(conn)
                 _commit(conn)
                 return result
@@ -400,12 +411,10 @@ class LedgerCore:
             raise self.translate(wrapped) from exc
         dbapi_connection = pooled.dbapi_connection
         assert dbapi_connection is not None  # a connection just checked out
-        autocommit = plan.autocommit and self.dialect.autocommit_single_statements
-        # asyncpg runs outside a transaction unless told otherwise: its own connection needs
-        # no switch to autocommit (SQLAlchemy's adapter around it does).
-        direct = autocommit and sa_dialect.driver == "asyncpg"
-        switch = autocommit and not direct
-        link = AsyncpgLink(pooled, sa_dialect) if direct else DriverLink(pooled, sa_dialect)
+        driver = self.driver
+        autocommit = plan.alone and driver.autocommit_statements
+        switch = autocommit and driver.switches_to_autocommit()
+        link = driver.link(pooled, autocommit)
         done = False
         try:
             if self.clock_due:
@@ -419,8 +428,8 @@ class LedgerCore:
             attempt = 1
             while True:
                 try:
-                    if plan.write:
-                        self.dialect.begin_write(link, pooled.info, self.busy_timeout_ms)
+                    if plan.writes:
+                        driver.begin_write(link.statement, pooled.info, self.busy_timeout_ms)
                     result = plan.body(link)
                     if not autocommit:
                         try:
@@ -449,7 +458,7 @@ class LedgerCore:
         """A deadlock or lock timeout whose transaction the server rolled back."""
         if not isinstance(exc, sa.exc.DBAPIError) or exc.connection_invalidated:
             return False
-        return self.dialect.is_retryable(exc.orig)
+        return self.driver.is_retryable(exc.orig)
 
     def translate(self, exc: BaseException) -> LedgerError:
         """The notifyonce error for a driver or SQLAlchemy error (chain it with ``from``)."""
@@ -463,7 +472,7 @@ class LedgerCore:
         if isinstance(exc, sa.exc.OperationalError) and not self.is_retryable(exc):
             # SQLite's OperationalError is also "database is locked": the database is
             # there, it is busy, so that one stays a plain LedgerError.
-            unavailable = unavailable or self.dialect.operational_error_is_unavailable
+            unavailable = unavailable or self.driver.operational_error_is_unavailable
         if unavailable:
             return LedgerUnavailableError(f"database unavailable ({message})")
         return LedgerError(f"database error ({message})")
@@ -479,7 +488,7 @@ class LedgerCore:
         self.table.metadata.create_all(conn, checkfirst=True)
         t = self.table
         found = {i["name"]: i for i in sa.inspect(conn).get_indexes(t.name, schema=t.schema)}
-        where = f"{conn.dialect.name}_where"
+        where = self.driver.index_where()
         for index in t.indexes:
             have = found.get(index.name)
             if have is None:
@@ -714,9 +723,9 @@ class LedgerCore:
             .order_by(t.c.lease_until, t.c.id)
             .limit(limit)
         )
-        if self.dialect.row_locks:
+        if self.driver.row_locks:
             # Lock what we settle; on PostgreSQL a concurrent sweep takes the next rows.
-            candidates = candidates.with_for_update(skip_locked=self.dialect.skip_locked)
+            candidates = candidates.with_for_update(skip_locked=self.driver.skip_locked)
         rows = conn.execute(candidates).all()
         result = SweepResult(unknown=[], released=[])
         groups: dict[SlotStatus, list[int]] = {SlotStatus.UNKNOWN: [], SlotStatus.RELEASED: []}
@@ -740,8 +749,10 @@ class LedgerCore:
         conn: Connection,
         older_than: dt.timedelta,
         opaque_finished_before: dt.datetime | None,
+        dry_run: bool,
     ) -> int:
-        """Delete rows whose cycle ended long enough ago and that nobody holds."""
+        """Delete rows whose cycle ended long enough ago and that nobody holds (``dry_run``:
+        count them)."""
         t = self.table
         now = self.now()
         held = sa.and_(t.c.status == _CLAIMED, t.c.lease_until >= now)
@@ -750,7 +761,10 @@ class LedgerCore:
             old = sa.or_(
                 old, sa.and_(t.c.cycle_at.is_(None), t.c.updated_at < opaque_finished_before)
             )
-        return int(conn.execute(sa.delete(t).where(old, sa.not_(held))).rowcount)
+        gone = sa.and_(old, sa.not_(held))
+        if dry_run:
+            return int(conn.execute(sa.select(sa.func.count()).where(gone)).scalar_one())
+        return int(conn.execute(sa.delete(t).where(gone)).rowcount)
 
     # ---- operator's tools: finding and requeueing settled slots ------------------------
 
@@ -816,7 +830,7 @@ class LedgerCore:
         # Read through the status index, then put in row order here: an ORDER BY id let
         # MariaDB walk the primary key over the whole table instead.
         found = sa.select(t.c.id, t.c.action, t.c.subject, t.c.cycle, t.c.cycle_at).where(cond)
-        if not dry_run and self.dialect.row_locks:
+        if not dry_run and self.driver.row_locks:
             found = found.with_for_update()
         rows = sorted(conn.execute(found).all(), key=lambda row: row.id)
         keys = [SlotKey(r.action, r.subject, r.cycle, r.cycle_at) for r in rows]

@@ -1,9 +1,11 @@
-"""What differs between the databases the ledger runs on: one class per database.
+"""The ledger's statements on each database: one class per database.
 
 `LedgerCore` holds what every database shares (transactions, tokens, results) and asks
-its `Dialect` whatever differs: the SQL of each statement on the send path and how many
-keys one statement carries, whether rows can be locked, how the server's clock is read,
-which errors are a deadlock worth running again. The core never compares dialect names.
+its `Dialect` for the statements of the send path: their SQL, how many keys one
+statement carries, and how the statements a call needs are batched and run. What the
+database itself is and can do (row locks, its clock, its errors, one writer at a time) is
+its driver's (``notifyonce._drivers``), which the dialect is made with. The core never
+compares dialect names.
 
 Every statement on the send path finds its rows through an index by the keys it was
 given: the unique ``(action, cycle, subject)`` index for claims and look-ups, the primary
@@ -21,10 +23,9 @@ look-up            join on unnest(cycles,   (cycle, subject) IN ((..))  one stat
                    subjects)                                            key (in process)
 mark many          one UPDATE ... FROM      lock, then one UPDATE       one UPDATE per row
                    unnest RETURNING         joined to the values        (in process)
-write lock         row locks                row locks                   BEGIN IMMEDIATE
-concurrent sweeps  SKIP LOCKED              wait                        one writer
-clock              clock_timestamp()        UTC_TIMESTAMP(6)            the host's
-deadlock retried   40P01, 40001             1213, 1205                  never
+marks and claims   one statement (two       one transaction             one transaction
+                   data-modifying CTEs)
+claim lanes        two                      one                         one
 =================  =======================  ==========================  ==================
 
 SQLite is a library in the process: a statement costs no round trip, so it gets the
@@ -39,13 +40,12 @@ from typing import Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
-from sqlalchemy.engine import Connection
 from sqlalchemy.engine import Dialect as SADialect
 
-from notifyonce._drivers import SQLITE_BUSY_TIMEOUT_INFO
+from notifyonce._drivers import Driver, MySQLDriver, PostgreSQLDriver, SQLiteDriver
+from notifyonce._drivers.execute import Compiled, Link
 from notifyonce._errors import ValidationError
 from notifyonce._keys import SlotKey
-from notifyonce._ledger.execute import Compiled, Link
 from notifyonce._ledger.table import SlotStatus
 
 __all__ = [
@@ -62,11 +62,6 @@ __all__ = [
 _CLAIMED = SlotStatus.CLAIMED.value
 _SENT = SlotStatus.SENT.value
 _MARKED = "marked"  # the rows of `PostgreSQL.write` that are marks, not claims
-# MySQL/MariaDB: 1213 deadlock victim, 1205 lock wait timeout. The server rolled the
-# transaction back, so running it again from the start is safe.
-_MYSQL_RETRY_CODES = frozenset({1213, 1205})
-# PostgreSQL: deadlock detected, serialization failure (a caller running SERIALIZABLE).
-_PG_RETRY_STATES = frozenset({"40P01", "40001"})
 
 #: One mark of ``mark_many``: (row id, token, status, detail, attempt). ``detail`` is the
 #: message id for SENT and the error otherwise (None keeps the stored error); ``attempt`` is
@@ -172,39 +167,31 @@ def _padded(values: Sequence[Any], size: int) -> list[Any]:
 
 
 class Dialect:
-    """The ledger's questions to one database. Subclasses answer them; one per database."""
+    """The ledger's statements on one database. Subclasses write them; one per database."""
 
-    name: ClassVar[str]
-    #: SQL that reads the server's clock; None: there is no server (leases on the host's).
-    clock_query: ClassVar[str | None] = None
-    #: SELECT ... FOR UPDATE locks rows (SQLite locks the whole database instead).
-    row_locks: ClassVar[bool] = True
-    #: Concurrent sweeps skip each other's locked rows instead of waiting.
-    skip_locked: ClassVar[bool] = False
+    #: The driver class of the database these statements are for.
+    driver_class: ClassVar[type[Driver]]
     #: A claim is one statement (so it may run in autocommit where that is cheaper).
     claim_is_one_statement: ClassVar[bool] = True
     #: ``mark_many`` of any size is one statement.
     mark_is_one_statement: ClassVar[bool] = False
     #: `write` (marks and a claim together) is one statement.
     write_is_one_statement: ClassVar[bool] = False
-    #: One statement in its own transaction runs in autocommit (saves BEGIN and COMMIT).
-    autocommit_single_statements: ClassVar[bool] = False
-    #: An OperationalError means the database is unreachable (SQLite's: "locked", busy).
-    operational_error_is_unavailable: ClassVar[bool] = True
-    #: One writer at a time (a file lock): the shells queue a process's calls in front of it.
-    one_writer: ClassVar[bool] = False
-    #: Key columns come back from the driver as bytes (MySQL's VARBINARY).
-    keys_are_bytes: ClassVar[bool] = False
     #: ``claim_many``'s default chunk: keys per statement and transaction.
     claim_chunk: ClassVar[int] = 500
-    #: Claim statements a run may have out at once (distinct keys: no lock between them).
-    claim_lanes: ClassVar[int] = 1
-
     #: Each statement's text changes as its runs double (see `PostgreSQL`).
     replans: ClassVar[bool] = False
+    #: Claim statements a run may have out at once: two where inserts of distinct keys wait
+    #: for nothing, one where they do (a gap lock, one writer).
+    claim_lanes: ClassVar[int]
 
-    def __init__(self, table: sa.Table) -> None:
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        cls.claim_lanes = 2 if cls.driver_class.concurrent_inserts else 1
+
+    def __init__(self, table: sa.Table, driver: Driver) -> None:
         self.table = table
+        self.driver = driver
         # Statements per (shape, driver): built and compiled once, kept for the ledger's life.
         self._compiled: dict[tuple[object, ...], Compiled] = {}
         self._runs: dict[tuple[object, ...], int] = {}
@@ -238,22 +225,9 @@ class Dialect:
 
     def text(self, value: Any) -> str:
         """A key column as read from the driver, as text."""
+        if isinstance(value, (bytes, bytearray, memoryview)):  # a binary key (MySQL)
+            return bytes(value).decode("utf-8")
         return value  # type: ignore[no-any-return]
-
-    # -- transactions -----------------------------------------------------------------
-
-    def begin_write(self, link: Link, info: dict[Any, Any], busy_timeout_ms: int) -> None:
-        """Start a writing transaction on the ledger's own connection (default: lazily).
-
-        ``info`` lives as long as the DBAPI connection does.
-        """
-
-    def begin_write_connection(self, conn: Connection, busy_timeout_ms: int) -> None:
-        """`begin_write` on a SQLAlchemy ``Connection`` of the ledger's own."""
-
-    def is_retryable(self, orig: object) -> bool:
-        """A deadlock or lock timeout whose transaction the server rolled back."""
-        return False
 
     # -- claims -----------------------------------------------------------------------
 
@@ -406,20 +380,11 @@ class PostgreSQL(Dialect):
     and the server plans it for the table as it is now.
     """
 
-    name = "postgresql"
-    clock_query = "SELECT clock_timestamp()"
+    driver_class = PostgreSQLDriver
     replans = True
     claim_chunk = 5000  # arrays: one statement whatever the size
-    # Concurrent inserts of distinct keys wait for nothing. (MySQL's duplicate-key checks
-    # take gap locks, and SQLite has one writer: one lane there.)
-    claim_lanes = 2
-    skip_locked = True
     mark_is_one_statement = True
     write_is_one_statement = True
-    autocommit_single_statements = True
-
-    def is_retryable(self, orig: object) -> bool:
-        return getattr(orig, "sqlstate", None) in _PG_RETRY_STATES
 
     def claim(
         self,
@@ -656,28 +621,7 @@ class SQLite(Dialect):
     search by the whole key, inside one ``BEGIN IMMEDIATE`` transaction per batch.
     """
 
-    name = "sqlite"
-    row_locks = False
-    operational_error_is_unavailable = False
-    one_writer = True
-
-    def begin_write(self, link: Link, info: dict[Any, Any], busy_timeout_ms: int) -> None:
-        # BEGIN IMMEDIATE takes SQLite's write lock up front. A deferred BEGIN would start
-        # as a reader and fail with "database is locked" when it tries to upgrade while
-        # another connection writes; the busy timeout then makes concurrent claimers queue
-        # instead of failing. The busy timeout is set once per DBAPI connection, not on
-        # every call: the connection's info lives as long as it does.
-        if info.get(SQLITE_BUSY_TIMEOUT_INFO) != busy_timeout_ms:
-            link.statement(f"PRAGMA busy_timeout = {busy_timeout_ms}")
-            info[SQLITE_BUSY_TIMEOUT_INFO] = busy_timeout_ms
-        link.statement("BEGIN IMMEDIATE")
-
-    def begin_write_connection(self, conn: Connection, busy_timeout_ms: int) -> None:
-        info = conn.connection.info
-        if info.get(SQLITE_BUSY_TIMEOUT_INFO) != busy_timeout_ms:
-            conn.exec_driver_sql(f"PRAGMA busy_timeout = {busy_timeout_ms}")
-            info[SQLITE_BUSY_TIMEOUT_INFO] = busy_timeout_ms
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    driver_class = SQLiteDriver
 
     def claim(
         self,
@@ -738,19 +682,8 @@ class MySQL(Dialect):
     servers plan as a range of index searches by the whole key.
     """
 
-    name = "mysql"
-    clock_query = "SELECT UTC_TIMESTAMP(6)"
+    driver_class = MySQLDriver
     claim_is_one_statement = False
-    keys_are_bytes = True
-
-    def is_retryable(self, orig: object) -> bool:
-        args: tuple[Any, ...] = getattr(orig, "args", ())
-        return bool(args) and args[0] in _MYSQL_RETRY_CODES
-
-    def text(self, value: Any) -> str:
-        if isinstance(value, (bytes, bytearray, memoryview)):
-            return bytes(value).decode("utf-8")
-        return value  # type: ignore[no-any-return]
 
     def claim(
         self,
@@ -946,19 +879,12 @@ class MySQL(Dialect):
         return {(row_id, token) for row_id, token in link.rows(select, params)}
 
 
-_DIALECTS: dict[str, type[Dialect]] = {
-    "postgresql": PostgreSQL,
-    "mysql": MySQL,
-    "mariadb": MySQL,
-    "sqlite": SQLite,
-}
+_DIALECTS: tuple[type[Dialect], ...] = (PostgreSQL, MySQL, SQLite)
 
 
-def dialect_for(name: str, table: sa.Table) -> Dialect:
-    """The ledger's dialect for SQLAlchemy's dialect ``name``; a ValidationError otherwise."""
-    try:
-        return _DIALECTS[name](table)
-    except KeyError:
-        raise ValidationError(
-            "engine", f"dialect {name!r} is not supported (PostgreSQL, MySQL, SQLite)"
-        ) from None
+def dialect_for(driver: Driver, table: sa.Table) -> Dialect:
+    """The ledger's statements for ``driver``'s database, on ``table``."""
+    for dialect in _DIALECTS:
+        if isinstance(driver, dialect.driver_class):
+            return dialect(table, driver)
+    raise ValidationError("engine", f"the ledger has no statements for {driver.label}")

@@ -8,21 +8,19 @@ bridge onto the async driver), so the SQL and the transaction rules exist once.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime as dt
-import os
-import threading
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import ClassVar, Generic, NoReturn, TypeVar, cast
+from typing import Any, ClassVar, Generic, NoReturn, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
+from notifyonce._drivers import driver_for
+from notifyonce._drivers.execute import Link
 from notifyonce._errors import LedgerError
 from notifyonce._keys import (
     Cycle,
@@ -48,8 +46,17 @@ from notifyonce._ledger.checks import (
     storable_detail,
 )
 from notifyonce._ledger.claim import Claim
-from notifyonce._ledger.core import MARK_CHUNK, Held, Keeper, LedgerCore, Mark, Plan, Spare
-from notifyonce._ledger.execute import Link
+from notifyonce._ledger.core import (
+    MARK_CHUNK,
+    Chain,
+    Held,
+    Keeper,
+    LedgerCore,
+    Mark,
+    Plan,
+    Shape,
+    Spare,
+)
 from notifyonce._ledger.records import LedgerStats, SlotRecord, SweepResult
 from notifyonce._ledger.table import DEFAULT_TABLE_NAME, SlotStatus
 from notifyonce._ledger.transitions import sources
@@ -77,7 +84,8 @@ class _LedgerBase(Generic[EngineT]):
     """What both ledgers share: construction, argument checks and the plan of each call.
 
     The ``_plan_*`` methods validate a call's arguments (before any SQL) and return the
-    `Plan` the core runs: its body and the transaction it needs.
+    `Plan` the core runs: its body and the `Shape` of transaction it needs (``claim_many``
+    returns a `Chain` of them). Each public method is one line: its plan, run.
     """
 
     _engine_kind: ClassVar[tuple[type, str]]
@@ -97,8 +105,9 @@ class _LedgerBase(Generic[EngineT]):
         if not isinstance(cast(object, engine), expected):
             raise_type("engine", hint, engine)
         self._engine: EngineT = engine
+        self._driver = driver_for(engine)
         self._core = LedgerCore(
-            engine.dialect.name,
+            self._driver,
             table_name=table_name,
             schema=schema,
             lease=lease,
@@ -107,38 +116,59 @@ class _LedgerBase(Generic[EngineT]):
             retries=retries,
         )
         # A call may hand its connection to the next one of the same moment (see Spare).
-        sync_engine = engine.sync_engine if isinstance(engine, AsyncEngine) else engine
-        self._spare = Spare(sync_engine) if Spare.usable(sync_engine) else None
+        self._spare = Spare(self._driver) if self._driver.keeps_connections else None
 
     # -- the send path: statements on a Link -------------------------------------------
 
     def _plan_claim(
-        self, action: object, subject: object, cycle: object, options: ClaimOptions
+        self,
+        action: object,
+        subject: object,
+        cycle: object,
+        lease: object,
+        take_expired: object,
+        max_attempts: object,
     ) -> Plan[Claim | None]:
-        key = make_key(action, subject, cycle)
-        claim = self._plan_claim_keys([key], options)
+        options = self._core.claim_options(lease, take_expired, max_attempts)
+        claim = self._plan_claim_keys([make_key(action, subject, cycle)], options)
 
         def body(link: Link) -> Claim | None:
             won = claim.body(link)
             return won[0] if won else None
 
-        return Plan(body, autocommit=claim.autocommit, undo=claim.undo)
+        return Plan(body, claim.shape, undo=claim.undo)
 
-    def _claim_many_plans(
-        self, action: object, items: object, options: ClaimOptions, chunk_size: object
-    ) -> tuple[list[SlotKey], list[Plan[list[Claim]]]]:
-        """The keys, and one plan per chunk of ``chunk_size`` of them: one statement and one
-        transaction each. Every item is validated first: a bad one raises before anything
-        is claimed.
-        """
+    def _plan_claim_many(
+        self,
+        action: object,
+        items: object,
+        lease: object,
+        take_expired: object,
+        max_attempts: object,
+        chunk_size: object,
+    ) -> Chain[list[Claim]]:
+        """One plan per chunk of ``chunk_size`` keys (one statement and one transaction
+        each), the won claims in input order, and the release of what earlier chunks won
+        when a later one fails. Every item is validated first: a bad one raises before
+        anything is claimed."""
+        options = self._core.claim_options(lease, take_expired, max_attempts)
         size = (
             self._core.dialect.claim_chunk
             if chunk_size is None
             else check_positive_int("chunk_size", chunk_size)
         )
         keys = normalize_items(action, items)
-        chunks = (keys[start : start + size] for start in range(0, len(keys), size))
-        return keys, [self._plan_claim_keys(chunk, options) for chunk in chunks]
+        steps = [
+            self._plan_claim_keys(keys[start : start + size], options)
+            for start in range(0, len(keys), size)
+        ]
+        return Chain(
+            steps,
+            join=lambda chunks: _in_order(keys, [claim for chunk in chunks for claim in chunk]),
+            compensate=lambda chunks: self._plan_release_won(
+                [c for chunk in chunks for c in chunk]
+            ),
+        )
 
     def _plan_claim_keys(self, keys: list[SlotKey], options: ClaimOptions) -> Plan[list[Claim]]:
         """Claim ``keys`` (checked, distinct, one action): one statement, one transaction.
@@ -147,20 +177,37 @@ class _LedgerBase(Generic[EngineT]):
         """
         core = self._core
         ordered, tokens = core.claim_batch(keys)
-        undo = Plan(partial(core.release_lost, keys=ordered, tokens=tokens), on_link=False)
-        return Plan(
-            partial(
-                core.claim_keys, action=keys[0].action, keys=ordered, options=options, tokens=tokens
-            ),
-            autocommit=core.dialect.claim_is_one_statement,
-            undo=undo,
+        undo = Plan(
+            partial(core.release_lost, keys=ordered, tokens=tokens), Shape.ALONE, on_link=False
         )
+        body = partial(
+            core.claim_keys, action=keys[0].action, keys=ordered, options=options, tokens=tokens
+        )
+        one = core.dialect.claim_is_one_statement
+        return Plan(body, Shape.ALONE if one else Shape.TOGETHER, undo=undo)
 
-    def _plan_release_won(self, won: Sequence[Claim]) -> Plan[list[bool]]:
+    def _plan_release_won(self, won: Sequence[Claim]) -> Plan[list[bool]] | None:
         """Free what earlier chunks of a failed ``claim_many`` won, so the next run wins them
         again instead of waiting for their leases to expire (at most once: as UNKNOWN)."""
+        if not won:
+            return None
         note = "claim_many failed in a later chunk"
         return self._plan_marks([(c, SlotStatus.RELEASED, note, False) for c in won])
+
+    def _plan_sent(self, claim: object, message_id: object) -> Plan[bool]:
+        return self._plan_mark(claim, SlotStatus.SENT, check_message_id(message_id))
+
+    def _plan_failed(self, claim: object, error: object) -> Plan[bool]:
+        return self._plan_mark(claim, SlotStatus.FAILED, check_text("error", error, optional=False))
+
+    def _plan_unknown(self, claim: object, error: object) -> Plan[bool]:
+        return self._plan_mark(claim, SlotStatus.UNKNOWN, check_text("error", error, optional=True))
+
+    def _plan_release(self, claim: object, error: object, may_have_delivered: object) -> Plan[bool]:
+        """A release gives its attempt back unless its send may have delivered."""
+        detail = check_text("error", error, optional=True)
+        counted = check_bool("may_have_delivered", may_have_delivered)
+        return self._plan_mark(claim, SlotStatus.RELEASED, detail, counted=counted)
 
     def _plan_mark(
         self, claim: object, status: SlotStatus, detail: str | None, *, counted: bool = True
@@ -168,7 +215,7 @@ class _LedgerBase(Generic[EngineT]):
         body = partial(
             self._core.mark, claim=check_claim(claim), status=status, detail=detail, counted=counted
         )
-        return Plan(body, autocommit=True)
+        return Plan(body, Shape.ALONE)
 
     def _plan_mark_many(
         self, results: Sequence[tuple[Claim, SlotStatus, str | None]]
@@ -189,7 +236,9 @@ class _LedgerBase(Generic[EngineT]):
         one = len(results) <= 1 or (
             core.dialect.mark_is_one_statement and len(results) <= MARK_CHUNK
         )
-        return Plan(partial(core.mark_many, results=results), autocommit=one)
+        return Plan(
+            partial(core.mark_many, results=results), Shape.ALONE if one else Shape.TOGETHER
+        )
 
     def _plan_write(
         self, results: Sequence[Mark], keys: list[SlotKey], options: ClaimOptions
@@ -202,7 +251,9 @@ class _LedgerBase(Generic[EngineT]):
         core = self._core
         marks = _storable(results)
         ordered, tokens = core.claim_batch(keys)
-        undo = Plan(partial(core.release_lost, keys=ordered, tokens=tokens), on_link=False)
+        undo = Plan(
+            partial(core.release_lost, keys=ordered, tokens=tokens), Shape.ALONE, on_link=False
+        )
         body = partial(
             core.write,
             results=marks,
@@ -212,7 +263,7 @@ class _LedgerBase(Generic[EngineT]):
             tokens=tokens,
         )
         one = core.dialect.write_is_one_statement and len(marks) <= MARK_CHUNK
-        return Plan(body, autocommit=one, undo=undo)
+        return Plan(body, Shape.ALONE if one else Shape.TOGETHER, undo=undo)
 
     def _plan_renew(self, claims: object, lease: object) -> Plan[list[bool]]:
         if isinstance(claims, (str, bytes)) or not isinstance(claims, Iterable):
@@ -220,7 +271,7 @@ class _LedgerBase(Generic[EngineT]):
         checked = [check_claim(c) for c in claims]
         length = self._core.lease if lease is None else check_lease(lease)
         # Each renewal is its own compare-and-set: they need not land together.
-        return Plan(partial(self._core.renew, claims=checked, lease=length), autocommit=True)
+        return Plan(partial(self._core.renew, claims=checked, lease=length), Shape.ALONE)
 
     def _plan_lookup(
         self, action: object, items: object, take_expired: object, max_attempts: object
@@ -237,8 +288,7 @@ class _LedgerBase(Generic[EngineT]):
             taken = core.not_claimable(link, keys[0].action, keys, options)
             return [k for k in keys if (k.cycle, k.subject) in taken]
 
-        # Reads only: no transaction is needed around them.
-        return Plan(body, write=False, autocommit=True)
+        return Plan(body, Shape.READ)
 
     # -- the operator's calls: SQLAlchemy Core on a Connection ---------------------------
 
@@ -259,17 +309,21 @@ class _LedgerBase(Generic[EngineT]):
             limit=check_positive_int("limit", limit),
             actions=checked,
         )
-        return Plan(body, on_link=False)
+        return Plan(body, Shape.TOGETHER, on_link=False)
 
-    def _plan_purge(self, older_than: object, opaque_finished_before: object) -> Plan[int]:
+    def _plan_purge(
+        self, older_than: object, opaque_finished_before: object, dry_run: object
+    ) -> Plan[int]:
+        dry = check_bool("dry_run", dry_run)
         body = partial(
             self._core.purge,
             older_than=check_lease(older_than, "older_than"),
             opaque_finished_before=None
             if opaque_finished_before is None
             else check_aware("opaque_finished_before", opaque_finished_before),
+            dry_run=dry,
         )
-        return Plan(body, on_link=False)
+        return Plan(body, Shape.READ if dry else Shape.TOGETHER, on_link=False)
 
     def _plan_requeue(
         self,
@@ -290,7 +344,7 @@ class _LedgerBase(Generic[EngineT]):
             dry_run=dry,
             cycle=None if cycle is None else normalize_cycle(cycle)[0],
         )
-        return Plan(body, write=not dry, on_link=False)
+        return Plan(body, Shape.READ if dry else Shape.TOGETHER, on_link=False)
 
     def _plan_slots(
         self,
@@ -310,11 +364,11 @@ class _LedgerBase(Generic[EngineT]):
             limit=check_positive_int("limit", limit),
             cycle=None if cycle is None else normalize_cycle(cycle)[0],
         )
-        return Plan(body, write=False, on_link=False)
+        return Plan(body, Shape.READ, on_link=False)
 
     def _plan_get(self, action: object, subject: object, cycle: object) -> Plan[SlotRecord | None]:
         key = make_key(action, subject, cycle)
-        return Plan(partial(self._core.get, key=key), write=False, on_link=False)
+        return Plan(partial(self._core.get, key=key), Shape.READ, on_link=False)
 
     def _plan_last_sent(self, subjects: object, since: object) -> Plan[dict[str, dt.datetime]]:
         body = partial(
@@ -322,13 +376,13 @@ class _LedgerBase(Generic[EngineT]):
             subjects=normalize_subjects(subjects),
             since=check_aware("since", since),
         )
-        return Plan(body, write=False, on_link=False)
+        return Plan(body, Shape.READ, on_link=False)
 
     def _plan_stats(self) -> Plan[LedgerStats]:
-        return Plan(self._core.stats, write=False, on_link=False)
+        return Plan(self._core.stats, Shape.READ, on_link=False)
 
     def _plan_create_schema(self) -> Plan[None]:
-        return Plan(self._core.create_schema, on_link=False)
+        return Plan(self._core.create_schema, Shape.TOGETHER, on_link=False)
 
     # -- properties ---------------------------------------------------------------------
 
@@ -388,49 +442,6 @@ def _in_order(keys: list[SlotKey], won: list[Claim]) -> list[Claim]:
     return [by_key[key] for key in keys if key in by_key]
 
 
-# SQLite takes one writer at a time. Connections of one process that race for its lock
-# spin in SQLite's busy handler, which sleeps in steps of up to 100 ms: 16 racing
-# connections made a few hundred claims a second. Queuing them in the process first
-# (one gate per database file and event loop, or per file for threads) leaves the busy
-# handler only for other processes. Keyed weakly by the loop: tests make many loops.
-_SQLITE_GATES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
-    weakref.WeakKeyDictionary()
-)
-_SQLITE_THREAD_GATES: dict[str, threading.Lock] = {}
-# The sync engines AsyncLedgers use on SQLite files, shared per file while in use.
-_SQLITE_TWINS: weakref.WeakValueDictionary[str, sa.Engine] = weakref.WeakValueDictionary()
-_GATES_LOCK = threading.Lock()
-_SQLITE_PATHS: weakref.WeakKeyDictionary[sa.Engine, str] = weakref.WeakKeyDictionary()
-
-
-def _sqlite_file(engine: sa.Engine) -> str:
-    # Resolved once per engine: realpath costs a system call per path component, and
-    # the gate is looked up on every call.
-    path = _SQLITE_PATHS.get(engine)
-    if path is None:
-        database = engine.url.database
-        if not database or database == ":memory:" or database.startswith("file:"):
-            path = f"engine-{id(engine)}"  # a private database: its own gate
-        else:
-            path = os.path.realpath(database)
-        _SQLITE_PATHS[engine] = path
-    return path
-
-
-def _sqlite_gate(engine: sa.Engine) -> asyncio.Lock:
-    gates = _SQLITE_GATES.setdefault(asyncio.get_running_loop(), {})
-    path = _sqlite_file(engine)
-    gate = gates.get(path)
-    if gate is None:
-        gate = gates[path] = asyncio.Lock()
-    return gate
-
-
-def _sqlite_thread_gate(engine: sa.Engine) -> threading.Lock:
-    with _GATES_LOCK:
-        return _SQLITE_THREAD_GATES.setdefault(_sqlite_file(engine), threading.Lock())
-
-
 class AsyncLedger(_LedgerBase[AsyncEngine]):
     """The claim ledger on an ``AsyncEngine`` (asyncpg, psycopg 3, aiosqlite, asyncmy).
 
@@ -464,7 +475,6 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
     """
 
     _engine_kind = (AsyncEngine, "an AsyncEngine (use Ledger for an Engine)")
-    _twin: object = _UNSET  # the sync engine of a SQLite file; see _sqlite_twin
 
     async def _run(
         self,
@@ -484,17 +494,23 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
             raise
 
     async def _run_owned(self, plan: Plan[T], keeper: Keeper | None) -> T:
-        # The whole call (checkout, statements, commit, checkin) in one greenlet on the
-        # engine's sync facade: what AsyncConnection does, minus two greenlet hops.
-        core, sync = self._core, self._engine.sync_engine
-        if not core.dialect.one_writer:
-            spare = keeper or self._spare
-            return cast(T, await greenlet_spawn(core.run_owned, sync, plan, spare))
-        twin = self._sqlite_twin()
-        async with _sqlite_gate(sync):
-            if twin is None:
-                return cast(T, await greenlet_spawn(core.run_owned, sync, plan))
-            return await asyncio.to_thread(core.run_owned, twin, plan)
+        # The whole call (checkout, statements, commit, checkin) as one piece of sync work,
+        # run as the engine's driver runs work (see notifyonce._drivers).
+        work = partial(self._core.run_owned, plan=plan, spare=keeper or self._spare)
+        return await self._driver.run(work)
+
+    async def _run_chain(self, chain: Chain[T]) -> T:
+        done: list[Any] = []
+        try:
+            for step in chain.steps:
+                done.append(await self._run(step))
+        except BaseException:
+            undo = chain.compensate(done)
+            if undo is not None:
+                with contextlib.suppress(Exception):  # the failure is what the caller sees
+                    await self._run(undo)
+            raise
+        return chain.join(done)
 
     # -- the Notifier's entry points: input it has already checked ----------------------
 
@@ -510,7 +526,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         never waits for its own.
         """
         pool = self._engine.sync_engine.pool
-        if self._spare is None or not isinstance(pool, sa.pool.QueuePool):
+        if not self._driver.keeps_connections or not isinstance(pool, sa.pool.QueuePool):
             return None
         if pool.size() <= count:
             return None
@@ -552,36 +568,6 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         """``mark_many`` of results the Notifier made (valid claims, statuses, details, and
         whether each attempt counts)."""
         return await self._run(self._plan_marks(results, checked=True), keeper=keeper)
-
-    def _sqlite_twin(self) -> sa.Engine | None:
-        """A sync engine on the same SQLite file, or None for a private (memory) database.
-
-        aiosqlite runs every operation of a call (checkout, BEGIN, the statement, fetch,
-        COMMIT, checkin) as its own hop to its thread and back: about a dozen per claim.
-        The ledger runs the whole call on the standard sqlite3 driver in one worker
-        thread instead: one hop, the same file, the same statements and transactions.
-        """
-        if self._twin is _UNSET:
-            sync = self._engine.sync_engine
-            path = _sqlite_file(sync)
-            if path.startswith("engine-"):
-                self._twin = None
-            else:
-                with _GATES_LOCK:
-                    twin = _SQLITE_TWINS.get(path)
-                    if twin is None:
-                        # One or two connections: the gate lets one call through at a
-                        # time per event loop. Kept open, so WAL databases are not
-                        # checkpointed by a last connection closing after every call.
-                        url = sync.url.set(drivername="sqlite")
-                        twin = sa.create_engine(url, pool_size=1, max_overflow=4)
-                        # Nobody disposes a shared engine: close its connections when the
-                        # last ledger using it is gone (an unclosed sqlite3 connection is a
-                        # ResourceWarning on Python 3.13).
-                        weakref.finalize(twin, twin.pool.dispose)
-                        _SQLITE_TWINS[path] = twin
-                self._twin = twin
-        return cast("sa.Engine | None", self._twin)
 
     async def create_schema(self) -> None:
         """Create the table and its indexes unless they exist (for quick starts and tests).
@@ -645,9 +631,10 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
             True None
             True
         """
-        options = self._core.claim_options(lease, take_expired, max_attempts)
-        plan = self._plan_claim(action, subject, cycle, options)
-        return await self._run(plan, connection=connection)
+        return await self._run(
+            self._plan_claim(action, subject, cycle, lease, take_expired, max_attempts),
+            connection=connection,
+        )
 
     async def claim_many(
         self,
@@ -682,20 +669,8 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
             >>> asyncio.run(main())
             ['42']
         """
-        options = self._core.claim_options(lease, take_expired, max_attempts)
-        keys, plans = self._claim_many_plans(action, items, options, chunk_size)
-        won: list[Claim] = []
-        try:
-            for plan in plans:
-                chunk: list[Claim] = await self._run(plan)
-                won += chunk
-        except BaseException:
-            if won:
-                # Best effort: the original error is what the caller must see.
-                with contextlib.suppress(Exception):
-                    await self._run(self._plan_release_won(won))
-            raise
-        return _in_order(keys, won)
+        plan = self._plan_claim_many(action, items, lease, take_expired, max_attempts, chunk_size)
+        return await self._run_chain(plan)
 
     async def mark_sent(self, claim: Claim, *, message_id: int | str | None = None) -> bool:
         """Record the claim as sent; False if its lease was lost (nothing changed).
@@ -706,18 +681,15 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
                 ...  # the lease expired and another worker took the slot over
             ```
         """
-        plan = self._plan_mark(claim, SlotStatus.SENT, check_message_id(message_id))
-        return await self._run(plan)
+        return await self._run(self._plan_sent(claim, message_id))
 
     async def mark_failed(self, claim: Claim, error: str) -> bool:
         """Record a permanent failure (never retried); False if the lease was lost."""
-        plan = self._plan_mark(claim, SlotStatus.FAILED, check_text("error", error, optional=False))
-        return await self._run(plan)
+        return await self._run(self._plan_failed(claim, error))
 
     async def mark_unknown(self, claim: Claim, error: str | None = None) -> bool:
         """Record that the send may or may not have arrived; False if the lease was lost."""
-        plan = self._plan_mark(claim, SlotStatus.UNKNOWN, check_text("error", error, optional=True))
-        return await self._run(plan)
+        return await self._run(self._plan_unknown(claim, error))
 
     async def release(
         self, claim: Claim, error: str | None = None, *, may_have_delivered: bool = False
@@ -730,13 +702,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         send may have arrived (at least once, retrying an uncertain send): its attempt
         then counts.
         """
-        plan = self._plan_mark(
-            claim,
-            SlotStatus.RELEASED,
-            check_text("error", error, optional=True),
-            counted=check_bool("may_have_delivered", may_have_delivered),
-        )
-        return await self._run(plan)
+        return await self._run(self._plan_release(claim, error, may_have_delivered))
 
     async def mark_many(
         self, results: Sequence[tuple[Claim, SlotStatus, str | None]]
@@ -806,7 +772,11 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         return await self._run(self._plan_sweep(mode, max_attempts, limit, actions))
 
     async def purge(
-        self, *, older_than: dt.timedelta, opaque_finished_before: dt.datetime | None = None
+        self,
+        *,
+        older_than: dt.timedelta,
+        opaque_finished_before: dt.datetime | None = None,
+        dry_run: bool = False,
     ) -> int:
         """Delete old slots that can no longer fire; return how many rows went.
 
@@ -816,8 +786,10 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         window, deleting the row cannot let a reminder be sent twice. Rows with int or str
         cycles have no time; they are kept unless ``opaque_finished_before`` is given, in
         which case those last changed before it go too.
+
+        With ``dry_run=True`` nothing is deleted: it counts the rows that would go now.
         """
-        return await self._run(self._plan_purge(older_than, opaque_finished_before))
+        return await self._run(self._plan_purge(older_than, opaque_finished_before, dry_run))
 
     async def last_sent(
         self, subjects: Iterable[Subject], *, since: dt.datetime
@@ -917,10 +889,20 @@ class Ledger(_LedgerBase[sa.Engine]):
             raise
 
     def _run_owned(self, plan: Plan[T]) -> T:
-        if not self._core.dialect.one_writer:
-            return self._core.run_owned(self._engine, plan)
-        with _sqlite_thread_gate(self._engine):
-            return self._core.run_owned(self._engine, plan)
+        return self._driver.run_sync(partial(self._core.run_owned, plan=plan))
+
+    def _run_chain(self, chain: Chain[T]) -> T:
+        done: list[Any] = []
+        try:
+            for step in chain.steps:
+                done.append(self._run(step))
+        except BaseException:
+            undo = chain.compensate(done)
+            if undo is not None:
+                with contextlib.suppress(Exception):  # the failure is what the caller sees
+                    self._run(undo)
+            raise
+        return chain.join(done)
 
     def create_schema(self) -> None:
         """See [`AsyncLedger.create_schema`][notifyonce.AsyncLedger.create_schema]."""
@@ -941,8 +923,10 @@ class Ledger(_LedgerBase[sa.Engine]):
 
         With ``connection``, commit it before sending.
         """
-        options = self._core.claim_options(lease, take_expired, max_attempts)
-        return self._run(self._plan_claim(action, subject, cycle, options), connection=connection)
+        return self._run(
+            self._plan_claim(action, subject, cycle, lease, take_expired, max_attempts),
+            connection=connection,
+        )
 
     def claim_many(
         self,
@@ -955,41 +939,26 @@ class Ledger(_LedgerBase[sa.Engine]):
         chunk_size: int | None = None,
     ) -> list[Claim]:
         """See [`AsyncLedger.claim_many`][notifyonce.AsyncLedger.claim_many]."""
-        options = self._core.claim_options(lease, take_expired, max_attempts)
-        keys, plans = self._claim_many_plans(action, items, options, chunk_size)
-        won: list[Claim] = []
-        try:
-            for plan in plans:
-                chunk: list[Claim] = self._run(plan)
-                won += chunk
-        except BaseException:
-            if won:
-                with contextlib.suppress(Exception):
-                    self._run(self._plan_release_won(won))
-            raise
-        return _in_order(keys, won)
+        plan = self._plan_claim_many(action, items, lease, take_expired, max_attempts, chunk_size)
+        return self._run_chain(plan)
 
     def mark_sent(self, claim: Claim, *, message_id: int | str | None = None) -> bool:
         """See [`AsyncLedger.mark_sent`][notifyonce.AsyncLedger.mark_sent]."""
-        return self._run(self._plan_mark(claim, SlotStatus.SENT, check_message_id(message_id)))
+        return self._run(self._plan_sent(claim, message_id))
 
     def mark_failed(self, claim: Claim, error: str) -> bool:
         """See [`AsyncLedger.mark_failed`][notifyonce.AsyncLedger.mark_failed]."""
-        error_text = check_text("error", error, optional=False)
-        return self._run(self._plan_mark(claim, SlotStatus.FAILED, error_text))
+        return self._run(self._plan_failed(claim, error))
 
     def mark_unknown(self, claim: Claim, error: str | None = None) -> bool:
         """See [`AsyncLedger.mark_unknown`][notifyonce.AsyncLedger.mark_unknown]."""
-        error_text = check_text("error", error, optional=True)
-        return self._run(self._plan_mark(claim, SlotStatus.UNKNOWN, error_text))
+        return self._run(self._plan_unknown(claim, error))
 
     def release(
         self, claim: Claim, error: str | None = None, *, may_have_delivered: bool = False
     ) -> bool:
         """See [`AsyncLedger.release`][notifyonce.AsyncLedger.release]."""
-        error_text = check_text("error", error, optional=True)
-        counted = check_bool("may_have_delivered", may_have_delivered)
-        return self._run(self._plan_mark(claim, SlotStatus.RELEASED, error_text, counted=counted))
+        return self._run(self._plan_release(claim, error, may_have_delivered))
 
     def mark_many(self, results: Sequence[tuple[Claim, SlotStatus, str | None]]) -> list[bool]:
         """See [`AsyncLedger.mark_many`][notifyonce.AsyncLedger.mark_many]."""
@@ -1026,10 +995,14 @@ class Ledger(_LedgerBase[sa.Engine]):
         return self._run(self._plan_sweep(mode, max_attempts, limit, actions))
 
     def purge(
-        self, *, older_than: dt.timedelta, opaque_finished_before: dt.datetime | None = None
+        self,
+        *,
+        older_than: dt.timedelta,
+        opaque_finished_before: dt.datetime | None = None,
+        dry_run: bool = False,
     ) -> int:
         """See [`AsyncLedger.purge`][notifyonce.AsyncLedger.purge]."""
-        return self._run(self._plan_purge(older_than, opaque_finished_before))
+        return self._run(self._plan_purge(older_than, opaque_finished_before, dry_run))
 
     def last_sent(
         self, subjects: Iterable[Subject], *, since: dt.datetime

@@ -11,8 +11,9 @@ import enum
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.engine import Dialect
+
+from notifyonce._drivers import DRIVERS, Driver, driver_class
 
 __all__ = [
     "DEFAULT_TABLE_NAME",
@@ -50,6 +51,11 @@ class SlotStatus(str, enum.Enum):
     RELEASED = "released"
 
 
+def _driver(dialect: Dialect) -> type[Driver]:
+    # SQLAlchemy's generic dialect (a statement printed with str()) gets the plain types.
+    return driver_class(dialect, fallback=Driver)
+
+
 class UtcDateTime(sa.types.TypeDecorator[dt.datetime]):
     """A timestamp stored in UTC and always read back as an aware UTC datetime.
 
@@ -62,12 +68,7 @@ class UtcDateTime(sa.types.TypeDecorator[dt.datetime]):
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
-        if dialect.name == "postgresql":
-            return dialect.type_descriptor(postgresql.TIMESTAMP(timezone=True))
-        if dialect.name in ("mysql", "mariadb"):
-            # fsp=6: leases and updated_at need sub-second precision.
-            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
-        return dialect.type_descriptor(sa.DateTime())
+        return dialect.type_descriptor(_driver(dialect).timestamp_type())
 
     def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
         if value is None:
@@ -75,7 +76,7 @@ class UtcDateTime(sa.types.TypeDecorator[dt.datetime]):
         if value.utcoffset() is None:
             raise ValueError("naive datetime given to a UTC column")
         value = value.astimezone(dt.timezone.utc)
-        return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
+        return value if _driver(dialect).aware_timestamps else value.replace(tzinfo=None)
 
     def process_result_value(
         self, value: dt.datetime | None, dialect: Dialect
@@ -104,13 +105,10 @@ class KeyText(sa.types.TypeDecorator[str]):
         self.length = length
 
     def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
-        if dialect.name in ("mysql", "mariadb"):
-            # Room for four UTF-8 bytes per character.
-            return dialect.type_descriptor(mysql.VARBINARY(self.length * 4))
-        return dialect.type_descriptor(sa.String(self.length))
+        return dialect.type_descriptor(_driver(dialect).key_type(self.length))
 
     def process_bind_param(self, value: str | None, dialect: Dialect) -> Any:
-        if value is not None and dialect.name in ("mysql", "mariadb"):
+        if value is not None and _driver(dialect).binary_keys:
             return value.encode("utf-8")
         return value
 
@@ -143,12 +141,13 @@ def index_names(table_name: str) -> dict[str, str]:
 #: whose row has no ``sent_at`` yet, does not write it either.
 def partial_indexes(dialect: Dialect) -> bool:
     """Whether the database has partial indexes (``CREATE INDEX ... WHERE``)."""
-    return dialect.name in ("postgresql", "sqlite")
+    return _driver(dialect).partial_indexes
 
 
 _SENT_ONLY: dict[str, Any] = {
-    "postgresql_where": sa.text("sent_at IS NOT NULL"),
-    "sqlite_where": sa.text("sent_at IS NOT NULL"),
+    driver.index_where(): sa.text("sent_at IS NOT NULL")
+    for driver in DRIVERS
+    if driver.partial_indexes
 }
 
 

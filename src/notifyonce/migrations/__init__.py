@@ -41,7 +41,7 @@ from alembic.util import CommandError
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from notifyonce._drivers import missing_driver
+from notifyonce._drivers import driver_class, missing_driver
 from notifyonce._ledger.table import DEFAULT_TABLE_NAME
 
 __all__ = [
@@ -208,7 +208,7 @@ def _found(inspector: Any, operation: ops.MigrateOperation) -> bool | None:
             return False
         # A partial index (WHERE) is there only as a partial one: an earlier revision made
         # the same name over every row.
-        where = f"{inspector.dialect.name}_where"
+        where = driver_class(inspector.dialect).index_where()
         found = indexes.get(operation.index_name or "", {}).get("dialect_options", {})
         return operation.kw.get(where) is None or found.get(where) is not None
     if isinstance(operation, ops.DropIndexOp):

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from notifyonce._campaign import CAMPAIGN_ACTION, RESERVED_ACTIONS, cancel_note
+from notifyonce._drivers import driver_class
 from notifyonce._ledger.table import SlotStatus
 
 __all__ = [
@@ -253,12 +254,7 @@ def _actions(conn: Connection, t: sa.Table, limit: int) -> list[str]:
 
 def _minute(conn: Connection, column: sa.ColumnElement[Any]) -> sa.ColumnElement[str]:
     """``column`` (a UTC timestamp) as the text of its minute, 'YYYY-MM-DD HH:MM'."""
-    name = conn.dialect.name
-    if name == "postgresql":
-        return sa.func.to_char(sa.func.timezone("UTC", column), "YYYY-MM-DD HH24:MI")
-    if name in ("mysql", "mariadb"):
-        return sa.func.date_format(column, "%Y-%m-%d %H:%i")
-    return sa.func.substr(column, 1, 16)  # SQLite keeps 'YYYY-MM-DD HH:MM:SS.ffffff'
+    return driver_class(conn.dialect).minute_text(column)
 
 
 def _per_minute(

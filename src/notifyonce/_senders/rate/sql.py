@@ -11,31 +11,32 @@ Times are the database's clock, in seconds since the epoch, so workers on hosts 
 clocks disagree still take turns from one timeline.
 
 A turn waits for another session's lock on those rows at most ``lock_timeout``: each
-database is told so for the turn alone (PostgreSQL ``SET LOCAL lock_timeout``, MySQL's
-``innodb_lock_wait_timeout`` for the session, set back after the turn), and a wait that
-ends there fails closed, as `RateStoreUnavailableError`. Without it a session that holds
-the bot's row (a stuck transaction, a console left open) would hold every send of the bot,
-on PostgreSQL for ever. On SQLite, whose one write lock every writer of the file takes,
-the bound is the connection's busy timeout (``busy_timeout``, as long as the ledger's).
+database is told so for the turn alone, as its driver does it (PostgreSQL ``SET LOCAL
+lock_timeout``, MySQL's ``innodb_lock_wait_timeout`` for the session, set back after the
+turn), and a wait that ends there fails closed, as `RateStoreUnavailableError`. Without
+it a session that holds the bot's row (a stuck transaction, a console left open) would
+hold every send of the bot, on PostgreSQL for ever. On SQLite, whose one write lock every
+writer of the file takes, the bound is the connection's busy timeout (``busy_timeout``, as
+long as the ledger's).
+
+A transaction runs as the engine's driver runs work, all of it in one piece of sync code:
+on a SQLite file that is the driver's worker thread, in the same queue as the ledger's
+calls on that engine (see ``notifyonce._drivers``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import math
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Dialect
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from notifyonce._drivers import SQLITE_BUSY_TIMEOUT_INFO
-from notifyonce._errors import ValidationError
+from notifyonce._drivers import driver_for
 from notifyonce._senders.http import check_seconds
 from notifyonce._senders.rate.stores import (
     PAID_LANE,
@@ -67,17 +68,11 @@ DEFAULT_LOCK_TIMEOUT = 2.0
 # own busy timeout is.
 _DEFAULT_BUSY_TIMEOUT = 30.0
 _MAX_SCOPE = 191  # utf8mb4 primary keys on MySQL stay within 767 bytes
-# How each database reports a lock wait that its timeout ended: PostgreSQL's
-# lock_not_available, MySQL's ER_LOCK_WAIT_TIMEOUT, SQLite's SQLITE_BUSY.
-_PG_LOCK_TIMEOUT = "55P03"
 # Two stored times this close are the same time written back (a database's float round
 # trip); any other turn moves a time on by a whole interval.
 _SAME_TIME = 1e-6
-_NO_TWIN: Any = object()  # SQLRateStore._twin before it is looked for
 
 T = TypeVar("T")
-_MYSQL_LOCK_TIMEOUT = 1205
-_SQLITE_BUSY = 5
 
 
 def default_rate_table(ledger_table: str) -> str:
@@ -103,15 +98,6 @@ def build_rate_table(metadata: sa.MetaData, name: str, schema: str | None = None
     )
 
 
-def _now(dialect: Dialect) -> sa.ColumnElement[Any]:
-    """The database's wall clock in epoch seconds, as precise as it has it."""
-    if dialect.name == "postgresql":
-        return sa.literal_column("extract(epoch from clock_timestamp())::float8")
-    if dialect.name in ("mysql", "mariadb"):
-        return sa.literal_column("UNIX_TIMESTAMP(NOW(6))")
-    return sa.literal_column("(julianday('now') - 2440587.5) * 86400.0")
-
-
 @dataclass(frozen=True, slots=True)
 class _Booked:
     """A booked turn as the store wrote it: what `SQLRateStore.give_back` compares."""
@@ -121,27 +107,6 @@ class _Booked:
     at: float
     lane_tat: float | None  # the lane's next start as this turn left it (None: not moved)
     chat_tat: float | None
-
-
-def lock_wait_ended(dialect: str, orig: object) -> bool:
-    """Whether a driver's exception says a wait for a lock ran out of its timeout."""
-    if dialect == "postgresql":
-        return getattr(orig, "sqlstate", None) == _PG_LOCK_TIMEOUT
-    if dialect in ("mysql", "mariadb"):
-        args: tuple[Any, ...] = getattr(orig, "args", ())
-        return bool(args) and args[0] == _MYSQL_LOCK_TIMEOUT
-    code = getattr(orig, "sqlite_errorcode", None)  # Python 3.11+
-    return code == _SQLITE_BUSY or (code is None and "database is locked" in str(orig))
-
-
-def _insert(dialect: Dialect) -> Any:
-    from sqlalchemy.dialects import mysql, postgresql, sqlite
-
-    if dialect.name == "postgresql":
-        return postgresql.insert
-    if dialect.name in ("mysql", "mariadb"):
-        return mysql.insert
-    return sqlite.insert
 
 
 class SQLRateStore:
@@ -190,37 +155,28 @@ class SQLRateStore:
         busy_timeout: float = _DEFAULT_BUSY_TIMEOUT,
     ) -> None:
         check_store_args(engine, table_name)
-        if engine.dialect.name not in ("postgresql", "mysql", "mariadb", "sqlite"):
-            raise ValidationError(
-                "engine", f"dialect {engine.dialect.name!r} is not PostgreSQL, MySQL or SQLite"
-            )
+        self._driver = driver = driver_for(engine)
         self.extra_jitter = check_extra_jitter(extra_jitter)
         self.lock_timeout = (
             None if lock_timeout is None else check_seconds("lock_timeout", lock_timeout)
         )
         self.busy_timeout = check_seconds("busy_timeout", busy_timeout)
         # The bound of this database's lock waits, as (the option's name, seconds).
-        self._wait = (
-            ("busy_timeout", self.busy_timeout)
-            if engine.dialect.name == "sqlite"
-            else ("lock_timeout", self.lock_timeout)
-        )
+        option = driver.lock_wait_option
+        self._wait = (option, self.busy_timeout if option == "busy_timeout" else self.lock_timeout)
         self.engine = engine
         self.metadata = sa.MetaData()
         self.table = build_rate_table(self.metadata, table_name, schema)
-        dialect = engine.dialect
-        self._insert = _insert(dialect)
-        self._now = _now(dialect)
-        self._returning = dialect.name in ("postgresql", "sqlite")
-        self._twin: object = _NO_TWIN  # see _sqlite_twin
+        self._insert = driver.insert
+        self._now = driver.epoch_now()
+        self._returning = driver.upsert_returning
 
     def __repr__(self) -> str:
         return f"SQLRateStore(table_name={self.table.name!r})"
 
     async def create_schema(self) -> None:
         """Create the rate table if it does not exist (production: the Alembic migration)."""
-        async with self.engine.begin() as conn:
-            await conn.run_sync(self.metadata.create_all)
+        await self._driver.run(_in_transaction(self.metadata.create_all))
 
     async def purge(self, *, idle: float = 3600.0) -> int:
         """Delete rows of scopes idle for ``idle`` seconds; returns how many were deleted.
@@ -232,8 +188,7 @@ class SQLRateStore:
         statement = sa.delete(t).where(
             t.c.tat < cutoff, t.c.flood_until < cutoff, t.c.chat_flood_until < cutoff
         )
-        async with self.engine.begin() as conn:
-            result = await conn.execute(statement)
+        result = await self._driver.run(_in_transaction(lambda conn: conn.execute(statement)))
         return int(result.rowcount or 0)
 
     # -- the store protocol -------------------------------------------------------------
@@ -298,82 +253,21 @@ class SQLRateStore:
     async def _transaction(self, work: Callable[[Connection], T]) -> T:
         """Run ``work`` (one transaction) with its lock waits bounded by ``lock_timeout``;
         a wait that ends there is a RateStoreUnavailableError naming this store and the
-        wait.
-
-        On a SQLite file the whole transaction runs on the standard sqlite3 driver in one
-        worker thread (as the ledger's calls do): through aiosqlite each statement is a hop
-        to its thread and back, and the file's one write lock would be held across those
-        hops and the event loop's turns, which every other writer of the file (the
-        ledger's claims, other workers' turns) waits for.
-        """
-        name = self.engine.dialect.name
+        wait."""
         try:
-            twin = self._sqlite_twin()
-            if twin is not None:
-                return await asyncio.to_thread(self._in_thread, twin, work)
-            async with self.engine.connect() as conn:
-                set_back = await self._bound(conn, name)
-                try:
-                    return await conn.run_sync(work)
-                finally:
-                    if set_back:
-                        await self._unbound(conn)
+            return await self._driver.run(partial(self._bounded, work))
         except sa.exc.DBAPIError as exc:
             option, seconds = self._wait
-            if seconds is None or not lock_wait_ended(name, exc.orig):
+            if seconds is None or not self._driver.lock_wait_ended(exc.orig):
                 raise
             raise RateStoreUnavailableError(
                 f"rate store unavailable: {self!r} waited {option} ({seconds:g} s) for "
                 "rows another session holds locked; nothing was sent"
             ) from exc
 
-    def _in_thread(self, twin: sa.Engine, work: Callable[[Connection], T]) -> T:
-        with twin.connect() as conn:
-            _busy_timeout(conn.connection.info, conn.exec_driver_sql, self.busy_timeout)
+    def _bounded(self, work: Callable[[Connection], T], engine: sa.Engine) -> T:
+        with engine.connect() as conn, self._driver.lock_waits_bounded(conn, self._wait[1]):
             return work(conn)
-
-    def _sqlite_twin(self) -> sa.Engine | None:
-        """A sync engine on this store's SQLite file (None: not a file, or not SQLite)."""
-        if self._twin is _NO_TWIN:
-            url = self.engine.sync_engine.url
-            database = url.database or ""
-            private = database in ("", ":memory:") or "mode=memory" in str(url)
-            self._twin = None
-            if url.get_backend_name() == "sqlite" and not private:
-                twin = sa.create_engine(url.set(drivername="sqlite"), pool_size=1, max_overflow=4)
-                # No one disposes it: its connections close when the store is gone.
-                weakref.finalize(self, twin.pool.dispose)
-                self._twin = twin
-        return self._twin if isinstance(self._twin, sa.Engine) else None
-
-    async def _bound(self, conn: AsyncConnection, name: str) -> bool:
-        """Bound this connection's lock waits for one turn; True when the session's setting
-        must be set back afterwards (MySQL)."""
-        timeout = self._wait[1]
-        if timeout is None:
-            return False
-        if name == "postgresql":  # for this transaction only
-            await conn.exec_driver_sql(f"SET LOCAL lock_timeout = {math.ceil(timeout * 1000)}")
-            return False
-        if name in ("mysql", "mariadb"):  # whole seconds, for the session
-            await conn.exec_driver_sql(
-                f"SET SESSION innodb_lock_wait_timeout = {max(1, math.ceil(timeout))}"
-            )
-            return True
-        raw = await conn.get_raw_connection()
-        pending: list[str] = []
-        _busy_timeout(raw.info, pending.append, timeout)
-        for statement in pending:
-            await conn.exec_driver_sql(statement)
-        return False
-
-    @staticmethod
-    async def _unbound(conn: AsyncConnection) -> None:
-        """Give a MySQL session its own lock wait back (the ledger may use it next)."""
-        try:
-            await conn.exec_driver_sql("SET SESSION innodb_lock_wait_timeout = DEFAULT")
-        except Exception:  # a broken connection: the pool must not hand it out again
-            await conn.invalidate()
 
     def _lock(self, conn: Connection, scopes: Sequence[str]) -> tuple[float, dict[str, ScopeState]]:
         """Create the rows if missing, lock them (sorted: no deadlocks), read them."""
@@ -422,10 +316,11 @@ class SQLRateStore:
         conn.execute(statement)
 
 
-def _busy_timeout(info: dict[Any, Any], execute: Callable[[str], object], seconds: float) -> None:
-    """Set a SQLite connection's busy timeout to ``seconds`` unless its ``info`` notes it
-    already has it (noted where the ledger looks for its own, which it sets back)."""
-    milliseconds = math.ceil(seconds * 1000)
-    if info.get(SQLITE_BUSY_TIMEOUT_INFO) != milliseconds:
-        execute(f"PRAGMA busy_timeout = {milliseconds}")
-        info[SQLITE_BUSY_TIMEOUT_INFO] = milliseconds
+def _in_transaction(work: Callable[[Connection], T]) -> Callable[[sa.Engine], T]:
+    """``work`` in a transaction of its own on a connection of the engine it is given."""
+
+    def run(engine: sa.Engine) -> T:
+        with engine.begin() as conn:
+            return work(conn)
+
+    return run

@@ -3,17 +3,23 @@
 One row per (bot, kind, content): written once after the first upload of a file, read by
 every later run, so a broadcast resumed after a crash sends by file_id instead of
 uploading again. Plain inserts and primary-key reads: no locks, nothing on the send path
-but one read per file and run.
+but one read per file and run. Each runs as the engine's driver runs work (on a SQLite file,
+in the queue the ledger's calls on that engine wait in).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+from collections.abc import Callable
+from typing import TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from notifyonce._drivers import driver_for
 from notifyonce._ledger.table import UtcDateTime
 from notifyonce._senders.tables import beside_ledger, check_store_args, primary_key_name
 
@@ -25,6 +31,7 @@ __all__ = [
     "file_pk_name",
 ]
 
+T = TypeVar("T")
 DEFAULT_FILE_TABLE_NAME = "notifyonce_file_ids"
 _MAX_KEY = 191  # utf8mb4 primary keys on MySQL stay within 767 bytes
 
@@ -78,6 +85,7 @@ class SQLFileIdStore:
         schema: str | None = None,
     ) -> None:
         check_store_args(engine, table_name)
+        self._driver = driver_for(engine)
         self.engine = engine
         self.metadata = sa.MetaData()
         self.table = build_file_table(self.metadata, table_name, schema)
@@ -87,26 +95,32 @@ class SQLFileIdStore:
 
     async def create_schema(self) -> None:
         """Create the table if it does not exist (production: the Alembic migration)."""
-        async with self.engine.begin() as conn:
-            await conn.run_sync(self.metadata.create_all)
+        await self._transaction(self.metadata.create_all)
 
     async def get(self, key: str) -> str | None:
         """The file_id stored under ``key``, or None."""
         t = self.table
-        async with self.engine.connect() as conn:
-            found = await conn.execute(sa.select(t.c.file_id).where(t.c.file_key == key))
-            return found.scalar_one_or_none()
+        query = sa.select(t.c.file_id).where(t.c.file_key == key)
+        found: str | None = await self._transaction(
+            lambda conn: conn.execute(query).scalar_one_or_none()
+        )
+        return found
 
     async def put(self, key: str, file_id: str) -> None:
         """Store ``file_id`` under ``key``; a key another worker stored first keeps its id."""
         row = {"file_key": key, "file_id": file_id, "stored_at": dt.datetime.now(dt.timezone.utc)}
-        try:
-            async with self.engine.begin() as conn:
-                await conn.execute(sa.insert(self.table).values(row))
-        except IntegrityError:
-            pass  # both ids name the same content; the first one stays
+        # Both ids name the same content: the first one stays.
+        with contextlib.suppress(IntegrityError):
+            await self._transaction(lambda conn: conn.execute(sa.insert(self.table).values(row)))
 
     async def forget(self, key: str) -> None:
         """Drop ``key`` (Telegram refused its file_id)."""
-        async with self.engine.begin() as conn:
-            await conn.execute(sa.delete(self.table).where(self.table.c.file_key == key))
+        statement = sa.delete(self.table).where(self.table.c.file_key == key)
+        await self._transaction(lambda conn: conn.execute(statement))
+
+    async def _transaction(self, work: Callable[[Connection], T]) -> T:
+        def run(engine: sa.Engine) -> T:
+            with engine.begin() as conn:
+                return work(conn)
+
+        return await self._driver.run(run)
