@@ -49,7 +49,13 @@ def children_cpu() -> float:
 
 
 def run_once(
-    url: str, ask: object, chats: int, concurrency: int, rate: float, workdir: Path
+    url: str,
+    ask: object,
+    chats: int,
+    concurrency: int,
+    rate: float,
+    workdir: Path,
+    profile: Path | None = None,
 ) -> dict[str, float]:
     """One command to ``chats`` new chats; its figures."""
     recipients = workdir / "recipients.txt"
@@ -57,8 +63,12 @@ def run_once(
     message = workdir / "text.txt"
     message.write_text("The new tariff starts on Monday.")
     table = f"bench_bc_{uuid.uuid4().hex[:8]}"
+    # With --profile, the command runs under cProfile (its CPU figure then includes the
+    # profiler's own cost; read the profile for shares, not the rate).
+    profiled = [] if profile is None else ["-m", "cProfile", "-o", str(profile)]
     command = [
         sys.executable,
+        *profiled,
         "-m",
         "notifyonce",
         "broadcast",
@@ -137,7 +147,14 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--rate", type=float, nargs="+", default=[1000.0, 0.0])
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="write each run's cProfile output to this folder (rate-<rate>-<round>.prof)",
+    )
     args = parser.parse_args()
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     parent, child = mp.Pipe()
     process = mp.get_context("spawn").Process(target=serve, args=(child, args.latency))
     process.start()
@@ -151,7 +168,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             for round_ in range(args.rounds):
                 for rate in args.rate:
-                    f = run_once(url, ask, args.chats, args.concurrency, rate, Path(tmp))
+                    profile = (
+                        None
+                        if args.profile is None
+                        else args.profile / f"rate-{rate:g}-{round_ + 1}.prof"
+                    )
+                    f = run_once(url, ask, args.chats, args.concurrency, rate, Path(tmp), profile)
                     print(
                         f"round {round_ + 1}, --rate {rate:g}: {f['overall']:,.0f} msg/s overall, "
                         f"{f['sending']:,.0f} msg/s sending, {f['cpu_ms']:.2f} ms CPU per "
