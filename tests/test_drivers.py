@@ -410,3 +410,17 @@ def test_what_each_database_can_do(driver: type[Driver], capable: set[str]) -> N
     locks, autocommit, one writer at a time), as the delivery docs describe them."""
     names = {"row_locks", "skip_locked", "autocommit_statements", "one_writer"}
     assert capable == {name for name in names if getattr(driver, name)}
+
+
+@pytest.mark.sqlite
+def test_everything_on_one_engine_asks_one_driver(tmp_path: Path) -> None:
+    """The ledger, the SQL rate store and the file-id store on one engine share its driver,
+    and so, on SQLite, one queue in front of the file's lock."""
+    from notifyonce.ratelimit import SQLRateStore
+    from notifyonce.telegram import SQLFileIdStore
+
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'one.db'}")
+    ledger = AsyncLedger(engine)
+    rates = SQLRateStore(engine)
+    files = SQLFileIdStore(engine)
+    assert {id(driver_for(engine))} == {id(ledger._driver), id(rates._driver), id(files._driver)}

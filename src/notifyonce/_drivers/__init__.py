@@ -65,7 +65,8 @@ def driver_for(engine: sa.Engine | AsyncEngine) -> Driver:
     sync = engine.sync_engine if isinstance(engine, AsyncEngine) else engine
     driver = _IN_USE.get(sync)
     if driver is None:
-        driver = _IN_USE[sync] = driver_class(sync.dialect)(sync)
+        # setdefault: of two threads making the first one at once, both get the same.
+        driver = _IN_USE.setdefault(sync, driver_class(sync.dialect)(sync))
     return driver
 
 
