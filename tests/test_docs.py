@@ -374,7 +374,7 @@ def test_the_pipeline_diagram_follows_the_pipeline() -> None:
     expected = [
         f"waits while {_dispatch._RECORD_BACKLOG} outcomes are unwritten",
         f"within {round(_dispatch._RECORD_LINGER * 1000)} ms",
-        f"{lanes[PostgreSQL.claim_lanes]} at once on PostgreSQL",
+        f"{lanes[PostgreSQL.claim_lanes]} at a time on PostgreSQL",
     ]
     assert expected == [text for text in expected if text in flat]
     assert f"for up to {_dispatch._SETTLE_TIMEOUT:.0f} s" in page.read_text(encoding="utf-8")

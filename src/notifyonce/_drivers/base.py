@@ -73,8 +73,6 @@ class Driver:
     operational_error_is_unavailable: ClassVar[bool] = True
     #: One writer at a time: a process queues its writers in front of the database's lock.
     one_writer: ClassVar[bool] = False
-    #: Inserts of distinct keys run side by side without waiting for each other.
-    concurrent_inserts: ClassVar[bool] = False
     #: An upsert can return the rows it wrote (``RETURNING``).
     upsert_returning: ClassVar[bool] = False
     #: Indexes can hold only the rows a WHERE selects.

@@ -47,9 +47,6 @@ class PostgreSQLDriver(Driver):
     clock_query = "SELECT clock_timestamp()"
     skip_locked = True
     autocommit_statements = True
-    # Concurrent inserts of distinct keys wait for nothing (MySQL's duplicate-key checks
-    # take gap locks, and SQLite has one writer).
-    concurrent_inserts = True
     upsert_returning = True
     partial_indexes = True
     aware_timestamps = True
