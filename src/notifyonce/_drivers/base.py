@@ -1,4 +1,4 @@
-"""The interface every database driver implements, and the one driver of each engine.
+"""The interface every database driver implements.
 
 A `Driver` is what notifyonce knows about one database (PostgreSQL, MySQL/MariaDB,
 SQLite): the names SQLAlchemy gives it and the URLs of its drivers, what it can do (row
