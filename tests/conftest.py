@@ -19,6 +19,7 @@ from notifyonce import AsyncLedger
 
 from ._clocks import WallClock
 from ._databases import MARKS, SYNC_NAMES, Backend, backend_params, drop_table, make_backend
+from ._leaks import describe, left_open, watch
 from ._ledger_env import env_fixture  # noqa: F401 - the `env` fixture, for every test module
 
 ASYNC_BACKENDS = backend_params(MARKS)
@@ -43,6 +44,24 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report.sections = [(title, _utf8(text)) for title, text in report.sections]
     if report.longrepr is not None and _utf8(text := str(report.longrepr)) != text:
         report.longrepr = _utf8(text)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    watch()
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A test fails if it left a connection open once its event loop closed (``_leaks``):
+    otherwise the socket warns in whichever later test the garbage collector runs."""
+    result = yield
+    left = left_open()
+    if left:
+        raise AssertionError(
+            "the test left connections open (a client not closed): "
+            + ", ".join(describe(transport) for transport in left)
+        )
+    return result
 
 
 @pytest.fixture(params=ASYNC_BACKENDS)

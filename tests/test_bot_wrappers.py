@@ -67,7 +67,10 @@ class Wrapped:
             self.closers.append(aiogram_bot.session.close)
             return AiogramSender(aiogram_bot, **options)
         ptb_bot = PTBBot(TOKEN, base_url=f"{base_url}/bot")
-        self.closers.append(ptb_bot.shutdown)
+        # Bot.shutdown() closes nothing on a bot never initialized (as here: the sender
+        # needs no initialize()), so its request object is shut down itself: its pooled
+        # connections would otherwise reach the garbage collector still open.
+        self.closers.append(ptb_bot.request.shutdown)
         return PTBSender(ptb_bot, **options)
 
 
