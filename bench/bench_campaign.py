@@ -284,6 +284,10 @@ async def main() -> None:
     args = parser.parse_args()
     figures: list[dict[str, Any]] = []
     wanted = set(args.databases.split(","))
+    if unknown := wanted - {"postgres", "mariadb", "sqlite"}:
+        parser.error(
+            f"--databases: {', '.join(sorted(unknown))} is not postgres, mariadb or sqlite"
+        )
     targets: list[tuple[str, str, Callable[[str, int, int], Awaitable[float]]]] = []
     pg = os.environ.get("NOTIFYONCE_TEST_POSTGRES_URL")
     if pg and "postgres" in wanted:
