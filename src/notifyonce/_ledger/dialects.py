@@ -46,7 +46,7 @@ from notifyonce._drivers import Driver, MySQLDriver, PostgreSQLDriver, SQLiteDri
 from notifyonce._drivers.execute import Compiled, Link
 from notifyonce._errors import ValidationError
 from notifyonce._keys import SlotKey
-from notifyonce._ledger.table import SlotStatus
+from notifyonce._ledger.table import SlotStatus, index_names
 
 __all__ = [
     "Dialect",
@@ -744,6 +744,15 @@ class MySQL(Dialect):
             ]
         )
 
+    def _by_key(self, select: sa.Select[Any]) -> sa.Select[Any]:
+        """``select`` told to search the ``(action, cycle, subject)`` key. Left to itself,
+        MariaDB plans ``(cycle, subject) IN`` a few pairs (4 or 16 of them, not 200) as a
+        read of every row of the action, the key's first column only, the pairs a filter:
+        323,400 rows read for 64 keys in a campaign of a million, which made the campaign
+        quadratic. Named, the key is searched for each pair."""
+        key = index_names(self.table.name)["key"]
+        return select.with_hint(self.table, f"FORCE INDEX ({key})")
+
     def _pairs(self, size: int) -> sa.ColumnElement[bool]:
         """``(cycle, subject) IN`` ``size`` bound pairs (``c_0``, ``s_0``...)."""
         t = self.table
@@ -767,10 +776,12 @@ class MySQL(Dialect):
         size = _bucket(len(ordered))
 
         def build() -> sa.ClauseElement:
-            return sa.select(t.c.id, t.c.token, t.c.attempt).where(
-                t.c.action == _bind(t, "action"),
-                self._pairs(size),
-                t.c.token.in_([_bind(t, "token", f"k_{i}") for i in range(size)]),
+            return self._by_key(
+                sa.select(t.c.id, t.c.token, t.c.attempt).where(
+                    t.c.action == _bind(t, "action"),
+                    self._pairs(size),
+                    t.c.token.in_([_bind(t, "token", f"k_{i}") for i in range(size)]),
+                )
             )
 
         compiled = self.compiled(link.dialect, ("read-back", size), build)
@@ -792,10 +803,12 @@ class MySQL(Dialect):
         size = _bucket(len(keys))
 
         def build() -> sa.ClauseElement:
-            return sa.select(t.c.cycle, t.c.subject).where(
-                t.c.action == _bind(t, "action"),
-                self._pairs(size),
-                self._lookup_filter(take_expired, limited),
+            return self._by_key(
+                sa.select(t.c.cycle, t.c.subject).where(
+                    t.c.action == _bind(t, "action"),
+                    self._pairs(size),
+                    self._lookup_filter(take_expired, limited),
+                )
             )
 
         compiled = self.compiled(link.dialect, ("lookup", size, take_expired, limited), build)
