@@ -402,6 +402,14 @@ MUTANTS = [
         "",
         ("tests/test_ledger.py", "tests/test_ledger_races.py"),
     ),
+    Mutant(
+        "mariadb-batches-without-the-key",
+        "a batch's look-up and read-back on MariaDB search the key, whatever the batch's size",
+        "_ledger/dialects.py",
+        r'return select\.with_hint\(self\.table, f"FORCE INDEX \(\{key\}\)"\)',
+        "return select",
+        ("tests/test_plans.py::test_a_batch_of_any_size_reads_only_its_keys",),
+    ),
     # -- schedules and the command line ----------------------------------------------------
     Mutant(
         "overlap-up-to-a-minute",
