@@ -48,6 +48,7 @@ from notifyonce.testing import FakeSender
 
 ACTION = "campaign"
 CYCLE = "2026-12-tariff"
+DATABASES = ("postgres", "mariadb", "sqlite")  # what --databases names
 RAW_KEYS = 100_000  # keys the raw driver claims and marks (its rate, not a million)
 
 
@@ -279,15 +280,13 @@ async def main() -> None:
     parser.add_argument("--notifications", type=int, default=1_000_000)
     parser.add_argument("--every", type=int, default=100_000)
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--databases", default="postgres,mariadb,sqlite")
+    parser.add_argument("--databases", default=",".join(DATABASES))
     parser.add_argument("--json", metavar="PATH", help="also write the figures to PATH")
     args = parser.parse_args()
     figures: list[dict[str, Any]] = []
     wanted = set(args.databases.split(","))
-    if unknown := wanted - {"postgres", "mariadb", "sqlite"}:
-        parser.error(
-            f"--databases: {', '.join(sorted(unknown))} is not postgres, mariadb or sqlite"
-        )
+    if unknown := wanted.difference(DATABASES):
+        parser.error(f"--databases: {', '.join(sorted(unknown))} is not one of {DATABASES}")
     targets: list[tuple[str, str, Callable[[str, int, int], Awaitable[float]]]] = []
     pg = os.environ.get("NOTIFYONCE_TEST_POSTGRES_URL")
     if pg and "postgres" in wanted:
