@@ -410,6 +410,16 @@ MUTANTS = [
         "return select",
         ("tests/test_plans.py::test_a_batch_of_any_size_reads_only_its_keys",),
     ),
+    Mutant(
+        "sqlite-watched-engine-unseen",
+        "an async SQLite engine's log and cursor listeners see the ledger's statements",
+        "_drivers/sqlite.py",
+        r"if self\.private or is_observed\(self\.engine\):",
+        "if self.private:",
+        (
+            "tests/test_statements.py::test_a_watched_async_sqlite_engine_hears_the_ledgers_statements",
+        ),
+    ),
     # -- schedules and the command line ----------------------------------------------------
     Mutant(
         "overlap-up-to-a-minute",

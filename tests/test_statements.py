@@ -118,6 +118,41 @@ def test_an_observed_engine_sees_every_statement(tmp_path: Path) -> None:
         watched.dispose()
 
 
+@pytest.mark.sqlite
+async def test_a_watched_async_sqlite_engine_hears_the_ledgers_statements(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a SQLite file the async ledger runs its work on connections of its own, in a
+    thread; an engine someone watches (a cursor-execute listener, ``echo``) has the work run
+    on its own connections instead, so the listener and the log see every statement."""
+    from notifyonce import AsyncLedger
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}"
+    plain, watched, echoed = (
+        create_async_engine(url),
+        create_async_engine(url),
+        create_async_engine(url, echo=True),
+    )
+    heard: list[str] = []
+    sa.event.listen(
+        watched.sync_engine, "before_cursor_execute", lambda *args: heard.append(args[2])
+    )
+    try:
+        await AsyncLedger(plain).create_schema()
+        assert await AsyncLedger(watched).claim_slot("a", 1, "c") is not None
+        assert any(s.startswith("INSERT INTO notifyonce_slots") for s in heard)
+        with caplog.at_level("INFO", logger="sqlalchemy.engine.Engine"):
+            assert await AsyncLedger(echoed).claim_slot("a", 2, "c") is not None
+        logged = [r.getMessage() for r in caplog.records]
+        assert any(m.startswith("INSERT INTO notifyonce_slots") for m in logged)
+        heard.clear()
+        assert await AsyncLedger(plain).claim_slot("a", 3, "c") is not None
+        assert [] == heard
+    finally:
+        for engine in (plain, watched, echoed):
+            await engine.dispose()
+
+
 @pytest.mark.postgres
 async def test_back_to_back_calls_share_a_connection_until_the_loop_turns() -> None:
     """Claims awaited one after the other pass one connection along (asyncpg); it is back in

@@ -15,6 +15,7 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.util import greenlet_spawn
 
 from notifyonce._drivers.base import Driver, Work
+from notifyonce._drivers.execute import is_observed
 
 __all__ = ["BUSY_TIMEOUT_INFO", "SQLiteDriver"]
 
@@ -48,7 +49,9 @@ class SQLiteDriver(Driver):
     across those hops and the event loop's turns. That engine keeps one or two connections
     open (so a database in WAL mode is not checkpointed by a last connection closing after
     every call) and closes them when the caller's engine is disposed. A private database
-    (in memory) has only the caller's connection, and its work runs there.
+    (in memory) has only the caller's connection, and its work runs there; so does the
+    work of an engine someone watches (``echo``, a cursor-execute listener), so that its
+    log and its listeners see the ledger's statements.
     """
 
     label = "SQLite"
@@ -113,7 +116,10 @@ class SQLiteDriver(Driver):
 
     async def run(self, work: Work[T]) -> T:
         async with self._queue():
-            if self.private:
+            # A private database has only the caller's connection. An engine someone
+            # watches (echo, a cursor-execute listener such as a tracer) runs the work on
+            # its own connections too, where its log and listeners see every statement.
+            if self.private or is_observed(self.engine):
                 return await greenlet_spawn(work, self.engine)
             return await asyncio.to_thread(work, self._over_file())
 
