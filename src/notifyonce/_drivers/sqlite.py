@@ -116,9 +116,7 @@ class SQLiteDriver(Driver):
 
     async def run(self, work: Work[T]) -> T:
         async with self._queue():
-            # A private database has only the caller's connection. An engine someone
-            # watches (echo, a cursor-execute listener such as a tracer) runs the work on
-            # its own connections too, where its log and listeners see every statement.
+            # On the caller's connections: see the class's docstring.
             if self.private or is_observed(self.engine):
                 return await greenlet_spawn(work, self.engine)
             return await asyncio.to_thread(work, self._over_file())
