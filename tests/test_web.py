@@ -58,7 +58,7 @@ class Console:
 
     def client(self, **kwargs: Any) -> Any:
         transport = httpx.ASGITransport(app=self.app)
-        return httpx.AsyncClient(transport=transport, base_url="http://console.test", **kwargs)
+        return httpx.AsyncClient(transport=transport, base_url="http://localhost:8080", **kwargs)
 
     def status(self, subject: object, cycle: object = DEADLINE) -> SlotStatus:
         record = self.ledger.get("trial_6h", subject, cycle)
@@ -392,6 +392,120 @@ async def test_a_post_without_session_csrf_or_from_another_site_changes_nothing(
     assert SlotStatus.UNKNOWN == guarded.status(3)
 
 
+async def test_a_rebound_host_reads_nothing_and_changes_nothing(console: Console) -> None:
+    """DNS rebinding: with no login, a request naming another host (a page whose name was
+    pointed at 127.0.0.1) gets 421 on every page, no CSRF token, and its POST changes no
+    row; the same requests to localhost work."""
+    transport = httpx.ASGITransport(app=console.app)
+    async with console.client() as local:
+        page = (
+            await local.get("/problems", params={"status": "unknown", "action": "trial_6h"})
+        ).text
+        form = {"csrf": _csrf(page), "slot": re.findall(r'name="slot" value="(\d+)"', page)}
+        cookies = dict(local.cookies)
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://attacker.test:8080", cookies=cookies
+    ) as rebound:
+        pages = [await rebound.get(path) for path in PAGES]
+        posted = await rebound.post("/requeue", data={**form, "confirm": "yes"})
+        static = await rebound.get("/static/console.css")
+    assert [421] * (len(PAGES) + 2) == [r.status_code for r in [*pages, posted, static]]
+    assert all("csrf" not in r.text for r in pages)
+    assert "attacker.test:8080 is not this machine" in pages[0].text
+    assert SlotStatus.UNKNOWN == console.status(3)
+    async with console.client() as local:
+        local.cookies.update(cookies)
+        done = await local.post("/requeue", data={**form, "confirm": "yes"})
+    assert 303 == done.status_code
+    assert SlotStatus.RELEASED == console.status(3)
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "refused"),
+    [
+        ("127.0.0.1:8080", 8080, None),
+        ("localhost:8080", 8080, None),
+        ("LOCALHOST:8080", 8080, None),
+        ("[::1]:8080", 8080, None),
+        ("127.0.0.1", 80, None),
+        ("127.0.0.1", None, None),
+        ("attacker.test:8080", 8080, "is not this machine"),
+        ("localhost.attacker.test:8080", 8080, "is not this machine"),
+        ("127.0.0.1.nip.io:8080", 8080, "is not this machine"),
+        ("localhost:8081", 8080, "the Host names port 8081, and the console listens on 8080"),
+        ("127.0.0.1", 8080, "the Host names port 80"),
+        ("", 8080, "names no valid Host"),
+        (None, 8080, "names no valid Host"),
+        ("[::1", 8080, "names no valid Host"),
+        ("localhost:80x", 8080, "names no valid Host"),
+        ("localhost:8080:1", 8080, "names no valid Host"),
+    ],
+)
+def test_without_a_login_only_this_machine_on_its_port_is_answered(
+    host: str | None, port: int | None, refused: str | None
+) -> None:
+    """The Host rule without a login: loopback names on the server's own port."""
+    from notifyonce.web._security import host_refusal
+
+    reason = host_refusal(host, scheme="http", server_port=port, auth=None, allowed_hosts=None)
+    if refused is None:
+        assert reason is None
+    else:
+        assert reason is not None
+        assert refused in reason
+
+
+def test_allowed_hosts_and_a_login_decide_the_host_rule() -> None:
+    """With a login any Host is answered; a list of allowed hosts is then the only rule."""
+    from notifyonce.web._security import host_refusal
+
+    auth = WebAuth(token=TOKEN)
+    assert None is host_refusal(
+        "ops.example.com", scheme="https", server_port=8000, auth=auth, allowed_hosts=None
+    )
+    allowed = frozenset({"ops.example.com", "intra.example.com:8443"})
+    for login in (None, auth):
+        reasons = [
+            host_refusal(h, scheme="https", server_port=8000, auth=login, allowed_hosts=allowed)
+            for h in (
+                "ops.example.com",
+                "OPS.example.com:9999",
+                "intra.example.com:8443",
+                "intra.example.com",
+                "localhost:8000",
+            )
+        ]
+        assert [None, None, None] == reasons[:3]
+        assert all("not one of the console's allowed hosts" in str(r) for r in reasons[3:])
+
+
+def test_allowed_hosts_is_checked_before_anything_else() -> None:
+    """A string or an empty list of allowed hosts is refused, naming the field."""
+    from notifyonce._errors import ValidationError
+
+    for bad in ("ops.example.com", [], [""]):
+        with pytest.raises(ValidationError, match="allowed_hosts"):
+            create_app("sqlite://", allowed_hosts=bad)
+
+
+async def test_allowed_hosts_let_a_proxy_name_through(backend: Backend) -> None:
+    """Behind a proxy that keeps its public name, allowed_hosts lets that name in and
+    still refuses others."""
+    async with seeded_ledger(backend) as seeded:
+        engine = sa.create_engine(backend.sync_url)
+        try:
+            app = create_app(engine, table=seeded.table, allowed_hosts=["ops.example.com"])
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(
+                transport=transport, base_url="https://ops.example.com"
+            ) as client:
+                ok = await client.get("/")
+                other = await client.get("/", headers={"host": "localhost"})
+        finally:
+            engine.dispose()
+    assert (200, 421) == (ok.status_code, other.status_code)
+
+
 async def test_no_message_text_or_token_in_any_response(guarded: Console) -> None:
     """The campaigns' message, its fingerprint and a bot token in an error never appear."""
     headers = {"authorization": f"Bearer {TOKEN}"}
@@ -419,7 +533,8 @@ async def test_async_engine_and_mounting_under_a_path(backend: Backend) -> None:
         try:
             outer = Starlette(routes=[Mount("/ops", app=create_app(engine, table=seeded.table))])
             transport = httpx.ASGITransport(app=outer)
-            async with httpx.AsyncClient(transport=transport, base_url="http://x") as client:
+            local = "http://127.0.0.1"
+            async with httpx.AsyncClient(transport=transport, base_url=local) as client:
                 page = (await client.get("/ops/")).text
                 problems = await client.get("/ops/problems")
         finally:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,11 +22,13 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from notifyonce._campaign import CANCEL_POLL, cancel_statement
 from notifyonce._errors import ValidationError
@@ -35,7 +37,14 @@ from notifyonce._ledger.table import SlotStatus
 from notifyonce._senders.rate.sql import build_rate_table, default_rate_table
 from notifyonce._senders.redaction import redact
 from notifyonce.web import _queries as q
-from notifyonce.web._security import COOKIE, Session, Sessions, WebAuth, cross_site
+from notifyonce.web._security import (
+    COOKIE,
+    Session,
+    Sessions,
+    WebAuth,
+    cross_site,
+    host_refusal,
+)
 from notifyonce.web._svg import sparkline
 
 __all__ = ["create_app"]
@@ -242,6 +251,52 @@ class PlainRefusal(Response):
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason + "\n", status_code=403, media_type="text/plain")
+
+
+class HostGuard:
+    """Turns away a request whose ``Host`` the console does not answer to (see
+    ``host_refusal``), before any route, page or form is read."""
+
+    def __init__(
+        self, app: ASGIApp, *, auth: WebAuth | None, allowed_hosts: frozenset[str] | None
+    ) -> None:
+        self.app = app
+        self.auth = auth
+        self.allowed_hosts = allowed_hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            host = None
+            for key, value in scope.get("headers", ()):
+                if key == b"host":
+                    host = value.decode("latin-1")
+                    break
+            server = scope.get("server")
+            reason = host_refusal(
+                host,
+                scheme=scope.get("scheme", "http"),
+                server_port=server[1] if server and server[1] is not None else None,
+                auth=self.auth,
+                allowed_hosts=self.allowed_hosts,
+            )
+            if reason is not None:
+                response = Response(
+                    f"refused: {reason}\n", status_code=421, media_type="text/plain"
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _hosts(allowed_hosts: Iterable[str] | None) -> frozenset[str] | None:
+    if allowed_hosts is None:
+        return None
+    if isinstance(allowed_hosts, str):
+        raise ValidationError("allowed_hosts", "must be a list of host names, not one string")
+    hosts = frozenset(h.strip().lower() for h in allowed_hosts)
+    if not hosts or "" in hosts:
+        raise ValidationError("allowed_hosts", "must name at least one host, and no empty one")
+    return hosts
 
 
 Handler = Callable[[Console, Request, Session], Awaitable[Response]]
@@ -511,6 +566,7 @@ def create_app(
     rate_table: str | None = None,
     auth: WebAuth | None = None,
     secret: bytes | None = None,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> Starlette:
     """The operator console as an ASGI app, to serve alone or mount in your own app.
 
@@ -525,6 +581,12 @@ def create_app(
             anything but 127.0.0.1 without it).
         secret: The key that signs session cookies (default: random at each start, so a
             restart logs everyone out; give the same one to every worker process).
+        allowed_hosts: The names the app answers to in a request's ``Host`` header
+            (``"ops.example.com"``, or ``"ops.example.com:8443"`` for one port). By
+            default, without ``auth``, only ``127.0.0.1``, ``localhost`` and ``[::1]`` on
+            the port the server listens on: a page elsewhere whose name was pointed at
+            this machine (DNS rebinding) is refused with 421 before anything is read.
+            With ``auth`` and no list, any name (each request must log in anyway).
 
     Examples:
         ```python
@@ -535,6 +597,7 @@ def create_app(
         app.routes.append(Mount("/notifyonce", app=console))
         ```
     """
+    hosts = _hosts(allowed_hosts)
     if isinstance(engine_or_url, str):
         from notifyonce._cli.common import sync_url
 
@@ -570,7 +633,8 @@ def create_app(
         Route("/login", post(login), methods=["POST"], name="login"),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    app = Starlette(routes=routes)
+    guard = Middleware(HostGuard, auth=auth, allowed_hosts=hosts)
+    app = Starlette(routes=routes, middleware=[guard])
     app.state.console = console
     return app
 

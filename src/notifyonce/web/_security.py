@@ -1,7 +1,10 @@
 """Who may look and who may change: the console's login, session cookie and CSRF tokens.
 
 - Without an auth setting the console answers everyone who reaches it, so the command
-  binds 127.0.0.1 and refuses any other interface (``check_bind``).
+  binds 127.0.0.1 and refuses any other interface (``check_bind``), and every request
+  must name this machine in its ``Host`` header (``host_refusal``): a page on another
+  site whose name an attacker pointed at 127.0.0.1 (DNS rebinding) sends its own name
+  there, and is turned away before anything is read.
 - With one (a token, or a user and password, from the environment), a request is let in
   by an ``Authorization`` header (``Bearer <token>`` or HTTP Basic) or by the session
   cookie that the login form sets.
@@ -35,6 +38,7 @@ __all__ = [
     "Sessions",
     "WebAuth",
     "check_bind",
+    "host_refusal",
     "is_loopback",
 ]
 
@@ -144,6 +148,72 @@ def check_bind(host: str, auth: WebAuth | None) -> None:
             f"${ENV_TOKEN} (16 characters or more), or ${ENV_USER} and ${ENV_PASSWORD}, "
             "in the environment, or bind 127.0.0.1",
         )
+
+
+def _split_host(header: str) -> tuple[str, int | None] | None:
+    """A ``Host`` header's name (lower case, IPv6 in brackets) and port; None when it is
+    not one."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        name, bracket, rest = header.partition("]")
+        if not bracket:
+            return None
+        name += "]"
+    else:
+        name, _, port = header.partition(":")
+        rest = f":{port}" if port else ""
+    if not name:
+        return None
+    if not rest:
+        return name, None
+    if not rest.startswith(":") or not rest[1:].isdigit() or len(rest) > 6:
+        return None
+    return name, int(rest[1:])
+
+
+def host_refusal(
+    header: str | None,
+    *,
+    scheme: str,
+    server_port: int | None,
+    auth: WebAuth | None,
+    allowed_hosts: frozenset[str] | None,
+) -> str | None:
+    """Why a request's ``Host`` header is refused, or None when it is accepted.
+
+    - ``allowed_hosts`` given: the name, or ``name:port``, must be one of them.
+    - Otherwise, without a login: the name must be a loopback address or ``localhost``,
+      and the port the one the server listens on (``server_port``, when known). With a
+      login any name is accepted: a rebound page has no session and no credentials.
+
+    Args:
+        header: The request's ``Host`` header (None when it sent none).
+        scheme: ``http`` or ``https``: the port a header without one means.
+        server_port: The port the request came in on (the ASGI scope's ``server``).
+        auth: The console's login, or None.
+        allowed_hosts: The names (lower case, optionally ``:port``) the operator allowed.
+    """
+    if allowed_hosts is None and auth is not None:
+        return None
+    parsed = _split_host(header) if header else None
+    if parsed is None:
+        return "the request names no valid Host"
+    name, port = parsed
+    if port is None:
+        port = 443 if scheme in ("https", "wss") else 80
+    if allowed_hosts is not None:
+        if name in allowed_hosts or f"{name}:{port}" in allowed_hosts:
+            return None
+        return f"the Host {name}:{port} is not one of the console's allowed hosts"
+    if not is_loopback(name):
+        return (
+            f"the Host {name}:{port} is not this machine: with no login set, the console "
+            "answers only to 127.0.0.1, localhost and [::1] (set a login, or allowed_hosts, "
+            "to serve another name)"
+        )
+    if server_port is not None and port != server_port:
+        return f"the Host names port {port}, and the console listens on {server_port}"
+    return None
 
 
 @dataclass(frozen=True)
