@@ -162,11 +162,13 @@ def make_backend(name: str, tmp_path: Path) -> Backend:
 
 
 def drop_table(backend: Backend, table: str) -> None:
-    """Drop a test's table (and nothing else) on ``backend``."""
+    """Drop a test's ledger table and the recipients table its create_schema() made beside
+    it (and nothing else) on ``backend``."""
     engine = sa.create_engine(backend.sync_url, poolclass=sa.pool.NullPool)
     try:
         with engine.begin() as conn:
-            conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
+            for name in (table, f"{table}_recipients"):
+                conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
     finally:
         engine.dispose()
 

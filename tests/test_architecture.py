@@ -2,7 +2,7 @@
 
 - Only the senders' wing (and the public modules that re-export it) imports an HTTP or bot
   library, so ``import notifyonce`` and the ledger work without any of them.
-- The three wings do not import one another, except where the architecture page says so.
+- The four wings do not import one another, except where the architecture page says so.
 - The shared vocabulary imports no wing and nothing of the hall (at run time: the observer
   names the hall's results in its annotations, for the type checker only).
 - ``Ledger`` and ``AsyncLedger`` are twins: the same methods with the same signatures.
@@ -27,7 +27,7 @@ PACKAGE = Path(notifyonce.__file__).parent
 SENDER_LIBRARIES = {"httpx", "httpcore", "aiohttp", "aiogram", "telegram", "apprise"}
 # The public modules that re-export the senders' wing; each checks for its extra up front.
 SENDER_SHIMS = {"telegram", "webhook", "aiogram", "ptb", "apprise", "ratelimit", "testing"}
-WINGS = ("_ledger", "_schedule", "_senders")
+WINGS = ("_ledger", "_schedule", "_senders", "_audience")
 # _media and _buttons (what a Message carries) and _observe (what a run tells an observer;
 # the senders report flood waits through it) are vocabulary too, where they exist.
 VOCABULARY = (
@@ -46,6 +46,10 @@ VOCABULARY = (
 CROSS_WING = {
     # the SQL rate store refuses a rate table named like the ledger's default table
     ("_senders", "_ledger.table"),
+    # the recipients table uses the ledger's column types and is named after its table
+    ("_audience", "_ledger.table"),
+    # the ledger's create_schema() makes the recipients table beside its own
+    ("_ledger", "_audience.table"),
 }
 # The only imports of the vocabulary from the hall: for the type checker only (under
 # ``if TYPE_CHECKING:``), never at run time.

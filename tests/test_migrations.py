@@ -56,6 +56,8 @@ def tables(sync_backend: Backend) -> Iterator[tuple[Backend, str, str]]:
             f"{migrated}_rate_limits",
             f"{created}_files",
             f"{migrated}_file_ids",
+            f"{created}_recipients",
+            f"{migrated}_recipients",
         ):
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
     engine.dispose()
@@ -153,6 +155,31 @@ def test_migration_builds_the_same_file_id_table_as_create_schema(
         engine.dispose()
 
 
+def test_migration_builds_the_same_recipients_table_as_create_schema(
+    tables: tuple[Backend, str, str],
+) -> None:
+    """Revision 0007 builds the audience's table as the ledger's create_schema() does,
+    beside the ledger table, and an audience works on it."""
+    from notifyonce import Audience
+
+    backend, created, migrated = tables
+    engine = sa.create_engine(backend.sync_url)
+    try:
+        Ledger(engine, table_name=created).create_schema()
+        migrations.upgrade(engine, table_name=migrated)
+        inspector = sa.inspect(engine)
+        expected = _shape(inspector, f"{created}_recipients")
+        actual = _shape(inspector, f"{migrated}_recipients")
+        assert expected == actual
+        assert ("recipient", "category") == actual["pk"]
+        audience = Audience.beside(Ledger(engine, table_name=migrated))
+        audience.mark_gone(42, "blocked")
+        audience.mark_gone(42, "blocked")
+        assert {"blocked": 1} == audience.counts().gone
+    finally:
+        engine.dispose()
+
+
 def test_migration_runs_inside_the_callers_connection(tables: tuple[Backend, str, str]) -> None:
     """upgrade(connection) uses the caller's transaction, as an app's env.py would call it."""
     backend, _, migrated = tables
@@ -184,7 +211,8 @@ def test_schema_option_places_table_and_version_table_in_the_schema() -> None:
         assert migrated.claim_slot("a", 1, "c") is not None
         names = set(sa.inspect(engine).get_table_names(schema=schema))
         expected = {"slots_c", "slots_m", "slots_m_alembic_version", "slots_m_rate_limits"}
-        assert expected | {"slots_m_file_ids"} == names
+        recipients = {"slots_c_recipients", "slots_m_recipients"}
+        assert expected | {"slots_m_file_ids"} | recipients == names
     finally:
         with engine.begin() as conn:
             conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from notifyonce import SendError, TransientSendError
+from notifyonce import PermanentSendError, SendError, TransientSendError
 from notifyonce._senders.telegram.classify import Delivered, Migrated, classify_response, redact
 
 json_values = st.recursive(
@@ -125,3 +126,49 @@ def test_refusals_of_the_message_are_marked_about_it() -> None:
     assert not refusal(403, "Forbidden: bot was blocked by the user").about_message
     assert refusal(413, "Request Entity Too Large").about_message
     assert not refusal(429, "Too Many Requests: retry after 3").about_message
+
+
+@pytest.mark.parametrize(
+    ("code", "description", "gone"),
+    [
+        (403, "Forbidden: bot was blocked by the user", "blocked"),
+        (403, "Forbidden: user is deactivated", "deactivated"),
+        (403, "Forbidden: bot was kicked from the group chat", "kicked"),
+        (403, "Forbidden: bot was kicked from the supergroup chat", "kicked"),
+        (403, "Forbidden: bot is not a member of the channel chat", "kicked"),
+        (403, "Forbidden: bot can't initiate conversation with a user", "not_started"),
+        (403, "Forbidden: bot can't send messages to bots", "bot"),
+        (403, "Forbidden: the group chat was deleted", "deleted"),
+        (400, "Bad Request: chat not found", "chat_not_found"),
+        (400, "Bad Request: user not found", "chat_not_found"),
+        (400, "Bad Request: PEER_ID_INVALID", "chat_not_found"),
+        (400, "Bad Request: group chat was upgraded to a supergroup chat", "migrated"),
+        (400, "Bad Request: not enough rights to send photos to the chat", None),
+        (400, "Bad Request: message thread not found", None),
+        (400, "Bad Request: can't parse entities: Unsupported start tag", None),
+        (403, "Forbidden: not enough rights to send text messages to the chat", None),
+    ],
+)
+def test_a_refusal_says_when_its_recipient_is_gone(
+    code: int, description: str, gone: str | None
+) -> None:
+    """Telegram's words for a chat that cannot be reached give the refusal its ``gone``
+    reason; a refusal about permissions or the message gives none."""
+    body = json.dumps({"ok": False, "error_code": code, "description": description})
+    outcome = classify_response(code, httpx.Headers(), body.encode())
+    assert isinstance(outcome, PermanentSendError)
+    assert gone == outcome.gone
+
+
+def test_a_migration_with_a_target_is_followed_not_gone() -> None:
+    """A 400 that names the new chat id is a migration to follow, not a gone chat."""
+    body = json.dumps(
+        {
+            "ok": False,
+            "error_code": 400,
+            "description": "Bad Request: group chat was upgraded to a supergroup chat",
+            "parameters": {"migrate_to_chat_id": -1001234567890},
+        }
+    )
+    outcome = classify_response(400, httpx.Headers(), body.encode())
+    assert not isinstance(outcome, SendError)

@@ -89,6 +89,16 @@ REPLAY_DELAYS = (1.0, 2.0, 4.0)
 # Tables of the example's own: pointed at your database, it never touches your tables.
 TOPICS_TABLE = "notifyonce_relay_topics"
 LEDGER_TABLE = "notifyonce_relay_slots"
+# The ledger's create_schema() makes the recipients table beside its own (who blocked the bot).
+RECIPIENTS_TABLE = f"{LEDGER_TABLE}_recipients"
+
+
+def drop_ledger_tables(conn: sa.Connection) -> None:
+    """Drop the ledger's table and the recipients table beside it, if they are there."""
+    for name in (LEDGER_TABLE, RECIPIENTS_TABLE):
+        sa.Table(name, sa.MetaData()).drop(conn, checkfirst=True)
+
+
 metadata = sa.MetaData()
 # Which client each topic of the support group belongs to (``/bind`` writes it).
 topics_table = sa.Table(
@@ -412,7 +422,7 @@ async def simulate(database_url: str) -> int:
     engine = create_async_engine(database_url)
     async with engine.connect() as conn:
         existing = await conn.run_sync(lambda c: set(sa.inspect(c).get_table_names()))
-    taken = sorted(existing & {TOPICS_TABLE, LEDGER_TABLE})
+    taken = sorted(existing & {TOPICS_TABLE, LEDGER_TABLE, RECIPIENTS_TABLE})
     if taken:
         await engine.dispose()
         print(
@@ -452,9 +462,7 @@ async def simulate(database_url: str) -> int:
             # Killed after relaying a batch, before the next getUpdates confirmed it.
             poller, restarts = await start(), 1
     async with engine.begin() as conn:  # the simulation's tables go with it
-        await conn.run_sync(
-            lambda c: sa.Table(LEDGER_TABLE, sa.MetaData()).drop(c, checkfirst=True)
-        )
+        await conn.run_sync(drop_ledger_tables)
         await conn.run_sync(metadata.drop_all)
     await engine.dispose()
 

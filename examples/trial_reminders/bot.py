@@ -75,6 +75,16 @@ TEXTS = {
 # Tables of the example's own: pointed at your database, it never touches your tables.
 USERS_TABLE = "notifyonce_demo_users"
 LEDGER_TABLE = "notifyonce_demo_slots"
+# The ledger's create_schema() makes the recipients table beside its own (who blocked the bot).
+RECIPIENTS_TABLE = f"{LEDGER_TABLE}_recipients"
+
+
+def drop_ledger_tables(conn: sa.Connection) -> None:
+    """Drop the ledger's table and the recipients table beside it, if they are there."""
+    for name in (LEDGER_TABLE, RECIPIENTS_TABLE):
+        sa.Table(name, sa.MetaData()).drop(conn, checkfirst=True)
+
+
 metadata = sa.MetaData()
 users = sa.Table(
     USERS_TABLE,
@@ -141,7 +151,7 @@ async def create_tables(engine: AsyncEngine) -> None:
     """Create the simulation's own tables; refuse if any of them already exists."""
     async with engine.begin() as conn:
         existing = await conn.run_sync(lambda c: set(sa.inspect(c).get_table_names()))
-        taken = sorted(existing & {USERS_TABLE, LEDGER_TABLE})
+        taken = sorted(existing & {USERS_TABLE, LEDGER_TABLE, RECIPIENTS_TABLE})
         if taken:
             raise TablesExistError(
                 f"the database already has {', '.join(taken)}: the simulation creates and "
@@ -154,9 +164,7 @@ async def create_tables(engine: AsyncEngine) -> None:
 async def drop_tables(engine: AsyncEngine) -> None:
     """Drop the tables the simulation created (the ledger's and the demo users')."""
     async with engine.begin() as conn:
-        await conn.run_sync(
-            lambda c: sa.Table(LEDGER_TABLE, sa.MetaData()).drop(c, checkfirst=True)
-        )
+        await conn.run_sync(drop_ledger_tables)
         await conn.run_sync(metadata.drop_all)
 
 

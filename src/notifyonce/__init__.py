@@ -6,6 +6,16 @@ sent, so restarts, parallel workers and flaky networks cannot send it twice.
 
 from __future__ import annotations
 
+from notifyonce._audience import (
+    AsyncAudience,
+    Audience,
+    AudienceCounts,
+    AudienceRow,
+    Gone,
+    GoneReason,
+    OptOut,
+    RecipientState,
+)
 from notifyonce._broadcast import (
     Broadcast,
     BroadcastProgress,
@@ -55,7 +65,11 @@ from notifyonce._version import __version__
 
 __all__ = [
     "Album",
+    "AsyncAudience",
     "AsyncLedger",
+    "Audience",
+    "AudienceCounts",
+    "AudienceRow",
     "Broadcast",
     "BroadcastProgress",
     "BroadcastReport",
@@ -70,6 +84,8 @@ __all__ = [
     "FallbackSender",
     "FanoutSender",
     "FloodWaitError",
+    "Gone",
+    "GoneReason",
     "Ledger",
     "LedgerError",
     "LedgerStats",
@@ -80,6 +96,7 @@ __all__ = [
     "Notifier",
     "NotifyOnceError",
     "Observer",
+    "OptOut",
     "Outcome",
     "PermanentSendError",
     "Photo",
@@ -87,6 +104,7 @@ __all__ = [
     "QuietHours",
     "Receipt",
     "RecipientSource",
+    "RecipientState",
     "Report",
     "Result",
     "Schedule",

@@ -81,7 +81,9 @@ class BroadcastProgress:
         duplicate: Already handled by an earlier run of the campaign (or a repeat in the
             stream): nothing was sent.
         retry: Not delivered; the next run of the campaign tries them again.
-        skipped: Skipped without a claim (quiet hours, spacing, a dry run).
+        skipped: Skipped without a claim or a request: gone (blocked the bot...) or
+            opted out of the campaign's category (``report.skips`` says which), quiet
+            hours, spacing, a dry run.
         lease_lost: Sent while another worker had taken the slot over.
         total: How many recipients the stream has, when known.
         elapsed: Seconds since the run started.
@@ -340,6 +342,12 @@ class Broadcast:
             `cancel` ends the wait.
         progress_chat: A [`ProgressMessage`][notifyonce.ProgressMessage]: the progress
             as one message in an admin's chat, edited in place, ending with the summary.
+        category: What a recipient opts out of to stop this campaign (default: the
+            action's name): chats opted out of it are skipped, as are chats the audience
+            knows to be gone (see [`AsyncAudience`][notifyonce.AsyncAudience]).
+        transactional: Opt-outs do not apply (a notice every user must get); gone chats
+            are still skipped.
+        skip_gone: Whether chats known to be gone are skipped; default: the Notifier's.
 
     Examples:
         >>> import asyncio
@@ -375,6 +383,9 @@ class Broadcast:
         resume_cancelled: bool = False,
         start_at: dt.datetime | None = None,
         progress_chat: ProgressMessage | None = None,
+        category: str | None = None,
+        transactional: bool = False,
+        skip_gone: bool | None = None,
     ) -> None:
         self.action = normalize_action(action)
         if self.action in RESERVED_ACTIONS:
@@ -423,6 +434,10 @@ class Broadcast:
                 )
         self.start_at = start_at
         self.progress_chat = progress_chat
+        # Checked now, with the Notifier's own rules: bad input before anything runs.
+        self.category, self.transactional, self.skip_gone = notifier._screen_args(
+            self.action, category, transactional, skip_gone
+        )
         self._counts = dict.fromkeys(Outcome, 0)
         self._started: float | None = None
         self._samples: deque[tuple[float, int]] = deque()
@@ -488,7 +503,13 @@ class Broadcast:
         self._samples.append((self._started, 0))
         self._task = asyncio.ensure_future(
             self.notifier._send_many(
-                self.action, self._notifications(), on_result=self._count, on_run=self._attach
+                self.action,
+                self._notifications(),
+                category=self.category,
+                transactional=self.transactional,
+                skip_gone=self.skip_gone,
+                on_result=self._count,
+                on_run=self._attach,
             )
         )
         if self._cancel_requested:

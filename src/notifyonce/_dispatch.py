@@ -4,10 +4,10 @@
 
     source ─► intake ─────────► ready ─► workers (``concurrency``) ──────► writer ─► ledger
               check, dedupe,    queue    rate-limit turn, then claim,      the claims of the
-              quiet hours,               then send at once                 workers ready
-              spacing, one                                                 together and the
-              look-up per batch                                            outcomes known so
-                                                                           far: one round trip
+              audience, quiet            then send at once                 workers ready
+              hours, spacing,                                              together and the
+              one look-up per                                              outcomes known so
+              batch                                                        far: one round trip
 
 Why this shape:
 
@@ -28,6 +28,10 @@ Why this shape:
   the report, ``stopped`` saying why and the untried notifications back as ``RETRY``.
 - Claims whose sends take long (retries, flood waits) have their leases renewed, so an
   at-least-once worker elsewhere never takes over a send still under way.
+- A recipient the audience knows to be gone, or opted out of the run's category, is
+  skipped by the intake before any claim or request (one look-up per batch); a refusal
+  that says its recipient is gone (``PermanentSendError.gone``) is remembered there once
+  its ``failed`` mark has landed, so the next run skips it.
 - An observer (``Notifier(observer=...)``, see ``_observe``) hears of the run, each claim
   statement, each send and each result. Without one, every hook site is a single
   ``is None`` check: no clock is read and nothing is built for it.
@@ -63,6 +67,7 @@ from notifyonce._outcome import DeliveryMode, Outcome
 from notifyonce._results import ATTENTION, Notification, Report, Result
 
 if TYPE_CHECKING:
+    from notifyonce._audience import AudienceCheck
     from notifyonce._ledger.claim import Claim
     from notifyonce._ledger.core import Keeper, Mark
     from notifyonce._ledger.ledger import AsyncLedger
@@ -112,6 +117,8 @@ class Decision:
     receipt: Receipt | None = None
     error: str | None = None
     may_have_delivered: bool = False
+    #: Why the recipient cannot be reached, when the refusal said so (a GoneReason value).
+    gone: str | None = None
 
 
 # A claim whose send never started (the run stopped first): certainly not sent.
@@ -152,7 +159,7 @@ def decide_error(exc: Exception, mode: DeliveryMode, attempt: int, max_attempts:
     if isinstance(exc, MessageRefusedError):
         return Decision(SlotStatus.RELEASED, Outcome.RETRY, error=describe(exc))
     if isinstance(exc, PermanentSendError):
-        return Decision(SlotStatus.FAILED, Outcome.FAILED, error=describe(exc))
+        return Decision(SlotStatus.FAILED, Outcome.FAILED, error=describe(exc), gone=exc.gone)
     if isinstance(exc, (TransientSendError, SenderConfigError)):
         return Decision(SlotStatus.RELEASED, Outcome.RETRY, error=describe(exc))
     if isinstance(exc, ValidationError):
@@ -251,6 +258,8 @@ class Parts:
     now: Callable[[], dt.datetime]
     emit: Callable[[Result], None]
     observer: Observer | None = None
+    #: Whom to skip and where to remember the recipients found gone (None: nobody, nowhere).
+    audience: AudienceCheck | None = None
 
 
 class Run:
@@ -306,6 +315,10 @@ class Run:
         # message before one was: until one is, such a refusal is not its recipient's.
         self.delivered = False
         self.message_refusals = 0
+        # Recipients whose refusal said they are gone, once their FAILED mark landed:
+        # (recipient, reason, the provider's words), written to the audience by the writer.
+        self.learned: list[tuple[str, str, str | None]] = []
+        self.learn_failed = False
         self.error: BaseException | None = None
         self.idle: set[asyncio.Task[None]] = set()
         self.tasks: list[asyncio.Task[None]] = []
@@ -458,6 +471,7 @@ class Run:
             else:
                 self.held.add(key)
                 todo.append(item)
+        todo = await self._audience(todo)
         todo = self._quiet(todo)
         todo = await self._spacing(todo)
         if not todo:
@@ -475,6 +489,43 @@ class Run:
             else:
                 ready.append(item)
         return ready
+
+    async def _audience(self, todo: list[_Item]) -> list[_Item]:
+        """Skip the recipients that are gone or opted out of the run's category."""
+        check = self.parts.audience
+        if check is None or not todo:
+            return todo
+        skips = await check.skips([item.notification.target for item in todo])
+        if not skips:
+            return todo
+        kept: list[_Item] = []
+        for item in todo:
+            reason = skips.get(item.notification.target)
+            if reason is None:
+                kept.append(item)
+            else:
+                self.finish(item, Outcome.SKIPPED, reason=reason)
+        return kept
+
+    async def learn(self) -> None:
+        """Write what the run's refusals taught to the audience. A failure costs only the
+        lesson (the next send to that recipient is refused and learned again): it is
+        logged once and the run goes on."""
+        check = self.parts.audience
+        learned, self.learned = self.learned, []
+        if check is None or not learned or self.policy.dry_run:
+            return
+        try:
+            await check.learn(learned)
+        except Exception as exc:
+            if not self.learn_failed:
+                self.learn_failed = True
+                logger.warning(
+                    "could not remember %d recipients found gone (%s); later runs will "
+                    "ask them once more",
+                    len(learned),
+                    type(exc.__cause__ or exc).__name__,
+                )
 
     def _quiet(self, todo: list[_Item]) -> list[_Item]:
         quiet = self.policy.quiet_hours
@@ -733,6 +784,9 @@ class Run:
             self.action, item.notification, item.key, outcome, attempt, receipt, error, reason
         )
         self.report.counts[outcome] += 1
+        if reason is not None and outcome is Outcome.SKIPPED:
+            skips = self.report.skips
+            skips[reason] = skips.get(reason, 0) + 1
         if self.keep == "all" or (self.keep == "attention" and outcome in ATTENTION):
             self.kept.append((item.index, result))
         if self.hooks is not None:
@@ -743,6 +797,9 @@ class Run:
 
     def recorded(self, entry: _Entry, landed: bool | None) -> None:
         self.active.pop(entry.claim.id, None)
+        gone = entry.decision.gone
+        if gone is not None and landed:
+            self.learned.append((entry.item.notification.target, gone, entry.decision.error))
         outcome, error = settle(entry.decision, landed)
         self.finish(
             entry.item, outcome, claim=entry.claim, receipt=entry.decision.receipt, error=error
@@ -859,6 +916,8 @@ class _Writer:
                 self.run.recorded(entry, ok)
             except Exception as exc:  # an on_result callback of the caller's failed
                 self.run.stop(exc, hard=False)
+        if self.run.learned:
+            await self.run.learn()
 
     async def _statement(
         self,

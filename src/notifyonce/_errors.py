@@ -144,7 +144,25 @@ class PermanentSendError(SendError):
     Retrying cannot help. The Notifier records the slot as ``failed``. A rejected token is
     not this but a [`SenderConfigError`][notifyonce.SenderConfigError]: it refuses every
     send alike, and burns no slot.
+
+    Attributes:
+        gone: When the refusal says the recipient cannot be reached at all (it blocked
+            the bot, deleted its account, the chat does not exist), why: a
+            [`GoneReason`][notifyonce.GoneReason] value such as ``"blocked"``. The
+            Notifier then remembers the recipient as gone in its audience, and later
+            notifications skip it before any claim or request. None otherwise.
     """
+
+    def __init__(
+        self,
+        description: str = "",
+        *,
+        code: int | None = None,
+        about_message: bool = False,
+        gone: str | None = None,
+    ) -> None:
+        super().__init__(description, code=code, about_message=about_message)
+        self.gone = gone
 
 
 class MessageRefusedError(PermanentSendError):

@@ -22,6 +22,7 @@ __all__ = [
     "KeyMaker",
     "SlotKey",
     "Subject",
+    "check_text",
     "make_key",
     "normalize_action",
     "normalize_cycle",
@@ -101,7 +102,10 @@ class SlotKey:
         return f"nfo1-{digest[:32]}"
 
 
-def _check_text(field: str, value: str, limit: int) -> str:
+def check_text(field: str, value: str, limit: int) -> str:
+    """``value`` if it is a storable key text: not empty or blank, at most ``limit``
+    characters, no control characters or lone surrogates; else a ValidationError
+    naming ``field``."""
     if not value or value.isspace():
         raise ValidationError(field, "must not be empty or blank")
     if len(value) > limit:
@@ -123,7 +127,7 @@ def normalize_action(action: object) -> str:
     """
     if not isinstance(action, str):
         raise ValidationTypeError("action", f"must be a str, got {type(action).__name__}")
-    return _check_text("action", action, MAX_ACTION_LENGTH)
+    return check_text("action", action, MAX_ACTION_LENGTH)
 
 
 def normalize_subject(subject: object) -> str:
@@ -142,7 +146,7 @@ def normalize_subject(subject: object) -> str:
         if len(text) > MAX_SUBJECT_LENGTH:
             raise ValidationError("subject", f"int has more than {MAX_SUBJECT_LENGTH} digits")
         return text
-    return _check_text("subject", subject, MAX_SUBJECT_LENGTH)
+    return check_text("subject", subject, MAX_SUBJECT_LENGTH)
 
 
 def normalize_cycle(cycle: object) -> tuple[str, dt.datetime | None]:
@@ -179,7 +183,7 @@ def normalize_cycle(cycle: object) -> tuple[str, dt.datetime | None]:
         if len(text) > MAX_CYCLE_LENGTH:
             raise ValidationError("cycle", f"int has more than {MAX_CYCLE_LENGTH} digits")
         return text, None
-    return _check_text("cycle", cycle, MAX_CYCLE_LENGTH), None
+    return check_text("cycle", cycle, MAX_CYCLE_LENGTH), None
 
 
 def _check_day(day: dt.date) -> None:

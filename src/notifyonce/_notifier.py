@@ -34,6 +34,7 @@ from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequen
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
+from notifyonce._audience import AsyncAudience, AudienceCheck, normalize_category
 from notifyonce._dispatch import Keep, Parts, Policy, Run
 from notifyonce._errors import SenderConfigError, ValidationError, ValidationTypeError
 from notifyonce._keys import KeyMaker, SlotKey, normalize_action
@@ -132,6 +133,17 @@ class Notifier:
             waits) and result; see [`Observer`][notifyonce.Observer] and, for
             OpenTelemetry, [`Telemetry`][notifyonce.otel.Telemetry]. A hook that raises
             is logged and ignored. None (the default) costs nothing.
+        audience: Who cannot be reached and who opted out of what (see
+            [`AsyncAudience`][notifyonce.AsyncAudience]). Default: the one beside the
+            ledger's table, on its engine. Each run skips the recipients it knows to be
+            gone, or opted out of the run's category, before any claim or request
+            (``Outcome.SKIPPED``, ``Result.reason`` says why), and remembers there the
+            recipients a refusal shows gone (blocked, deactivated, chat not found...).
+            Without its table (a database not migrated since 0.2) nobody is skipped or
+            remembered, and a warning says to run ``notifyonce migrate``.
+        skip_gone: Skip the recipients known to be gone (the default). False sends to
+            them anyway (a refusal is learned again); ``send_many(skip_gone=...)`` says
+            it for one run. Opt-outs are kept either way, except for transactional runs.
 
     Examples:
         >>> import asyncio
@@ -167,6 +179,8 @@ class Notifier:
         keep_results: bool | None = None,
         on_result: Callable[[Result], None] | None = None,
         observer: Observer | None = None,
+        audience: AsyncAudience | None = None,
+        skip_gone: bool = True,
     ) -> None:
         if not isinstance(mode, DeliveryMode):
             raise ValidationTypeError("mode", f"must be a DeliveryMode, got {type(mode).__name__}")
@@ -199,7 +213,16 @@ class Notifier:
             raise ValidationTypeError(
                 "ledger", f"must be an AsyncLedger, got {type(ledger).__name__}{hint}"
             )
+        if audience is not None and not isinstance(audience, AsyncAudience):
+            raise ValidationTypeError(
+                "audience", f"must be an AsyncAudience or None, got {type(audience).__name__}"
+            )
+        if not isinstance(skip_gone, bool):
+            raise ValidationTypeError("skip_gone", "must be a bool")
         self.ledger = ledger
+        self.audience = audience if audience is not None else AsyncAudience.beside(ledger)
+        self.skip_gone = skip_gone
+        self._audience_missing_told = False
         self.sender = sender
         self.mode = mode
         self.max_attempts = max_attempts
@@ -238,6 +261,9 @@ class Notifier:
         message: Message,
         *,
         recipient: str | None = None,
+        category: str | None = None,
+        transactional: bool = False,
+        skip_gone: bool | None = None,
     ) -> Outcome:
         """Send one notification unless its slot was already claimed.
 
@@ -247,6 +273,9 @@ class Notifier:
             cycle: Which cycle; the slot is ``(action, subject, cycle)``.
             message: What to send.
             recipient: Where to send it; defaults to ``str(subject)``.
+            category: What a recipient opts out of; see `send_many`.
+            transactional: Opt-outs do not apply; see `send_many`.
+            skip_gone: See `send_many`.
 
         Returns:
             What happened; see the outcome table in the module docs.
@@ -256,10 +285,24 @@ class Notifier:
             LedgerError: The claim could not be made (nothing was sent).
         """
         notification = Notification(subject, cycle, message, recipient)
-        report = await self.send_many(action, [notification])
+        report = await self.send_many(
+            action,
+            [notification],
+            category=category,
+            transactional=transactional,
+            skip_gone=skip_gone,
+        )
         return report.results[0].outcome if report.results else _only_outcome(report)
 
-    async def send_many(self, action: str, notifications: _Notifications) -> Report:
+    async def send_many(
+        self,
+        action: str,
+        notifications: _Notifications,
+        *,
+        category: str | None = None,
+        transactional: bool = False,
+        skip_gone: bool | None = None,
+    ) -> Report:
         """Send many notifications under one action, each at most once per slot.
 
         Each slot is claimed just before its send (claims of sends that start together
@@ -274,6 +317,12 @@ class Notifier:
             notifications: A list, any iterable, or an async iterable of
                 [`Notification`][notifyonce.Notification]. A list is validated whole before
                 anything is written; a stream is validated batch by batch.
+            category: What a recipient opts out of (``audience.opt_out(chat, "promo")``);
+                default: the action's name. A recipient opted out of it is skipped.
+            transactional: Opt-outs do not apply (a password reset, a payment receipt):
+                only recipients that are gone are skipped.
+            skip_gone: Whether recipients known to be gone are skipped; default: the
+                Notifier's ``skip_gone``.
 
         Returns:
             A [`Report`][notifyonce.Report] with the counts per outcome and, by default,
@@ -291,13 +340,22 @@ class Notifier:
             asyncio.CancelledError: The run was cancelled. Sends under way were recorded
                 as uncertain, claims not yet sent were freed, before this is raised.
         """
-        return await self._send_many(action, notifications)
+        return await self._send_many(
+            action,
+            notifications,
+            category=category,
+            transactional=transactional,
+            skip_gone=skip_gone,
+        )
 
     async def _send_many(
         self,
         action: str,
         notifications: _Notifications,
         *,
+        category: str | None = None,
+        transactional: bool = False,
+        skip_gone: bool | None = None,
         on_result: Callable[[Result], None] | None = None,
         on_run: Callable[[Run], None] | None = None,
     ) -> Report:
@@ -305,6 +363,7 @@ class Notifier:
         Notifier's ``on_result``) and one told of the run as it starts (a Broadcast keeps
         it, to stop it gently)."""
         normalize_action(action)
+        screen = self._screen_args(action, category, transactional, skip_gone)
         report = Report(dry_run=self.dry_run)
         streamed = not isinstance(notifications, Sequence)
         keys: list[SlotKey] | None = None
@@ -320,10 +379,9 @@ class Notifier:
             else "none"
         )
         report.swept = await self._maybe_sweep(action)
+        parts = self._parts(await self._audience_check(*screen))
         try:
-            run = Run(
-                self._policy(), self._parts(), action, report, keep, keys, on_result=on_result
-            )
+            run = Run(self._policy(), parts, action, report, keep, keys, on_result=on_result)
             if on_run is not None:
                 on_run(run)
             await run.execute(notifications)
@@ -473,7 +531,7 @@ class Notifier:
             dry_run=self.dry_run,
         )
 
-    def _parts(self) -> Parts:
+    def _parts(self, audience: AudienceCheck | None = None) -> Parts:
         return Parts(
             ledger=self.ledger,
             sender=self.sender,
@@ -481,7 +539,36 @@ class Notifier:
             now=self._now,
             emit=self._emit,
             observer=self.observer,
+            audience=audience,
         )
+
+    def _screen_args(
+        self, action: str, category: str | None, transactional: object, skip_gone: object
+    ) -> tuple[str, bool, bool]:
+        """A run's category, whether it is transactional and whether it skips the gone,
+        checked before anything is written."""
+        if not isinstance(transactional, bool):
+            raise ValidationTypeError("transactional", "must be a bool")
+        if skip_gone is not None and not isinstance(skip_gone, bool):
+            raise ValidationTypeError("skip_gone", "must be a bool or None")
+        name = action if category is None else normalize_category(category)
+        return name, transactional, self.skip_gone if skip_gone is None else skip_gone
+
+    async def _audience_check(
+        self, category: str, transactional: bool, skip_gone: bool
+    ) -> AudienceCheck | None:
+        """How a run asks the audience, or None when its table is missing (said once)."""
+        if not await self.audience.exists():
+            if not self._audience_missing_told:
+                self._audience_missing_told = True
+                logger.warning(
+                    "the recipients table %s is missing: recipients that blocked the bot "
+                    "are neither skipped nor remembered; run `notifyonce migrate` (or "
+                    "create_schema()) to create it",
+                    self.audience.table.name,
+                )
+            return None
+        return AudienceCheck(self.audience, category, transactional, skip_gone)
 
     def _checked(self, keys: KeyMaker, item: object) -> SlotKey:
         """Check one notification (and ask the sender's ``check``); its slot key."""

@@ -32,7 +32,10 @@ class Outcome(str, enum.Enum):
         UNKNOWN: May or may not have been delivered; not sent again automatically.
         LEASE_LOST: Sent, but the lease expired and another worker took the slot over
             before the result could be recorded; nothing was overwritten.
-        SKIPPED: Not attempted (dry run, spacing or quiet hours).
+        SKIPPED: Not attempted, nothing claimed and no request made: the recipient is
+            gone (blocked the bot, deleted its account) or opted out of the
+            notification's category, or the run is a dry run, or spacing or quiet hours
+            held it back. ``Result.reason`` says which.
     """
 
     SENT = "sent"

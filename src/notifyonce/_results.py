@@ -61,7 +61,9 @@ class Result:
         receipt: The sender's receipt when it was delivered.
         error: The provider's code and description, or the exception's class name; never
             a message text.
-        reason: Why it was skipped (``"dry run"``, ``"spacing"``), when it was.
+        reason: Why it was skipped, when it was: ``"gone: blocked"`` (the recipient
+            blocked the bot; see [`AsyncAudience`][notifyonce.AsyncAudience]),
+            ``"opted out of promo"``, ``"quiet hours"``, ``"spacing"``, ``"dry run"``.
     """
 
     action: str
@@ -96,6 +98,9 @@ class Report:
             ``RETRY`` and ``LEASE_LOST``, so that streaming millions of notifications
             keeps the memory flat. ``keep_results=True`` on the Notifier keeps every
             result, ``False`` none; ``counts`` is always complete.
+        skips: How many notifications were skipped, per reason (``"gone: blocked"``,
+            ``"opted out of promo"``, ``"quiet hours"``...): the ``SKIPPED`` count, told
+            apart. A skipped notification was neither claimed nor sent.
         swept: What the automatic sweep of expired leases changed before this run, if it ran.
         dry_run: True when nothing was claimed, sent or recorded.
         stopped: Why the run stopped before its end, or None when it ran to the end. A
@@ -108,6 +113,7 @@ class Report:
 
     counts: dict[Outcome, int] = field(default_factory=lambda: dict.fromkeys(Outcome, 0))
     results: list[Result] = field(default_factory=list)
+    skips: dict[str, int] = field(default_factory=dict)
     swept: SweepResult | None = None
     dry_run: bool = False
     stopped: str | None = None

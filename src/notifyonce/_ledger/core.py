@@ -28,8 +28,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from notifyonce._drivers import Driver
+from notifyonce._drivers.errors import DATABASE_ERRORS, is_retryable, translate
 from notifyonce._drivers.execute import ConnectionLink, Link, is_observed, wrap_dbapi_error
-from notifyonce._errors import LedgerError, LedgerUnavailableError, ValidationError
+from notifyonce._errors import LedgerError, ValidationError
 from notifyonce._keys import SlotKey
 from notifyonce._ledger.checks import ClaimOptions, check_bool, check_lease, check_positive_int
 from notifyonce._ledger.claim import Claim
@@ -73,16 +74,6 @@ _LOOKUP_CHUNK = 500
 # How often the ledger reads the database server's clock again (monotonic seconds).
 _CLOCK_RESYNC = 60.0
 _TOKEN_MASK = (1 << 63) - 1  # fencing tokens fit a signed BIGINT
-# What the database can raise at run time; anything else from SQLAlchemy is a bug here.
-# OSError and asyncio's TimeoutError: some async drivers (asyncpg) let a refused or timed
-# out connect through unwrapped.
-DATABASE_ERRORS = (
-    sa.exc.DBAPIError,
-    sa.exc.TimeoutError,
-    sa.exc.DisconnectionError,
-    OSError,
-    asyncio.TimeoutError,
-)
 
 
 class Shape(enum.Enum):
@@ -456,26 +447,11 @@ class LedgerCore:
 
     def is_retryable(self, exc: BaseException) -> bool:
         """A deadlock or lock timeout whose transaction the server rolled back."""
-        if not isinstance(exc, sa.exc.DBAPIError) or exc.connection_invalidated:
-            return False
-        return self.driver.is_retryable(exc.orig)
+        return is_retryable(self.driver, exc)
 
     def translate(self, exc: BaseException) -> LedgerError:
         """The notifyonce error for a driver or SQLAlchemy error (chain it with ``from``)."""
-        orig = getattr(exc, "orig", None) or exc
-        # The class and the driver's first line only: never the statement's parameters.
-        detail = str(orig).strip().splitlines()[0] if str(orig).strip() else ""
-        message = f"{type(orig).__name__}: {detail}"[:300]
-        unavailable = isinstance(
-            exc, (sa.exc.TimeoutError, sa.exc.InterfaceError, OSError, asyncio.TimeoutError)
-        ) or (isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated)
-        if isinstance(exc, sa.exc.OperationalError) and not self.is_retryable(exc):
-            # SQLite's OperationalError is also "database is locked": the database is
-            # there, it is busy, so that one stays a plain LedgerError.
-            unavailable = unavailable or self.driver.operational_error_is_unavailable
-        if unavailable:
-            return LedgerUnavailableError(f"database unavailable ({message})")
-        return LedgerError(f"database error ({message})")
+        return translate(self.driver, exc)
 
     # ---- schema ----------------------------------------------------------------------
 
@@ -483,10 +459,16 @@ class LedgerCore:
         """Create the table and its indexes unless they exist.
 
         An index added by a later release is created on a table an earlier one made, and
-        one a later release made partial (``WHERE``) is made again so.
+        one a later release made partial (``WHERE``) is made again so. The recipients
+        table beside it (the audience the Notifier asks by default) is created too.
         """
+        # Here, not at the top: the audience's package imports this module.
+        from notifyonce._audience.table import build_recipient_table, default_recipient_table
+
         self.table.metadata.create_all(conn, checkfirst=True)
         t = self.table
+        recipients = build_recipient_table(sa.MetaData(), default_recipient_table(t.name), t.schema)
+        recipients.create(conn, checkfirst=True)
         found = {i["name"]: i for i in sa.inspect(conn).get_indexes(t.name, schema=t.schema)}
         where = self.driver.index_where()
         for index in t.indexes:

@@ -570,10 +570,11 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         return await self._run(self._plan_marks(results, checked=True), keeper=keeper)
 
     async def create_schema(self) -> None:
-        """Create the table and its indexes unless they exist (for quick starts and tests).
+        """Create the table and its indexes unless they exist (for quick starts and tests),
+        and the recipients table beside it (see [`AsyncAudience`][notifyonce.AsyncAudience]).
 
         Production deployments use the shipped Alembic migration instead; see the
-        Alembic guide. Both create the same table.
+        Alembic guide. Both create the same tables.
         """
         await self._run(self._plan_create_schema())
 

@@ -9,7 +9,14 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
-from notifyonce._errors import SendError, UncertainSendError, ValidationError, ValidationTypeError
+from notifyonce._audience import GoneReason
+from notifyonce._errors import (
+    PermanentSendError,
+    SendError,
+    UncertainSendError,
+    ValidationError,
+    ValidationTypeError,
+)
 from notifyonce._message import Message, Receipt
 
 __all__ = ["OK", "FakeSender", "SendRecord"]
@@ -129,6 +136,7 @@ class FakeSender:
         self._by_recipient: dict[str, deque[_Step]] = {}
         self._shared: deque[_Step] = deque()
         self._migrations: dict[str, str] = {}
+        self._blocked: dict[str, str] = {}
         self._ids = itertools.count(1)
 
     def __repr__(self) -> str:
@@ -181,6 +189,20 @@ class FakeSender:
             self._shared if recipient is None else self._by_recipient.setdefault(recipient, deque())
         )
         queue.extend(steps)
+
+    def block(self, recipient: str, reason: str = "blocked") -> None:
+        """Make every send to ``recipient`` refused as Telegram refuses a chat that is gone
+        (a [`PermanentSendError`][notifyonce.PermanentSendError] with ``gone=reason``:
+        ``"blocked"``, ``"deactivated"``, ``"chat_not_found"``...), until `unblock`. A
+        recipient's scripted outcomes come first."""
+        if reason not in _GONE_WORDS:
+            known = ", ".join(r.value for r in GoneReason)
+            raise ValidationError("reason", f"must be a GoneReason value ({known}), got {reason!r}")
+        self._blocked[recipient] = reason
+
+    def unblock(self, recipient: str) -> None:
+        """Undo `block`: sends to ``recipient`` are delivered again."""
+        self._blocked.pop(recipient, None)
 
     def migrate(self, old: str, new: str) -> None:
         """Simulate Telegram moving chat ``old`` to ``new``: sends to ``old`` land in ``new``."""
@@ -279,6 +301,10 @@ class FakeSender:
         own = self._by_recipient.get(recipient)
         if own:
             step = own.popleft()
+        elif recipient in self._blocked:
+            reason = self._blocked[recipient]
+            code, words = _GONE_WORDS[reason]
+            step = _Step(PermanentSendError(words, code=code, gone=reason), False)
         elif self._shared:
             step = self._shared.popleft()
         else:
@@ -324,6 +350,21 @@ class FakeSender:
         if self._changed is None:
             self._changed = asyncio.Condition()
         return self._changed
+
+
+# What Telegram answers for each reason a recipient is gone (its words, as the sender's
+# classification reads them).
+_GONE_WORDS = {
+    GoneReason.BLOCKED.value: (403, "Forbidden: bot was blocked by the user"),
+    GoneReason.DEACTIVATED.value: (403, "Forbidden: user is deactivated"),
+    GoneReason.KICKED.value: (403, "Forbidden: bot was kicked from the group chat"),
+    GoneReason.CHAT_NOT_FOUND.value: (400, "Bad Request: chat not found"),
+    GoneReason.NOT_STARTED.value: (403, "Forbidden: bot can't initiate conversation with a user"),
+    GoneReason.BOT.value: (403, "Forbidden: bot can't send messages to bots"),
+    GoneReason.MIGRATED.value: (400, "Bad Request: group chat was upgraded to a supergroup chat"),
+    GoneReason.DELETED.value: (403, "Forbidden: the group chat was deleted"),
+    GoneReason.OTHER.value: (403, "Forbidden: the recipient cannot be reached"),
+}
 
 
 def _seconds(field: str, value: object) -> float:

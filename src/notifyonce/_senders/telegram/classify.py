@@ -44,7 +44,9 @@ __all__ = [
     "Migrated",
     "about_message",
     "classify_response",
+    "gone_reason",
     "redact",
+    "refusal",
 ]
 
 # Words of the Bot API's refusals that are about the message, whichever chat it goes to:
@@ -164,7 +166,58 @@ def classify_response(
     # 401/404 (bad token, wrong base_url): the sender is wrong, not the message. 502/504:
     # a gateway may have passed the request on. Other 5xx: the Bot API answered that it
     # did not send. 400 (chat not found), 403 (blocked): refused for good.
-    return about_message(error_for_status(code, description))
+    return refusal(error_for_status(code, description))
+
+
+def refusal(error: SendError) -> SendError:
+    """``error`` with what it says of its message and its recipient: marked
+    ``about_message`` (see `about_message`), or, a permanent refusal that says the
+    recipient cannot be reached, given its ``gone`` reason (see `gone_reason`)."""
+    error = about_message(error)
+    if (
+        isinstance(error, PermanentSendError)
+        and not error.about_message
+        and error.gone is None
+        and error.code is not None
+    ):
+        error.gone = gone_reason(error.code, error.description)
+    return error
+
+
+# What Telegram says when the recipient itself cannot be reached, and the GoneReason of
+# each (first match wins). Permission refusals inside a chat the bot is still in ("not
+# enough rights to send photos") are not here: the chat is still there.
+_GONE = (
+    ("bot was blocked by the user", "blocked"),
+    ("user is deactivated", "deactivated"),
+    ("bot was kicked from", "kicked"),
+    ("bot is not a member of", "kicked"),
+    ("bot can't initiate conversation with a user", "not_started"),
+    ("bot can't send messages to bots", "bot"),
+    ("group chat was upgraded to a supergroup", "migrated"),
+    ("chat was deleted", "deleted"),
+    ("chat not found", "chat_not_found"),
+    ("user not found", "chat_not_found"),
+    ("peer_id_invalid", "chat_not_found"),
+)
+
+
+def gone_reason(code: int, description: str) -> str | None:
+    """Why the recipient of a 400 or 403 refusal cannot be reached (a ``GoneReason``
+    value), or None when the refusal does not say so.
+
+    Examples:
+        >>> gone_reason(403, "Forbidden: bot was blocked by the user")
+        'blocked'
+        >>> gone_reason(400, "Bad Request: chat not found")
+        'chat_not_found'
+        >>> gone_reason(400, "Bad Request: not enough rights to send photos to the chat") is None
+        True
+    """
+    if code not in (400, 403):
+        return None
+    lowered = description.lower()
+    return next((reason for words, reason in _GONE if words in lowered), None)
 
 
 def about_message(error: SendError) -> SendError:

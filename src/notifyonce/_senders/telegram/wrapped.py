@@ -19,7 +19,7 @@ from notifyonce._media import Album, Copy, Media, refuse_telegram_only
 from notifyonce._message import Message, Receipt
 from notifyonce._senders.redaction import chain_cause, redact, scrubbed, short
 from notifyonce._senders.telegram.chat import Migrated, chat_id, validate_recipient
-from notifyonce._senders.telegram.classify import about_message
+from notifyonce._senders.telegram.classify import refusal
 from notifyonce._senders.telegram.files import FileIdStore, UploadOnce, read_upload
 from notifyonce._senders.telegram.payload import check_message, encode, jsonable
 
@@ -132,7 +132,7 @@ class WrappedBotSender:
                 # Outside the except block: no implicit context to leak. Error reporters
                 # record the locals of every frame: leave them no message text.
                 del message
-                raise scrubbed(about_message(error))
+                raise scrubbed(refusal(error))
             return Receipt(target, message_id, migrated_to, file_id)
 
     async def _attempt(self, chat: int | str, message: Message) -> tuple[int | None, str | None]:
