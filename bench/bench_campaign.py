@@ -116,7 +116,8 @@ async def run_campaign(
             elapsed = time.perf_counter() - started
     finally:
         async with engine.begin() as conn:
-            await conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+            for name in (table, f"{table}_recipients"):
+                await conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
     if report.counts[Outcome.SENT] != notifications:
         raise RuntimeError(f"sent {report.counts[Outcome.SENT]} of {notifications}: {report}")
     rates = []

@@ -307,8 +307,13 @@ class Run:
         # Won claims by item index, set by the writer before the worker resumes: a worker
         # cancelled in that instant still finds (and settles) its claim here.
         self.owned: dict[int, Claim] = {}
+        # Room for two batches: while the workers take one, the intake screens the next
+        # (its look-ups are round trips), instead of waiting for the queue to drain first.
+        # A batch whose gone recipients were skipped brings fewer sends for the same
+        # look-ups, so without it the workers waited on the intake. Nothing in the queue is
+        # claimed yet: what a crash costs stays the sends under way.
         self.ready: asyncio.Queue[_Item | None] = asyncio.Queue(
-            maxsize=max(policy.batch_size, policy.concurrency)
+            maxsize=max(2 * policy.batch_size, policy.concurrency)
         )
         self.stopping = False
         # Whether a send of this run was delivered, and how many were refused for their

@@ -14,6 +14,7 @@ Nothing here imports any of them.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -268,50 +269,56 @@ class _Work:
         self.table = table
         self.driver = driver
 
-    def upsert(self, conn: Connection, rows: list[dict[str, Any]], keep_since: bool) -> None:
-        """Insert ``rows``; a row that is there takes the new reason, source and detail
-        (and keeps its ``since`` when ``keep_since``): two writers of one row end with one."""
-        t = self.table
+    def upsert(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
+        """Insert ``rows``; a row that is there takes the new reason, source and detail and
+        keeps its first ``since``: two writers of one row end with one. One statement,
+        built once, run for many rows (the driver's executemany)."""
         # Sorted: two writers of overlapping rows lock them in the same order.
         rows = sorted(rows, key=lambda r: (r["recipient"], r["category"]))
-        names = ["reason", "source", "detail"] + ([] if keep_since else ["since"])
         for start in range(0, len(rows), _WRITE_CHUNK):
-            insert = self.driver.insert(t).values(rows[start : start + _WRITE_CHUNK])
-            if self.driver.upsert_returning:  # PostgreSQL and SQLite: ON CONFLICT
-                statement = insert.on_conflict_do_update(
-                    index_elements=[t.c.recipient, t.c.category],
-                    set_={n: insert.excluded[n] for n in names},
-                )
-            else:  # MySQL and MariaDB
-                statement = insert.on_duplicate_key_update({n: insert.inserted[n] for n in names})
-            conn.execute(statement)
+            conn.execute(self._upsert, rows[start : start + _WRITE_CHUNK])
+
+    @functools.cached_property
+    def _upsert(self) -> Any:
+        t = self.table
+        names = ("reason", "source", "detail")
+        insert = self.driver.insert(t)
+        if self.driver.upsert_returning:  # PostgreSQL and SQLite: ON CONFLICT
+            return insert.on_conflict_do_update(
+                index_elements=[t.c.recipient, t.c.category],
+                set_={n: insert.excluded[n] for n in names},
+            )
+        return insert.on_duplicate_key_update({n: insert.inserted[n] for n in names})
 
     def delete(self, conn: Connection, where: sa.ColumnElement[bool]) -> int:
         return int(conn.execute(sa.delete(self.table).where(where)).rowcount or 0)
 
-    def rows_of(self, conn: Connection, recipients: Sequence[str]) -> list[Any]:
+    def _by_recipient(
+        self, conn: Connection, recipients: Sequence[str], columns: Sequence[sa.Column[Any]]
+    ) -> list[Any]:
+        """The rows of ``recipients`` (recipient first, then ``columns``), found through the
+        primary key: one statement per 500, its plan the driver's."""
         t = self.table
+        query = self.driver.rows_by_key(t, t.c.recipient, columns, "recipients")
         found: list[Any] = []
         for start in range(0, len(recipients), _IN_CHUNK):
-            chunk = recipients[start : start + _IN_CHUNK]
-            query = sa.select(
-                t.c.recipient, t.c.category, t.c.reason, t.c.source, t.c.since, t.c.detail
-            ).where(t.c.recipient.in_(chunk))
-            found += conn.execute(query).all()
+            chunk = list(recipients[start : start + _IN_CHUNK])
+            found += conn.execute(query, {"recipients": chunk}).all()
         return found
+
+    def rows_of(self, conn: Connection, recipients: Sequence[str]) -> list[Any]:
+        t = self.table
+        columns = [t.c.category, t.c.reason, t.c.source, t.c.since, t.c.detail]
+        return self._by_recipient(conn, recipients, columns)
 
     def screen(
         self, conn: Connection, recipients: Sequence[str]
     ) -> dict[str, list[tuple[str, str]]]:
         t = self.table
         found: dict[str, list[tuple[str, str]]] = {}
-        for start in range(0, len(recipients), _IN_CHUNK):
-            chunk = recipients[start : start + _IN_CHUNK]
-            query = sa.select(t.c.recipient, t.c.category, t.c.reason).where(
-                t.c.recipient.in_(chunk)
-            )
-            for recipient, category, reason in conn.execute(query):
-                found.setdefault(recipient, []).append((category, reason))
+        rows = self._by_recipient(conn, recipients, [t.c.category, t.c.reason])
+        for recipient, category, reason in rows:
+            found.setdefault(recipient, []).append((category, reason))
         return found
 
     def counts(self, conn: Connection) -> AudienceCounts:
@@ -434,7 +441,7 @@ class _Base:
     def _plan_rows(self, batch: list[dict[str, Any]]) -> Callable[[Connection], int]:
         def work(conn: Connection) -> int:
             if batch:
-                self._work.upsert(conn, batch, keep_since=True)
+                self._work.upsert(conn, batch)
             return len(batch)
 
         return work
@@ -474,7 +481,7 @@ class _Base:
             "detail": None,
             "since": _now(),
         }
-        return lambda conn: self._work.upsert(conn, [row], keep_since=True)
+        return lambda conn: self._work.upsert(conn, [row])
 
     def _plan_opt_in(self, recipient: object, category: object) -> Callable[[Connection], bool]:
         who, what = normalize_recipient(recipient), normalize_category(category)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -59,6 +59,28 @@ class PostgreSQLDriver(Driver):
     @staticmethod
     def insert(table: sa.Table) -> Any:
         return postgresql.insert(table)
+
+    @staticmethod
+    def rows_by_key(
+        table: sa.Table, key: sa.Column[Any], columns: Sequence[sa.Column[Any]], values: str
+    ) -> sa.Select[Any]:
+        # The values as an array, each looked up in a LATERAL subquery: one index search
+        # per value. (``key IN (...)`` on a young table, before its first ANALYZE, was
+        # planned as a scan of every row, 6 ms for 200 values among 60,000 rows; OFFSET 0
+        # keeps the subquery from being flattened into such a scan or a hash join.)
+        asked = (
+            sa.func.unnest(sa.bindparam(values, type_=postgresql.ARRAY(sa.Text)))
+            .table_valued("value")
+            .render_derived(name="asked")
+        )
+        found = (
+            sa.select(*columns)
+            .where(key == asked.c.value)
+            .offset(sa.literal_column("0"))
+            .lateral("found")
+        )
+        picked = [found.c[c.name] for c in columns]
+        return sa.select(asked.c.value, *picked).select_from(asked.join(found, sa.true()))
 
     @staticmethod
     def epoch_now() -> sa.ColumnElement[Any]:
