@@ -526,6 +526,46 @@ def test_copy_from_copies_the_post_to_every_chat_once(workdir: Path, server: Bot
     assert "secret-post-91ab" not in first.stdout + first.stderr
 
 
+CHANNEL = -1001234567890
+
+
+def test_copy_from_a_channel_post_spelt_with_its_negative_id(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """--copy-from -1001234567890:42, as a channel's post is written, copies it to every
+    chat (argparse refused it: "expected one argument")."""
+    post = server.post(CHANNEL, "secret-post-5d0e")
+    done = run(copy_command(workdir, server, f"{CHANNEL}:{post}"))
+    assert 0 == done.returncode, done.stderr
+    assert 50 == len(server.deliveries)
+    assert {(CHANNEL, post)} == {
+        (d.params["from_chat_id"], d.params["message_id"]) for d in server.deliveries
+    }
+
+
+@pytest.mark.parametrize(
+    ("argv", "dest", "value"),
+    [
+        (["broadcast", "--copy-from", f"{CHANNEL}:42"], "copy_from", f"{CHANNEL}:42"),
+        (["broadcast", "--progress-chat", str(CHANNEL)], "progress_chat", str(CHANNEL)),
+        (["requeue", "--status", "unknown", "--subject", str(CHANNEL)], "subjects", [str(CHANNEL)]),
+    ],
+    ids=["copy-from", "progress-chat", "subject"],
+)
+def test_every_option_taking_a_chat_id_takes_a_negative_one(
+    argv: list[str], dest: str, value: object
+) -> None:
+    """A group's or a channel's id (negative, alone or as CHAT:MESSAGE_ID) is read as the
+    option's value, not as another option."""
+    from notifyonce._cli.parser import _parser
+
+    required = ["--action", "news"] + (
+        ["--campaign", "c1", "--recipients-file", "chats.txt"] if argv[0] == "broadcast" else []
+    )
+    args = _parser().parse_args([*argv, *required])
+    assert value == getattr(args, dest)
+
+
 def test_a_deleted_post_stops_the_broadcast_with_no_chat_failed(
     workdir: Path, server: BotAPIServer
 ) -> None:
