@@ -543,6 +543,20 @@ def test_copy_from_a_channel_post_spelt_with_its_negative_id(
     }
 
 
+def test_a_post_that_cannot_be_copied_is_named_in_the_stop(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """A deleted channel post stops the broadcast with a line naming the post,
+    -1001234567890:<id>, beside Telegram's reason."""
+    post = server.post(CHANNEL, "gone")
+    server.delete_message(CHANNEL, post)
+    done = run(copy_command(workdir, server, f"{CHANNEL}:{post}"))
+    assert 1 == done.returncode, done.stderr
+    (stopped,) = [line for line in done.stdout.splitlines() if line.startswith("stopped early")]
+    assert "message to copy not found" in stopped
+    assert f"{CHANNEL}:{post}" in stopped
+
+
 @pytest.mark.parametrize(
     ("argv", "dest", "value"),
     [
