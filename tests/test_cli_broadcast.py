@@ -26,7 +26,7 @@ from notifyonce._cli import main
 from notifyonce._cli.broadcast import render_bar, render_line, render_lines, summary
 from notifyonce.testing import BotAPIServer, Reply
 
-from ._databases import IN_CI
+from ._databases import IN_CI, Backend
 
 TOKEN = "12345:broadcast-secret-token"
 TEXT = "secret-news-5c1e: a new tariff"
@@ -348,6 +348,32 @@ def test_a_missing_table_of_the_users_query_gets_no_migrate_hint(
     assert 3 == done.returncode
     assert "no_such_users" in done.stderr
     assert "migrate" not in done.stderr
+
+
+def test_a_database_without_the_ledger_says_to_run_migrate(
+    sync_backend: Backend,
+    server: BotAPIServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A broadcast on a database whose ledger tables were never made (a fresh SQLite
+    file; a table name never migrated) exits 3 saying to run `notifyonce migrate`, and
+    sends nothing (it said only that the cancel request could not be read)."""
+    monkeypatch.setenv("NOTIFYONCE_BOT_TOKEN", TOKEN)
+    (tmp_path / "chats.txt").write_text("1\n2\n")
+    (tmp_path / "text.txt").write_text(TEXT)
+    args = [
+        *("broadcast", "--database-url", sync_backend.sync_url),
+        *("--table", sync_backend.unique_table(), "--action", "news", "--campaign", "c1"),
+        *("--recipients-file", str(tmp_path / "chats.txt")),
+        *("--text-file", str(tmp_path / "text.txt"), "--base-url", server.url),
+    ]
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert 3 == exited.value.code
+    assert "run `notifyonce migrate` first" in capsys.readouterr().err
+    assert [] == server.requests
 
 
 def test_a_changed_text_is_refused_unless_allowed(workdir: Path, server: BotAPIServer) -> None:

@@ -52,6 +52,7 @@ __all__ = [
     "Plan",
     "Shape",
     "Spare",
+    "database_detail",
 ]
 
 T = TypeVar("T")
@@ -243,6 +244,15 @@ def _utc_now() -> dt.datetime:
 # Index order inside one action. Any fixed order works against deadlocks as long as every
 # batch uses the same one.
 _sort_key = operator.attrgetter("cycle", "subject")
+
+
+def database_detail(exc: BaseException) -> str:
+    """What a LedgerError says of a driver or SQLAlchemy error: the driver's class and the
+    first line of its message (``no such table: notifyonce_slots``), at most 300
+    characters. The first line only: never the statement's parameters."""
+    orig = getattr(exc, "orig", None) or exc
+    detail = str(orig).strip().splitlines()[0] if str(orig).strip() else ""
+    return f"{type(orig).__name__}: {detail}"[:300]
 
 
 class LedgerCore:
@@ -462,10 +472,7 @@ class LedgerCore:
 
     def translate(self, exc: BaseException) -> LedgerError:
         """The notifyonce error for a driver or SQLAlchemy error (chain it with ``from``)."""
-        orig = getattr(exc, "orig", None) or exc
-        # The class and the driver's first line only: never the statement's parameters.
-        detail = str(orig).strip().splitlines()[0] if str(orig).strip() else ""
-        message = f"{type(orig).__name__}: {detail}"[:300]
+        message = database_detail(exc)
         unavailable = isinstance(
             exc, (sa.exc.TimeoutError, sa.exc.InterfaceError, OSError, asyncio.TimeoutError)
         ) or (isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated)
