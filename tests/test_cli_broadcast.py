@@ -724,12 +724,61 @@ def test_at_needs_an_iso_time_with_its_offset(
     assert [] == server.requests
 
 
-def test_at_a_time_past_starts_at_once(workdir: Path, server: BotAPIServer) -> None:
-    """--at a time already past (Z for UTC) sends at once, each chat once."""
-    done = run(command(workdir, server, "--at", "2026-01-01T00:00Z"))
+PAST = "2020-01-01T00:00Z"
+
+
+@pytest.mark.parametrize("extra", [[], ["--dry-run"]], ids=["send", "dry-run"])
+def test_at_a_time_past_is_a_usage_error(
+    workdir: Path,
+    server: BotAPIServer,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+) -> None:
+    """--at a time already past exits 2 naming --at, the time and --at-or-now; nothing
+    is claimed or sent (it started at once, as if the time were a typo's to ignore)."""
+    with pytest.raises(SystemExit) as exited:
+        main(command(workdir, server, "--at", PAST, *extra)[3:])
+    assert 2 == exited.value.code
+    err = capsys.readouterr().err
+    assert "--at: 2020-01-01T00:00:00+00:00 is past" in err
+    assert "--at-or-now" in err
+    assert [] == server.requests
+    assert 0 == main(["stats"])
+    assert "news" not in capsys.readouterr().out
+
+
+def test_at_or_now_starts_a_time_past_at_once_and_says_so(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """--at a time past with --at-or-now sends at once, each chat once, and says so in
+    one line."""
+    done = run(command(workdir, server, "--at", PAST, "--at-or-now"))
     assert 0 == done.returncode, done.stderr
-    assert "waiting until 2026-01-01T00:00:00+00:00" in done.stderr
+    said = [line for line in done.stderr.splitlines() if "2020-01-01" in line]
+    assert ["--at 2020-01-01T00:00:00+00:00 has passed: starting now"] == said
     assert 50 == len({d.chat_id for d in server.deliveries}) == len(server.deliveries)
+
+
+def test_at_a_time_to_come_waits_for_it_and_says_so(workdir: Path, server: BotAPIServer) -> None:
+    """--at a few seconds ahead (with --at-or-now, which changes nothing then) says what
+    it waits for in one line and sends once the time has come."""
+    at = dt.datetime.now(dt.timezone.utc).replace(microsecond=0) + dt.timedelta(seconds=4)
+    done = run(command(workdir, server, "--at", at.isoformat(), "--at-or-now"))
+    assert 0 == done.returncode, done.stderr
+    assert f"waiting until {at.isoformat()} to start" in done.stderr.splitlines()
+    assert "has passed" not in done.stderr
+    assert 50 == len(server.deliveries)
+
+
+def test_at_or_now_without_at_is_a_usage_error(
+    workdir: Path, server: BotAPIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--at-or-now alone exits 2 saying it needs --at; nothing is sent."""
+    with pytest.raises(SystemExit) as exited:
+        main(command(workdir, server, "--at-or-now")[3:])
+    assert 2 == exited.value.code
+    assert "--at-or-now: needs --at" in capsys.readouterr().err
+    assert [] == server.requests
 
 
 def test_progress_chat_shows_one_message_ending_with_the_summary(
