@@ -26,7 +26,7 @@ from notifyonce._cli import main
 from notifyonce._cli.broadcast import render_bar, render_line, render_lines, summary
 from notifyonce.testing import BotAPIServer, Reply
 
-from ._databases import IN_CI
+from ._databases import IN_CI, Backend
 
 TOKEN = "12345:broadcast-secret-token"
 TEXT = "secret-news-5c1e: a new tariff"
@@ -350,6 +350,32 @@ def test_a_missing_table_of_the_users_query_gets_no_migrate_hint(
     assert "migrate" not in done.stderr
 
 
+def test_a_database_without_the_ledger_says_to_run_migrate(
+    sync_backend: Backend,
+    server: BotAPIServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A broadcast on a database whose ledger tables were never made (a fresh SQLite
+    file; a table name never migrated) exits 3 saying to run `notifyonce migrate`, and
+    sends nothing (it said only that the cancel request could not be read)."""
+    monkeypatch.setenv("NOTIFYONCE_BOT_TOKEN", TOKEN)
+    (tmp_path / "chats.txt").write_text("1\n2\n")
+    (tmp_path / "text.txt").write_text(TEXT)
+    args = [
+        *("broadcast", "--database-url", sync_backend.sync_url),
+        *("--table", sync_backend.unique_table(), "--action", "news", "--campaign", "c1"),
+        *("--recipients-file", str(tmp_path / "chats.txt")),
+        *("--text-file", str(tmp_path / "text.txt"), "--base-url", server.url),
+    ]
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert 3 == exited.value.code
+    assert "run `notifyonce migrate` first" in capsys.readouterr().err
+    assert [] == server.requests
+
+
 def test_a_changed_text_is_refused_unless_allowed(workdir: Path, server: BotAPIServer) -> None:
     """Resuming a campaign with another text exits 2 and sends nothing; with
     --allow-changed-message the chats not handled yet get the new text."""
@@ -526,6 +552,60 @@ def test_copy_from_copies_the_post_to_every_chat_once(workdir: Path, server: Bot
     assert "secret-post-91ab" not in first.stdout + first.stderr
 
 
+CHANNEL = -1001234567890
+
+
+def test_copy_from_a_channel_post_spelt_with_its_negative_id(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """--copy-from -1001234567890:42, as a channel's post is written, copies it to every
+    chat (argparse refused it: "expected one argument")."""
+    post = server.post(CHANNEL, "secret-post-5d0e")
+    done = run(copy_command(workdir, server, f"{CHANNEL}:{post}"))
+    assert 0 == done.returncode, done.stderr
+    assert 50 == len(server.deliveries)
+    assert {(CHANNEL, post)} == {
+        (d.params["from_chat_id"], d.params["message_id"]) for d in server.deliveries
+    }
+
+
+def test_a_post_that_cannot_be_copied_is_named_in_the_stop(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """A deleted channel post stops the broadcast with a line naming the post,
+    -1001234567890:<id>, beside Telegram's reason."""
+    post = server.post(CHANNEL, "gone")
+    server.delete_message(CHANNEL, post)
+    done = run(copy_command(workdir, server, f"{CHANNEL}:{post}"))
+    assert 1 == done.returncode, done.stderr
+    (stopped,) = [line for line in done.stdout.splitlines() if line.startswith("stopped early")]
+    assert "message to copy not found" in stopped
+    assert f"{CHANNEL}:{post}" in stopped
+
+
+@pytest.mark.parametrize(
+    ("argv", "dest", "value"),
+    [
+        (["broadcast", "--copy-from", f"{CHANNEL}:42"], "copy_from", f"{CHANNEL}:42"),
+        (["broadcast", "--progress-chat", str(CHANNEL)], "progress_chat", str(CHANNEL)),
+        (["requeue", "--status", "unknown", "--subject", str(CHANNEL)], "subjects", [str(CHANNEL)]),
+    ],
+    ids=["copy-from", "progress-chat", "subject"],
+)
+def test_every_option_taking_a_chat_id_takes_a_negative_one(
+    argv: list[str], dest: str, value: object
+) -> None:
+    """A group's or a channel's id (negative, alone or as CHAT:MESSAGE_ID) is read as the
+    option's value, not as another option."""
+    from notifyonce._cli.parser import _parser
+
+    required = ["--action", "news"] + (
+        ["--campaign", "c1", "--recipients-file", "chats.txt"] if argv[0] == "broadcast" else []
+    )
+    args = _parser().parse_args([*argv, *required])
+    assert value == getattr(args, dest)
+
+
 def test_a_deleted_post_stops_the_broadcast_with_no_chat_failed(
     workdir: Path, server: BotAPIServer
 ) -> None:
@@ -644,12 +724,61 @@ def test_at_needs_an_iso_time_with_its_offset(
     assert [] == server.requests
 
 
-def test_at_a_time_past_starts_at_once(workdir: Path, server: BotAPIServer) -> None:
-    """--at a time already past (Z for UTC) sends at once, each chat once."""
-    done = run(command(workdir, server, "--at", "2026-01-01T00:00Z"))
+PAST = "2020-01-01T00:00Z"
+
+
+@pytest.mark.parametrize("extra", [[], ["--dry-run"]], ids=["send", "dry-run"])
+def test_at_a_time_past_is_a_usage_error(
+    workdir: Path,
+    server: BotAPIServer,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+) -> None:
+    """--at a time already past exits 2 naming --at, the time and --at-or-now; nothing
+    is claimed or sent (it started at once, as if the time were a typo's to ignore)."""
+    with pytest.raises(SystemExit) as exited:
+        main(command(workdir, server, "--at", PAST, *extra)[3:])
+    assert 2 == exited.value.code
+    err = capsys.readouterr().err
+    assert "--at: 2020-01-01T00:00:00+00:00 is past" in err
+    assert "--at-or-now" in err
+    assert [] == server.requests
+    assert 0 == main(["stats"])
+    assert "news" not in capsys.readouterr().out
+
+
+def test_at_or_now_starts_a_time_past_at_once_and_says_so(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """--at a time past with --at-or-now sends at once, each chat once, and says so in
+    one line."""
+    done = run(command(workdir, server, "--at", PAST, "--at-or-now"))
     assert 0 == done.returncode, done.stderr
-    assert "waiting until 2026-01-01T00:00:00+00:00" in done.stderr
+    said = [line for line in done.stderr.splitlines() if "2020-01-01" in line]
+    assert ["--at 2020-01-01T00:00:00+00:00 has passed: starting now"] == said
     assert 50 == len({d.chat_id for d in server.deliveries}) == len(server.deliveries)
+
+
+def test_at_a_time_to_come_waits_for_it_and_says_so(workdir: Path, server: BotAPIServer) -> None:
+    """--at a few seconds ahead (with --at-or-now, which changes nothing then) says what
+    it waits for in one line and sends once the time has come."""
+    at = dt.datetime.now(dt.timezone.utc).replace(microsecond=0) + dt.timedelta(seconds=4)
+    done = run(command(workdir, server, "--at", at.isoformat(), "--at-or-now"))
+    assert 0 == done.returncode, done.stderr
+    assert f"waiting until {at.isoformat()} to start" in done.stderr.splitlines()
+    assert "has passed" not in done.stderr
+    assert 50 == len(server.deliveries)
+
+
+def test_at_or_now_without_at_is_a_usage_error(
+    workdir: Path, server: BotAPIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--at-or-now alone exits 2 saying it needs --at; nothing is sent."""
+    with pytest.raises(SystemExit) as exited:
+        main(command(workdir, server, "--at-or-now")[3:])
+    assert 2 == exited.value.code
+    assert "--at-or-now: needs --at" in capsys.readouterr().err
+    assert [] == server.requests
 
 
 def test_progress_chat_shows_one_message_ending_with_the_summary(

@@ -103,7 +103,7 @@ async def test_a_copy_goes_out_with_copy_message_and_the_receipt_keeps_the_new_i
 
 async def test_a_deleted_post_is_a_refusal_of_the_message(bot_api_server: BotAPIServer) -> None:
     """Copying a message the chat no longer holds is a MessageRefusedError (also a
-    PermanentSendError, as before for any 400)."""
+    PermanentSendError, as before for any 400) that names the message, CHAT:MESSAGE_ID."""
     post = bot_api_server.post(ADMIN, "gone soon")
     bot_api_server.delete_message(ADMIN, post)
     async with TelegramSender(TOKEN, base_url=bot_api_server.url, rate_limit=None) as sender:
@@ -111,6 +111,7 @@ async def test_a_deleted_post_is_a_refusal_of_the_message(bot_api_server: BotAPI
             await sender.send("100", Message.copy(ADMIN, post))
     assert isinstance(caught.value, PermanentSendError)
     assert "message to copy not found" in str(caught.value)
+    assert f"{ADMIN}:{post}" in caught.value.description
     assert [] == bot_api_server.deliveries
 
 

@@ -6,7 +6,7 @@ import asyncio
 import datetime as dt
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -267,6 +267,30 @@ async def test_bad_input_writes_nothing(ledger: AsyncLedger, sender: FakeSender)
     assert [] == sender.records
     with pytest.raises(ValidationError, match="action"):
         await notifier.send_once("", 1, CYCLE, msg())
+
+
+@pytest.mark.parametrize("blank", ["", "  ", "\t\n"])
+async def test_a_blank_recipient_is_refused_before_anything_is_written(
+    ledger: AsyncLedger, sender: FakeSender, blank: str
+) -> None:
+    """A recipient of only whitespace is refused naming ``recipient``, in a list, in a
+    stream and in send_once, before any claim or send (it was sent and recorded sent)."""
+    notifier = Notifier(ledger, sender)
+
+    async def stream() -> AsyncIterator[Notification]:
+        yield Notification(2, CYCLE, msg(), recipient=blank)
+
+    attempts: list[Callable[[], Awaitable[object]]] = [
+        lambda: notifier.send_many("trial_6h", [Notification(1, CYCLE, msg(), recipient=blank)]),
+        lambda: notifier.send_many("trial_6h", stream()),
+        lambda: notifier.send_once("trial_6h", 3, CYCLE, msg(), recipient=blank),
+    ]
+    for attempt in attempts:
+        with pytest.raises(ValidationError) as info:
+            await attempt()
+        assert "recipient" == info.value.field
+    assert [None, None, None] == [await ledger.get("trial_6h", s, CYCLE) for s in (1, 2, 3)]
+    assert [] == sender.records
 
 
 def test_bad_options_are_rejected() -> None:

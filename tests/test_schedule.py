@@ -7,6 +7,7 @@ import itertools
 import pickle
 import re
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -311,6 +312,86 @@ def test_window_field_types(args: tuple[object, ...], field: str, error: type[Ex
         Window(*args)  # type: ignore[arg-type]
     assert isinstance(caught.value, ValidationError)
     assert field == caught.value.field
+
+
+CENTURY = td(days=36_525)  # the longest a bound, a period, a downtime or a gap may be
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: Window("a", td(days=999_999_999), td(0)), "opens_before"),
+        (lambda: Window("a", CENTURY + US, td(0)), "opens_before"),
+        (lambda: Window("a", H, -CENTURY - US), "closes_before"),
+        (lambda: Window("a", td.max, td.min), "opens_before"),
+        (lambda: Schedule([Window("a", H, td(0))], period=td.max), "period"),
+        (lambda: Schedule([Window("a", H, td(0))], period=M, max_downtime=td.max), "max_downtime"),
+        (lambda: Schedule([Window("a", H, td(0))], period=M, min_gap=CENTURY * 2), "min_gap"),
+    ],
+)
+def test_a_duration_longer_than_a_century_is_refused_naming_its_field(
+    make: Callable[[], object], field: str
+) -> None:
+    """A bound, a period, a downtime or a gap past 100 years either way is refused when it
+    is given, naming the field (999,999,999 days was accepted, then open_windows raised a
+    bare OverflowError)."""
+    with pytest.raises(ValidationError) as caught:
+        make()
+    assert field == caught.value.field
+    assert "100 years" in caught.value.problem
+
+
+@st.composite
+def wide_schedules(draw: st.DrawFn) -> Schedule:
+    """One window anywhere up to a century before its deadline, with any period and
+    downtime it allows."""
+    micros = st.integers(0, CENTURY // US)
+    closes = draw(micros.filter(lambda n: n < CENTURY // US)) * US
+    opens = closes + draw(st.integers(1, (CENTURY - closes) // US)) * US
+    period = draw(st.integers(1, (opens - closes) // US)) * US
+    max_downtime = opens - closes - period
+    window = Window("wide", opens_before=opens, closes_before=closes)
+    return Schedule([window], period=period, max_downtime=max_downtime)
+
+
+FIRST = dt.datetime.min.replace(tzinfo=UTC)
+LAST = dt.datetime.max.replace(tzinfo=UTC)
+# Any moment, and often one within a century of the first or the last a datetime holds.
+any_utc = (
+    st.datetimes(timezones=st.just(UTC))
+    | st.integers(0, 2 * CENTURY // US).map(lambda n: FIRST + n * US)
+    | st.integers(0, 2 * CENTURY // US).map(lambda n: LAST - n * US)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(wide_schedules(), any_utc, any_utc)
+def test_windows_up_to_a_century_answer_at_any_moment_a_datetime_holds(
+    schedule: Schedule, now: dt.datetime, other: dt.datetime
+) -> None:
+    """Near the first or last moment a datetime holds, every question to a wide schedule
+    is answered (a range that would reach past them ends there), never with
+    OverflowError, and the ranges still agree with window_at."""
+    (window,) = schedule.windows
+    (pair,) = schedule.open_windows(now)
+    deadlines = pair[1]
+    assert deadlines == window.deadline_range(now)
+    assert (other in deadlines) == (schedule.window_at(other, now) is window)
+    missed = dict(schedule.missed(other, now))
+    assert (window in missed and other in missed[window]) == (
+        window in schedule.missed_windows(other, other, now)
+    )
+    assert window.is_open(other, now) == (schedule.window_at(other, now) is window)
+    assert schedule.render()
+
+
+def test_a_time_that_leaves_the_datetime_range_in_utc_is_refused_naming_it() -> None:
+    """The first day of year 1 east of Greenwich has no UTC value: a ValidationError
+    naming ``now``, not OverflowError."""
+    first = dt.datetime(1, 1, 1, tzinfo=MSK)
+    with pytest.raises(ValidationError) as caught:
+        trial_schedule().open_windows(first)
+    assert "now" == caught.value.field
 
 
 # --- window_at and deadline ranges ------------------------------------------------------

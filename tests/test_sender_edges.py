@@ -394,6 +394,49 @@ async def test_a_foreign_transports_message_never_carries_the_text_anywhere(
     assert [] == [r.getMessage() for r in caplog.records if TEXT in r.getMessage()]
 
 
+class BodyInItsError(httpx.AsyncBaseTransport):
+    """A foreign transport that fails with an exception of its own quoting the body."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        raise RuntimeError(f"failed sending {request.content!r} to {request.url}")
+
+
+def _chain(error: BaseException | None) -> list[BaseException]:
+    """``error`` and every exception it leads to through ``__cause__`` and ``__context__``."""
+    found: list[BaseException] = []
+    pending = [error]
+    while pending:
+        exc = pending.pop()
+        if exc is not None and all(exc is not seen for seen in found):
+            found.append(exc)
+            pending += [exc.__cause__, exc.__context__]
+    return found
+
+
+@pytest.mark.parametrize("kind", ["telegram", "webhook"])
+async def test_a_foreign_exception_quoting_the_body_leaves_no_text_in_the_chain(
+    kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A caller's transport raising RuntimeError with the request's body and URL in it:
+    neither the raised error, nor any exception of its cause and context chain, nor a log
+    line holds the text or the secret (the redacted cause kept the exception's text)."""
+    caplog.set_level("DEBUG")
+    secret = "/hooks/secret-path-81d2"
+    async with httpx.AsyncClient(transport=BodyInItsError()) as client:
+        sender: TelegramSender | WebhookSender = (
+            TelegramSender(TOKEN, client=client, rate_limit=None, max_retries=0)
+            if kind == "telegram"
+            else WebhookSender(f"https://hooks.example.com{secret}", client=client, max_retries=0)
+        )
+        with pytest.raises(SendError) as info:
+            await sender.send("42", Message(TEXT))
+    chain = _chain(info.value)
+    assert [info.value.__cause__] == chain[1:]
+    shown = [f"{e!s} {e!r}" for e in chain] + [r.getMessage() for r in caplog.records]
+    assert [] == [line for line in shown if TEXT in line or TOKEN in line or secret in line]
+    assert "RuntimeError" in str(info.value.__cause__)
+
+
 @pytest.mark.parametrize(
     "exc",
     [httpx.ConnectError("refused"), httpx.ConnectTimeout("slow"), httpx.PoolTimeout("busy")],

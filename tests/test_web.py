@@ -522,6 +522,38 @@ async def test_no_message_text_or_token_in_any_response(guarded: Console) -> Non
     assert "msg-sha256:" not in everything
 
 
+@pytest.mark.parametrize("engine_kind", ["sync", "async"])
+async def test_a_database_without_the_ledger_shows_a_page_saying_to_migrate(
+    backend: Backend, engine_kind: str
+) -> None:
+    """Every page of a console whose database has no ledger table answers 503 with a page
+    (or, for JSON, an error) saying to run `notifyonce migrate`; it was a bare 500."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    table = backend.unique_table()
+    engine = (
+        sa.create_engine(backend.sync_url)
+        if engine_kind == "sync"
+        else create_async_engine(backend.async_url)
+    )
+    transport = httpx.ASGITransport(app=create_app(engine, table=table))
+    try:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://127.0.0.1:8080"
+        ) as client:
+            answers = {path: await client.get(path) for path in PAGES}
+    finally:
+        if isinstance(engine, sa.Engine):
+            engine.dispose()
+        else:
+            await engine.dispose()
+    assert dict.fromkeys(PAGES, 503) == {p: a.status_code for p, a in answers.items()}
+    for path, answer in answers.items():
+        shown = answer.json()["error"] if path.startswith("/campaign.json") else answer.text
+        assert "notifyonce migrate" in shown
+        assert table in shown
+
+
 async def test_async_engine_and_mounting_under_a_path(backend: Backend) -> None:
     """The app on an AsyncEngine, mounted under /ops in another Starlette app."""
     from sqlalchemy.ext.asyncio import create_async_engine

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
+from notifyonce._drivers.errors import database_detail
 from notifyonce._errors import LedgerError, ValidationError
 from notifyonce._keys import SlotKey, make_key
 from notifyonce._ledger.table import SlotStatus
@@ -165,7 +166,7 @@ async def check_message(
                 )
     except SQLAlchemyError as exc:
         raise LedgerError(
-            f"the campaign's message could not be checked ({type(exc).__name__})"
+            f"the campaign's message could not be checked ({database_detail(exc)})"
         ) from exc
 
 
@@ -348,7 +349,7 @@ async def cancel_requested(ledger: AsyncLedger, action: str, campaign: str) -> s
             value = (await conn.execute(cancel_query(ledger.table, action, campaign))).scalar()
     except SQLAlchemyError as exc:
         raise LedgerError(
-            f"the campaign's cancel request could not be read ({type(exc).__name__})"
+            f"the campaign's cancel request could not be read ({database_detail(exc)})"
         ) from exc
     return cancel_note(value)
 
@@ -361,6 +362,6 @@ async def _update(ledger: AsyncLedger, action: str, campaign: str, *, cancel: bo
     except SQLAlchemyError as exc:
         what = "set" if cancel else "cleared"
         raise LedgerError(
-            f"the campaign's cancel request could not be {what} ({type(exc).__name__})"
+            f"the campaign's cancel request could not be {what} ({database_detail(exc)})"
         ) from exc
     return bool(result.rowcount)

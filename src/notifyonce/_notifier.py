@@ -272,7 +272,7 @@ class Notifier:
             subject: Who it is for.
             cycle: Which cycle; the slot is ``(action, subject, cycle)``.
             message: What to send.
-            recipient: Where to send it; defaults to ``str(subject)``.
+            recipient: Where to send it (not blank); defaults to ``str(subject)``.
             category: What a recipient opts out of; see `send_many`.
             transactional: Opt-outs do not apply; see `send_many`.
             skip_gone: See `send_many`.
@@ -581,9 +581,11 @@ class Notifier:
                 "message", f"must be a Message, got {type(item.message).__name__}"
             )
         if item.recipient is not None and (
-            not isinstance(item.recipient, str) or not item.recipient
+            not isinstance(item.recipient, str) or not item.recipient.strip()
         ):
-            raise ValidationError("recipient", "must be a non-empty str or None")
+            # Blank is refused too: no sender can deliver to "  ", yet one without a
+            # check of its own would be asked to and its slot recorded sent.
+            raise ValidationError("recipient", "must be a non-blank str or None")
         if item.timezone is not None and not isinstance(item.timezone, dt.tzinfo):
             raise ValidationTypeError("timezone", "must be a tzinfo (e.g. a ZoneInfo) or None")
         try:

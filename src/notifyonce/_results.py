@@ -27,7 +27,7 @@ class Notification:
         subject: Who it is for (a user or chat id).
         cycle: Which cycle (e.g. the end of the paid period); see [`make_key`][notifyonce.make_key].
         message: What to send.
-        recipient: Where to send it; defaults to ``str(subject)``.
+        recipient: Where to send it (not blank); defaults to ``str(subject)``.
         timezone: The subject's time zone, for the Notifier's ``quiet_hours``.
 
     Examples:

@@ -203,7 +203,14 @@ def add_parser(
         default=None,
         metavar="TIME",
         help="wait until this time before the first send, e.g. 2026-12-24T10:00+01:00 (with "
-        "its UTC offset); two schedulers starting the campaign then send each chat once",
+        "its UTC offset); two schedulers starting the campaign then send each chat once. "
+        "A time past is refused, unless --at-or-now",
+    )
+    parser.add_argument(
+        "--at-or-now",
+        action="store_true",
+        help="with --at: start at once when that time has passed (a scheduler that fired "
+        "late, a run resumed after it), saying so in one line",
     )
     parser.add_argument(
         "--progress-chat",
@@ -242,6 +249,7 @@ def _start_time(value: str) -> dt.datetime:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``notifyonce broadcast``; the exit code."""
+    _check_start(args.at, args.at_or_now)
     message = _message(args)
     args.base_url = args.base_url or default_api_url()
     token = os.environ.get(args.token_env, "")
@@ -262,6 +270,30 @@ def run(args: argparse.Namespace) -> int:
         return asyncio.run(_broadcast(args, message, make_sender, async_url(url), tty, every))
     except SenderConfigError as exc:
         raise UsageError(f"the sender is set up wrong, nothing more was sent: {exc}") from None
+
+
+def _check_start(at: dt.datetime | None, or_now: bool) -> None:
+    """--at a time past is a usage error without --at-or-now: a typo in the date (a year
+    behind) would otherwise start the campaign now, which nobody asked for."""
+    if at is None:
+        if or_now:
+            raise UsageError("--at-or-now: needs --at TIME (without --at it starts now anyway)")
+        return
+    now = dt.datetime.now(dt.timezone.utc)
+    if at <= now and not or_now:
+        raise UsageError(
+            f"--at: {at.isoformat()} is past (it is {now:%Y-%m-%dT%H:%M:%S}Z now): give a "
+            "time to come, leave --at out to start now, or add --at-or-now to start at "
+            "once when that time has passed"
+        )
+
+
+def _start_line(at: dt.datetime) -> str:
+    """The one line a broadcast with --at starts with: what it waits for, or that the
+    time has passed (with --at-or-now) and it starts now."""
+    if at <= dt.datetime.now(dt.timezone.utc):
+        return f"--at {at.isoformat()} has passed: starting now"
+    return f"waiting until {at.isoformat()} to start"
 
 
 def _message(args: argparse.Namespace) -> Message:
@@ -416,7 +448,7 @@ async def _broadcast(
                 progress_chat=progress_chat,
             )
             if args.at is not None:
-                print(f"waiting until {args.at.isoformat()} to start", file=sys.stderr)
+                print(_start_line(args.at), file=sys.stderr)
             report = await _run_interruptibly(broadcast)
         finally:
             display.close()

@@ -20,6 +20,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from notifyonce._drivers import missing_driver, url_driver
 from notifyonce._errors import ValidationError
+from notifyonce._schedule.durations import MAX_DURATION
 from notifyonce._senders.telegram.file_sql import default_file_table
 
 __all__ = [
@@ -52,7 +53,6 @@ EXIT_USAGE = 2
 EXIT_DATABASE = 3
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_MAX_DURATION = dt.timedelta(days=36525)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 DURATION_UNITS = "s seconds, m minutes, h hours, d days, w weeks"
 DURATION_HELP = f"a duration such as 30s, 15m, 12h, 7d, 2w or 1h30m ({DURATION_UNITS}; no months)"
@@ -95,7 +95,7 @@ def parse_duration(text: str) -> dt.timedelta:
     seconds = sum(float(n) * _UNITS[u] for n, u in parts)
     if seconds <= 0:
         raise ValidationError("duration", f"{text!r} must be longer than zero")
-    if seconds > _MAX_DURATION.total_seconds():
+    if seconds > MAX_DURATION.total_seconds():
         raise ValidationError("duration", f"{text!r} is longer than 100 years")
     return dt.timedelta(seconds=seconds)
 

@@ -14,6 +14,7 @@ This module holds the argument tree and `main`; the commands live beside it
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,9 +40,27 @@ from notifyonce._version import __version__
 __all__ = ["main"]
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser that reads a negative chat id as a value, also as the chat of
+    ``CHAT:MESSAGE_ID``: ``--copy-from -1001234567890:42``, as a channel's post is
+    written, was refused ("expected one argument").
+
+    argparse reads an argument that starts with '-' as an option unless it looks like a
+    negative number (and no option does, as none here does); this adds a negative chat
+    id with a message id to what looks like one.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        plain = self._negative_number_matcher.pattern  # as this Python's argparse has it
+        self._negative_number_matcher = re.compile(rf"{plain}|^-[0-9]+:[0-9]+$")
+
+
 def _parser() -> argparse.ArgumentParser:
     """The whole argument tree: the ledger's commands here, the others from their modules."""
-    parser = argparse.ArgumentParser(
+    # Typed as the base class, which the commands' modules take; add_subparsers makes the
+    # subcommands' parsers of this one's class, so each of them is a _Parser too.
+    parser: argparse.ArgumentParser = _Parser(
         prog="notifyonce",
         description="Check send schedules and look after the notifyonce ledger.",
         epilog=f"The database URL comes from --database-url or ${ENV_URL}. Exit codes: "

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from notifyonce._drivers.base import Driver
 from notifyonce._errors import LedgerError, LedgerUnavailableError
 
-__all__ = ["DATABASE_ERRORS", "is_retryable", "translate"]
+__all__ = ["DATABASE_ERRORS", "database_detail", "is_retryable", "translate"]
 
 # What the database can raise at run time; anything else from SQLAlchemy is a bug here.
 # OSError and asyncio's TimeoutError: some async drivers (asyncpg) let a refused or timed
@@ -36,12 +36,18 @@ def is_retryable(driver: Driver, exc: BaseException) -> bool:
     return driver.is_retryable(exc.orig)
 
 
+def database_detail(exc: BaseException) -> str:
+    """What a LedgerError says of a driver or SQLAlchemy error: the driver's class and the
+    first line of its message (``no such table: notifyonce_slots``), at most 300
+    characters. The first line only: never the statement's parameters."""
+    orig = getattr(exc, "orig", None) or exc
+    detail = str(orig).strip().splitlines()[0] if str(orig).strip() else ""
+    return f"{type(orig).__name__}: {detail}"[:300]
+
+
 def translate(driver: Driver, exc: BaseException) -> LedgerError:
     """The notifyonce error for a driver or SQLAlchemy error (chain it with ``from``)."""
-    orig = getattr(exc, "orig", None) or exc
-    # The class and the driver's first line only: never the statement's parameters.
-    detail = str(orig).strip().splitlines()[0] if str(orig).strip() else ""
-    message = f"{type(orig).__name__}: {detail}"[:300]
+    message = database_detail(exc)
     unavailable = isinstance(
         exc, (sa.exc.TimeoutError, sa.exc.InterfaceError, OSError, asyncio.TimeoutError)
     ) or (isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated)

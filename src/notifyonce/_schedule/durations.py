@@ -1,10 +1,19 @@
-"""Durations written the way people say them (``6h30m``, ``5m``), for messages and timelines."""
+"""Durations written the way people say them (``6h30m``, ``5m``), and how long one may be."""
 
 from __future__ import annotations
 
 import datetime as dt
 
-__all__ = ["format_duration"]
+from notifyonce._errors import ValidationError
+
+__all__ = ["MAX_DURATION", "check_duration", "format_duration"]
+
+MAX_DURATION = dt.timedelta(days=36_525)
+"""100 years: the longest a window's bound, a job's period, its downtime or a gap may be.
+
+Far beyond any reminder, and short enough that no sum of two of them overflows a
+timedelta, and that a deadline of this century minus one stays within the years a
+datetime holds (1 to 9999)."""
 
 _UNITS = (("d", 86_400), ("h", 3_600), ("m", 60))
 
@@ -35,3 +44,15 @@ def format_duration(value: dt.timedelta) -> str:
     elif seconds or not parts:
         parts.append(f"{seconds}s")
     return "".join(parts)
+
+
+def check_duration(field: str, value: dt.timedelta) -> dt.timedelta:
+    """``value``, or a ValidationError naming ``field`` when it is past `MAX_DURATION`
+    either way (999,999,999 days is a typo, and it overflows the arithmetic of a run)."""
+    if abs(value) > MAX_DURATION:
+        raise ValidationError(
+            field,
+            f"is {format_duration(value)}, past the 100 years ({MAX_DURATION.days:,} days) "
+            "a duration may be either way",
+        )
+    return value

@@ -8,8 +8,9 @@ from collections.abc import Iterable, Iterator
 from typing import Any, NoReturn
 
 from notifyonce._errors import ScheduleError, ValidationTypeError
+from notifyonce._schedule.durations import check_duration
 from notifyonce._schedule.rules import find_problems, sort_windows
-from notifyonce._schedule.window import DeadlineRange, Window, to_utc
+from notifyonce._schedule.window import DeadlineRange, Window, shift, to_utc
 
 __all__ = ["Schedule"]
 
@@ -19,7 +20,7 @@ def _timedelta(field: str, value: object) -> dt.timedelta:
         raise ValidationTypeError(
             field, f"must be a datetime.timedelta, got {type(value).__name__}"
         )
-    return value
+    return check_duration(field, value)
 
 
 def _windows(value: object) -> tuple[Window, ...]:
@@ -79,6 +80,8 @@ class Schedule:
 
     Raises:
         ValidationTypeError: an argument has the wrong type (its ``field`` names it).
+        ValidationError: ``period``, ``max_downtime`` or ``min_gap`` is longer than 100
+            years (36,525 days) either way; ``field`` names it.
         ScheduleError: the values break one or more rules; ``problems`` has a sentence each.
     """
 
@@ -242,7 +245,9 @@ class Schedule:
         last = to_utc("last_run", last_run)
         at = to_utc("now", now)
         return [
-            w for w in self._windows if last < end - w.opens_before and end - w.closes_before <= at
+            w
+            for w in self._windows
+            if last < shift(end, -w.opens_before) and shift(end, -w.closes_before) <= at
         ]
 
     def missed(
@@ -280,7 +285,8 @@ class Schedule:
         last = to_utc("last_run", last_run)
         # Missed iff last < D - opens_before and D - closes_before <= now.
         found = [
-            (w, DeadlineRange(last + w.opens_before, at + w.closes_before)) for w in self._windows
+            (w, DeadlineRange(shift(last, w.opens_before), shift(at, w.closes_before)))
+            for w in self._windows
         ]
         return [(w, r) for w, r in found if not r.empty]
 

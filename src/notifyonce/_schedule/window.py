@@ -7,11 +7,13 @@ from dataclasses import dataclass
 
 from notifyonce._errors import ValidationError, ValidationTypeError
 from notifyonce._keys import normalize_action
-from notifyonce._schedule.durations import format_duration
+from notifyonce._schedule.durations import check_duration, format_duration
 
-__all__ = ["DeadlineRange", "Window", "to_utc"]
+__all__ = ["DeadlineRange", "Window", "shift", "to_utc"]
 
 UTC = dt.timezone.utc
+_FIRST = dt.datetime.min.replace(tzinfo=UTC)
+_LAST = dt.datetime.max.replace(tzinfo=UTC)
 
 
 def to_utc(field: str, value: object) -> dt.datetime:
@@ -23,7 +25,8 @@ def to_utc(field: str, value: object) -> dt.datetime:
 
     Raises:
         ValidationTypeError: ``value`` is not a datetime.
-        ValidationError: ``value`` is naive.
+        ValidationError: ``value`` is naive, or has no UTC value within the years 1 to
+            9999 (the first hours of year 1 east of Greenwich, the last of 9999 west).
     """
     if not isinstance(value, dt.datetime):
         raise ValidationTypeError(field, f"must be an aware datetime, got {type(value).__name__}")
@@ -33,7 +36,24 @@ def to_utc(field: str, value: object) -> dt.datetime:
             "naive datetime; pass an aware one, e.g. datetime.now(timezone.utc) "
             "or value.replace(tzinfo=timezone.utc) for a UTC value read from the database",
         )
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValidationError(
+            field, "is too close to datetime.min or datetime.max to have a UTC value"
+        ) from None
+
+
+def shift(at: dt.datetime, by: dt.timedelta) -> dt.datetime:
+    """``at + by`` (UTC), held at the first or the last moment a datetime holds.
+
+    No deadline lies beyond them, so a range of deadlines that would reach past one ends
+    there and holds exactly the deadlines it would have held.
+    """
+    try:
+        return at + by
+    except OverflowError:
+        return _LAST if by > dt.timedelta(0) else _FIRST
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +97,8 @@ class Window:
     deadline is inside, a run exactly ``closes_before`` before it is not, so two windows
     that touch never are open at the same instant.
 
-    Only types are checked here; the bounds are checked by
+    Only types, and that each bound is within 100 years (36,525 days) either way, are
+    checked here; how the bounds fit together is checked by
     [`Schedule`][notifyonce.Schedule], which reports every problem of every window at once.
 
     Examples:
@@ -94,7 +115,8 @@ class Window:
 
     Raises:
         ValidationTypeError: a field has the wrong type (its ``field`` names it).
-        ValidationError: ``action`` is empty, blank, too long or has control characters.
+        ValidationError: ``action`` is empty, blank, too long or has control characters;
+            a bound is longer than 100 years either way (``field`` names it).
     """
 
     action: str
@@ -109,6 +131,7 @@ class Window:
                 raise ValidationTypeError(
                     field, f"must be a datetime.timedelta, got {type(value).__name__}"
                 )
+            check_duration(field, value)
 
     @property
     def width(self) -> dt.timedelta:
@@ -140,7 +163,7 @@ class Window:
             ValidationError: ``now`` is naive (or not a datetime).
         """
         at = to_utc("now", now)
-        return DeadlineRange(at + self.closes_before, at + self.opens_before)
+        return DeadlineRange(shift(at, self.closes_before), shift(at, self.opens_before))
 
     def describe(self) -> str:
         """``'trial_6h' (6h30m to 5h before the deadline)``: how messages name a window."""

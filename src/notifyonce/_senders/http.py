@@ -30,6 +30,7 @@ from notifyonce._errors import (
     ValidationError,
     ValidationTypeError,
 )
+from notifyonce._senders.redaction import redacted
 from notifyonce._senders.retry import RetryPlan
 from notifyonce._senders.transport import Progress, classify_transport_error, placed_by_httpcore
 
@@ -294,17 +295,26 @@ class HTTPSenderBase:
             try:
                 await exc.response.aread()
             except Exception as read_exc:
-                return classify_transport_error(read_exc, scrub=scrub), read_exc, False
+                error, cause = self._failure(read_exc, None, scrub)
+                return error, cause, False
             return exc.response, None, False
         except Exception as exc:
-            error = classify_transport_error(
-                exc,
-                request_started=progress.evidence,
-                placed=self._owns_client or placed_by_httpcore(exc),
-                scrub=scrub,
-            )
-            return error, exc, isinstance(error, TransientSendError)
+            error, cause = self._failure(exc, progress.evidence, scrub)
+            return error, cause, isinstance(error, TransientSendError)
         return response, None, False
+
+    def _failure(
+        self, exc: Exception, request_started: bool | None, scrub: Callable[[str], str]
+    ) -> tuple[SendError, BaseException]:
+        """A failed request's error, and the exception to chain to it: ``exc`` itself when
+        its text can be read (the sender's own transport, or httpx's over httpcore), else
+        a stand-in naming only its class, as the error's description does. A caller's
+        transport may quote the request's body, the message's text, in its exception."""
+        placed = self._owns_client or placed_by_httpcore(exc)
+        error = classify_transport_error(
+            exc, request_started=request_started, placed=placed, scrub=scrub
+        )
+        return error, exc if placed else redacted(exc, scrub, quoted=False)
 
     async def _pause(
         self, logger: logging.Logger, what: str, plan: RetryPlan, error: SendError, wait: float

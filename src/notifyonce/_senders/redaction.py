@@ -9,7 +9,15 @@ from collections.abc import Callable, Mapping
 
 from notifyonce._errors import RedactedTransportError, SendError
 
-__all__ = ["RedactedTransportError", "Secrets", "chain_cause", "redact", "scrubbed", "short"]
+__all__ = [
+    "RedactedTransportError",
+    "Secrets",
+    "chain_cause",
+    "redact",
+    "redacted",
+    "scrubbed",
+    "short",
+]
 
 # The token sits in the path: /bot<token>/<method>. Redacting the whole segment needs no
 # registry of live tokens and also covers tokens of other senders in the same process.
@@ -31,8 +39,21 @@ def short(text: str, scrub: Callable[[str], str]) -> str:
     return text if len(text) <= _MAX_DESCRIPTION else text[: _MAX_DESCRIPTION - 3] + "..."
 
 
+def redacted(
+    cause: BaseException, scrub: Callable[[str], str], *, quoted: bool = True
+) -> RedactedTransportError:
+    """The stand-in for ``cause``: its class name and, when ``quoted``, its scrubbed text.
+
+    Not ``quoted`` for an exception whose text may hold the message: a caller's transport
+    may quote the request's body in it, and scrubbing removes secrets, not message texts.
+    """
+    text = f"{type(cause).__name__}: {scrub(str(cause))}" if quoted else type(cause).__name__
+    return RedactedTransportError(text)
+
+
 def chain_cause(error: SendError, cause: BaseException | None, scrub: Callable[[str], str]) -> None:
-    """Chain a redacted copy of ``cause``: its class name and scrubbed text, nothing else.
+    """Chain a redacted copy of ``cause``: its class name and scrubbed text, nothing else
+    (a stand-in made by `redacted` is chained as it is).
 
     Never the original: a transport exception keeps the request (whose URL holds the bot
     token) and its traceback's frames keep the URL in their locals, which error reporters
@@ -40,7 +61,9 @@ def chain_cause(error: SendError, cause: BaseException | None, scrub: Callable[[
     """
     if cause is None:
         return
-    error.__cause__ = RedactedTransportError(f"{type(cause).__name__}: {scrub(str(cause))}")
+    if not isinstance(cause, RedactedTransportError):
+        cause = redacted(cause, scrub)
+    error.__cause__ = cause
     error.__suppress_context__ = True
 
 

@@ -156,6 +156,20 @@ class Console:
     def now(self) -> dt.datetime:
         return self.ledger.now()
 
+    async def has_ledger(self) -> bool:
+        """Whether the ledger's table is in the database (a page's read failing without it
+        means the database was never migrated, not that it is broken)."""
+        table = self.table
+        return await self.read(lambda conn: sa.inspect(conn).has_table(table.name, table.schema))
+
+    def no_ledger(self, request: Request, session: Session) -> Response:
+        """503: the page (or the JSON error) saying to run ``notifyonce migrate`` first."""
+        name = self.table.fullname
+        if request.url.path.endswith(".json"):
+            error = f"the ledger table {name} is not in this database: run `notifyonce migrate`"
+            return self.finish(request, session, JSONResponse({"error": error}, status_code=503))
+        return self.respond(request, session, "no_ledger.html", {"table": name}, status_code=503)
+
     # -- the guard ---------------------------------------------------------------------
 
     def session(self, request: Request) -> tuple[Session, bool]:
@@ -307,7 +321,12 @@ def _page(console: Console, handler: Handler) -> Callable[[Request], Awaitable[R
         session, allowed = console.session(request)
         if not allowed:
             return console.refused(request, session)
-        return await handler(console, request, session)
+        try:
+            return await handler(console, request, session)
+        except sa.exc.SQLAlchemyError:
+            if await console.has_ledger():
+                raise
+        return console.no_ledger(request, session)
 
     return endpoint
 

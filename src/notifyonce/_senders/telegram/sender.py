@@ -16,6 +16,7 @@ import httpx
 from typing_extensions import Unpack
 
 from notifyonce._errors import (
+    MessageRefusedError,
     PermanentSendError,
     SendError,
     TransientSendError,
@@ -477,7 +478,17 @@ class TelegramSender(HTTPSenderBase):
                 "from_chat_id": _chat_id(str(media.from_chat_id)),
                 "message_id": media.message_id,
             }
-            return await self._send(target, {**payload, **source}, budget, "copyMessage")
+            try:
+                return await self._send(target, {**payload, **source}, budget, "copyMessage")
+            except MessageRefusedError as exc:
+                refused = exc
+            # Telegram does not say which message it cannot copy; whoever stops a campaign
+            # over it needs to (a chat id and a message id are no secret).
+            raise MessageRefusedError(
+                f"{refused.description} (copying message {media.from_chat_id}:{media.message_id})",
+                code=refused.code,
+                about_message=True,
+            )
         if isinstance(media, Album):
             return await self._send_album(target, payload, media, budget)
         method = _METHODS[media.kind]
