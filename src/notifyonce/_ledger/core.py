@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from notifyonce._drivers import Driver
-from notifyonce._drivers.errors import DATABASE_ERRORS, database_detail, is_retryable, translate
+from notifyonce._drivers.errors import DATABASE_ERRORS, is_retryable, translate
 from notifyonce._drivers.execute import ConnectionLink, Link, is_observed, wrap_dbapi_error
 from notifyonce._errors import LedgerError, ValidationError
 from notifyonce._keys import SlotKey
