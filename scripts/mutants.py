@@ -53,6 +53,7 @@ NOTIFIER = "tests/test_notifier.py"
 DISPATCH = "tests/test_dispatch.py"
 LEDGER = "tests/test_ledger.py"
 E2E = "tests/test_telegram_e2e.py"
+AUDIENCE = "tests/test_audience.py"
 
 MUTANTS = [
     # -- the Notifier (the dispatch pipeline) ------------------------------------------------
@@ -444,6 +445,48 @@ MUTANTS = [
         r'mode = DeliveryMode\(args\.mode\.replace\("-", "_"\)\)',
         "mode = DeliveryMode.AT_MOST_ONCE",
         ("tests/test_cli.py",),
+    ),
+    # -- the audience ----------------------------------------------------------------------
+    Mutant(
+        "gone-not-skipped",
+        "a recipient known to be gone is skipped before any claim or request",
+        "_dispatch.py",
+        r"todo = await self\._audience\(todo\)",
+        "pass",
+        (AUDIENCE + "::test_a_block_is_learned_once_and_skipped_by_every_later_run",),
+    ),
+    Mutant(
+        "gone-not-learned",
+        "a refusal that says its recipient is gone is remembered once its mark landed",
+        "_dispatch.py",
+        r"if gone is not None and landed:",
+        "if False:",
+        (AUDIENCE + "::test_a_block_is_learned_once_and_skipped_by_every_later_run",),
+    ),
+    Mutant(
+        "transactional-honours-opt-outs",
+        "a transactional run ignores opt-outs (gone recipients are still skipped)",
+        "_audience/store.py",
+        r"elif row_category == category and not transactional:",
+        "elif row_category == category:",
+        (AUDIENCE + "::test_opt_outs_follow_the_category_and_transactional_ignores_them",),
+    ),
+    Mutant(
+        "opt-out-ignores-category",
+        "an opt-out skips only the notifications of its category",
+        "_audience/store.py",
+        r"elif row_category == category and not transactional:",
+        "elif not transactional:",
+        (AUDIENCE + "::test_opt_outs_follow_the_category_and_transactional_ignores_them",),
+    ),
+    Mutant(
+        "young-audience-scanned",
+        "a batch's audience look-up searches the key, even on a young PostgreSQL table",
+        "_drivers/postgresql.py",
+        r"        asked = \(\n            sa\.func\.unnest",
+        "        return Driver.rows_by_key(table, key, columns, values)\n        asked = (\n"
+        "            sa.func.unnest",
+        (AUDIENCE + "::test_a_young_audience_is_searched_by_its_key",),
     ),
 ]
 

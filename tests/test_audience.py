@@ -471,3 +471,33 @@ def test_a_young_audience_is_searched_by_its_key(
             details = " | ".join(str(row[-1]) for row in raw)
             assert f"SCAN {table}" not in details
             assert "INDEX" in details or "PRIMARY KEY" in details
+
+
+async def test_a_broadcast_skips_the_gone_and_its_categorys_opt_outs(
+    sqlite_ledger: AsyncLedger,
+) -> None:
+    """A Broadcast learns the blocks of its first campaign; the next campaign of the
+    category skips them and its opt-outs without a request; a transactional one reaches
+    the opted out."""
+    from notifyonce import Broadcast
+
+    sender = FakeSender()
+    for chat in ("3", "6"):
+        sender.block(chat)
+    notifier = Notifier(sqlite_ledger, sender)
+    news = Message("news")
+    first = await Broadcast(notifier, "news", "2026-12-01", news, range(10), category="promo").run()
+    assert (8, 2) == (first.progress.sent, first.progress.failed)
+    await notifier.audience.opt_out(5, "promo", how="button")
+    sender.records.clear()
+    second = await Broadcast(
+        notifier, "news", "2026-12-02", news, range(10), category="promo"
+    ).run()
+    assert (7, 3) == (second.progress.sent, second.progress.skipped)
+    assert {"gone: blocked": 2, "opted out of promo": 1} == second.report.skips
+    assert set(map(str, range(10))) - {"3", "5", "6"} == {r.recipient for r in sender.records}
+    notice = Broadcast(notifier, "terms", "2026-12", news, range(10), transactional=True)
+    third = await notice.run()
+    assert (8, {"gone: blocked": 2}) == (third.progress.sent, third.report.skips)
+    with pytest.raises(ValidationError, match="category"):
+        Broadcast(notifier, "news", "2026-12-03", news, range(3), category="")
