@@ -9,6 +9,7 @@ import random
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -32,6 +33,8 @@ from notifyonce import (
 )
 from notifyonce._audience import skip_reason
 from notifyonce.testing import FakeSender
+
+from ._databases import Backend
 
 UTC = dt.timezone.utc
 WORKERS = 12
@@ -439,7 +442,7 @@ def test_a_young_audience_is_searched_by_its_key(
     table = sync_audience.table.name
     sync_audience.mark_gone_many(range(0, YOUNG_GONE * 2, 2), "blocked")
     asked = [str(n) for n in range(10_000, 10_000 + ASKED)]
-    seen: list[tuple[str, object]] = []
+    seen: list[tuple[str, Any]] = []
 
     def record(conn: object, cursor: object, statement: str, params: object, *_: object) -> None:
         if "FROM" in statement and table in statement and statement.lstrip().startswith("SELECT"):
@@ -501,3 +504,42 @@ async def test_a_broadcast_skips_the_gone_and_its_categorys_opt_outs(
     assert (8, {"gone: blocked": 2}) == (third.progress.sent, third.report.skips)
     with pytest.raises(ValidationError, match="category"):
         Broadcast(notifier, "news", "2026-12-03", news, range(3), category="")
+
+
+async def test_a_block_learned_elsewhere_while_a_campaign_runs(
+    async_engine: AsyncEngine, async_table: str, async_backend: Backend
+) -> None:
+    """Another process marks chats gone while a campaign runs, some of them chats the
+    campaign itself finds blocked at the same moment: every chat is sent or skipped once,
+    each gone chat has one row, and no write is lost or refused."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    ledger = AsyncLedger(async_engine, table_name=async_table)
+    await ledger.create_schema()
+    sender = FakeSender(latency=0.002)
+    for chat in range(150, 200):
+        sender.block(str(chat))
+    notifier = Notifier(ledger, sender, concurrency=8, batch_size=20)
+    elsewhere_engine = create_async_engine(async_backend.async_url)
+    elsewhere = AsyncAudience(elsewhere_engine, table_name=notifier.audience.table.name)
+
+    async def other_process() -> None:
+        await asyncio.sleep(0.05)
+        for start in range(100, 200, 10):
+            await elsewhere.mark_gone_many(range(start, start + 10), "blocked", source="update")
+
+    try:
+        report, _ = await asyncio.gather(
+            notifier.send_many("news", _notifications(200, "c")), other_process()
+        )
+    finally:
+        await elsewhere_engine.dispose()
+    sent, skipped = report.counts[Outcome.SENT], report.counts[Outcome.SKIPPED]
+    failed = report.counts[Outcome.FAILED]
+    assert 200 == sent + skipped + failed
+    assert 200 == len({r.key.subject for r in report.results})
+    assert {"blocked": 100} == (await notifier.audience.counts()).gone
+    assert 100 == len(await notifier.audience.rows(limit=1000))
+    # The blocked ones were refused at most once each, and only those not yet skipped.
+    refused = [r.recipient for r in sender.records if r.error is not None]
+    assert len(refused) == len(set(refused)) == failed
