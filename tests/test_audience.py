@@ -543,3 +543,34 @@ async def test_a_block_learned_elsewhere_while_a_campaign_runs(
     # The blocked ones were refused at most once each, and only those not yet skipped.
     refused = [r.recipient for r in sender.records if r.error is not None]
     assert len(refused) == len(set(refused)) == failed
+
+
+async def test_no_audience_statement_is_compiled_per_call(
+    async_backend: Backend, async_table: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two runs that skip and learn gone chats compile each of the audience's statements
+    once: the engine's log shows no ``[no key`` but for the tables' DDL (SQLAlchemy 2.0
+    compiled the learned rows' upsert on every call)."""
+    import logging
+
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(async_backend.async_url, echo=True)
+    try:
+        ledger = AsyncLedger(engine, table_name=async_table)
+        await ledger.create_schema()
+        sender = FakeSender()
+        for chat in range(0, 300, 7):
+            sender.block(str(chat))
+        notifier = Notifier(ledger, sender, batch_size=50)
+        with caplog.at_level(logging.INFO, logger="sqlalchemy.engine.Engine"):
+            caplog.clear()
+            for action in ("a", "b"):
+                await notifier.send_many(action, _notifications(300, "c"))
+            await notifier.audience.mark_gone_many(range(1000, 1100), "blocked")
+        counts = await notifier.audience.counts()
+    finally:
+        await engine.dispose()
+    compiled_each_time = [r for r in caplog.records if "[no key" in r.getMessage()]
+    assert [] == compiled_each_time
+    assert {"blocked": 43 + 100} == counts.gone

@@ -14,14 +14,13 @@ Nothing here imports any of them.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from notifyonce._audience.table import (
@@ -36,6 +35,7 @@ from notifyonce._audience.table import (
 )
 from notifyonce._drivers import Driver, driver_for
 from notifyonce._drivers.errors import DATABASE_ERRORS, is_retryable, translate
+from notifyonce._drivers.execute import Compiled
 from notifyonce._errors import ValidationError, ValidationTypeError
 from notifyonce._keys import check_text
 
@@ -268,27 +268,35 @@ class _Work:
     def __init__(self, table: sa.Table, driver: Driver) -> None:
         self.table = table
         self.driver = driver
+        self._compiled_upsert: Compiled | None = None
 
     def upsert(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
         """Insert ``rows``; a row that is there takes the new reason, source and detail and
         keeps its first ``since``: two writers of one row end with one. One statement,
-        built once, run for many rows (the driver's executemany)."""
+        compiled once, run for many rows (the driver's executemany)."""
+        compiled = self._upsert(conn.dialect)
         # Sorted: two writers of overlapping rows lock them in the same order.
         rows = sorted(rows, key=lambda r: (r["recipient"], r["category"]))
         for start in range(0, len(rows), _WRITE_CHUNK):
-            conn.execute(self._upsert, rows[start : start + _WRITE_CHUNK])
+            chunk = rows[start : start + _WRITE_CHUNK]
+            conn.exec_driver_sql(compiled.sql, [compiled.args(row) for row in chunk])
 
-    @functools.cached_property
-    def _upsert(self) -> Any:
-        t = self.table
-        names = ("reason", "source", "detail")
-        insert = self.driver.insert(t)
-        if self.driver.upsert_returning:  # PostgreSQL and SQLite: ON CONFLICT
-            return insert.on_conflict_do_update(
-                index_elements=[t.c.recipient, t.c.category],
-                set_={n: insert.excluded[n] for n in names},
-            )
-        return insert.on_duplicate_key_update({n: insert.inserted[n] for n in names})
+    def _upsert(self, dialect: Dialect) -> Compiled:
+        # Compiled here once: SQLAlchemy 2.0 has no cache key for an upsert whose update
+        # names the excluded (inserted) row, and compiled it on every call.
+        if self._compiled_upsert is None:
+            t = self.table
+            names = ("reason", "source", "detail")
+            insert = self.driver.insert(t)
+            if self.driver.upsert_returning:  # PostgreSQL and SQLite: ON CONFLICT
+                statement = insert.on_conflict_do_update(
+                    index_elements=[t.c.recipient, t.c.category],
+                    set_={n: insert.excluded[n] for n in names},
+                )
+            else:  # MySQL and MariaDB
+                statement = insert.on_duplicate_key_update({n: insert.inserted[n] for n in names})
+            self._compiled_upsert = Compiled(statement, dialect)
+        return self._compiled_upsert
 
     def delete(self, conn: Connection, where: sa.ColumnElement[bool]) -> int:
         return int(conn.execute(sa.delete(self.table).where(where)).rowcount or 0)
