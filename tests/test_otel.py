@@ -352,3 +352,27 @@ async def test_a_broadcast_span_holds_its_run_and_its_sends(
         ("notifyonce.send", "notifyonce.send_many"),
         ("notifyonce.send_many", "notifyonce.broadcast"),
     ] == parents
+
+
+async def test_skipped_notifications_are_counted_with_their_reason(
+    telemetry: tuple[Telemetry, InMemoryMetricReader, InMemorySpanExporter],
+    sqlite_ledger: AsyncLedger,
+) -> None:
+    """A chat learned gone, then skipped by the next run, is counted with its reason."""
+    tel, reader, _ = telemetry
+    sender = FakeSender()
+    sender.block("2")
+    notifier = Notifier(sqlite_ledger, sender, observer=tel)
+    await notifier.audience.opt_out(3, "news")
+    for cycle in ("c1", "c2"):
+        await notifier.send_many(
+            "news", [Notification(i, cycle, Message(SECRET_TEXT)) for i in (1, 2, 3)]
+        )
+    counted = points(reader, "notifyonce.notifications")
+    news = ("notifyonce.action", "news")
+    assert {
+        (news, ("notifyonce.outcome", "sent")): 2,
+        (news, ("notifyonce.outcome", "failed")): 1,
+        (news, ("notifyonce.outcome", "skipped"), ("notifyonce.reason", "gone: blocked")): 1,
+        (news, ("notifyonce.outcome", "skipped"), ("notifyonce.reason", "opted out of news")): 2,
+    } == counted

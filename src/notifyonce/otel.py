@@ -13,7 +13,8 @@ Instruments (meter ``notifyonce``):
 ==================================  =========  ==========================================
 name (unit)                         kind       attributes
 ==================================  =========  ==========================================
-``notifyonce.notifications``        counter    ``notifyonce.action``, ``notifyonce.outcome``
+``notifyonce.notifications``        counter    ``notifyonce.action``, ``notifyonce.outcome``,
+                                               ``notifyonce.reason`` (skipped ones)
 ``notifyonce.missed_windows``       counter    ``notifyonce.action``
 ``notifyonce.claim.duration`` (s)   histogram  ``notifyonce.action``
 ``notifyonce.send.duration`` (s)    histogram  ``notifyonce.action``, ``notifyonce.outcome``
@@ -23,7 +24,9 @@ name (unit)                         kind       attributes
 ==================================  =========  ==========================================
 
 - ``notifications``: one per result; unknown outcomes and suppressed duplicates are
-  ``notifyonce.outcome="unknown"`` and ``"duplicate"``.
+  ``notifyonce.outcome="unknown"`` and ``"duplicate"``. A skipped one carries why in
+  ``notifyonce.reason`` (``"gone: blocked"``, ``"opted out of promo"``, ``"quiet hours"``):
+  the recipients a campaign no longer pays a request for, per reason.
 - ``claim.duration``: one record per claim statement (the workers whose rate-limit turn
   comes together share one).
 - ``send.duration``: one record per call of ``sender.send``, rate-limit waits, retries and
@@ -75,6 +78,7 @@ __all__ = ["Telemetry"]
 
 ACTION = "notifyonce.action"
 OUTCOME = "notifyonce.outcome"
+REASON = "notifyonce.reason"
 SENDER = "notifyonce.sender"
 ERROR_TYPE = "error.type"
 
@@ -159,7 +163,10 @@ class Telemetry(Observer):
 
     def on_result(self, result: Result) -> None:
         """Count one result (the Notifier calls it; or pass ``on_result=telemetry.on_result``)."""
-        self._outcomes.add(1, {ACTION: result.action, OUTCOME: result.outcome.value})
+        attributes = {ACTION: result.action, OUTCOME: result.outcome.value}
+        if result.reason is not None:
+            attributes[REASON] = result.reason
+        self._outcomes.add(1, attributes)
 
     def run_started(self, action: str) -> object:
         """Start the run's ``notifyonce.send_many`` span and make it current."""
