@@ -47,19 +47,21 @@ def audience_router(
         audience: Where to record it; usually ``AsyncAudience.beside(ledger)``, the one
             the Notifier asks.
         name: The router's name.
-        **options: These keywords, each optional.
-        default_category: What ``/stop`` and ``/subscribe`` without an argument name
-            (``"promo"``).
-        categories: Further categories ``/stop <category>``, ``/subscribe <category>``
-            and the unsubscribe buttons may name. Any other is answered with the list
-            and writes nothing (a button's data can be forged).
-        stop_command: The opt-out command's name, without the slash (``"stop"``).
-        subscribe_command: The opt-in command's name (``"subscribe"``).
-        start_comes_back: Whether ``/start`` brings a gone user back (True).
-        texts: Replies to use instead of the defaults, by name (``"stopped"``,
-            ``"subscribed"``, ``"unknown"``, ``"pressed"``); each may use
-            ``{category}``, ``{categories}``, ``{stop}`` and ``{subscribe}``. They are
-            sent as plain text.
+        **options: The keywords below, each optional.
+
+    Keyword Args:
+        default_category (str): What ``/stop`` and ``/subscribe`` without an argument
+            name (``"promo"``).
+        categories (Iterable[str]): Further categories ``/stop <category>``,
+            ``/subscribe <category>`` and the unsubscribe buttons may name. Any other is
+            answered with the list and writes nothing (a button's data can be forged).
+        stop_command (str): The opt-out command's name, without the slash (``"stop"``).
+        subscribe_command (str): The opt-in command's name (``"subscribe"``).
+        start_comes_back (bool): Whether ``/start`` brings a gone user back (True).
+        texts (Mapping[str, str] | None): Replies to use instead of the defaults, by
+            name (``"stopped"``, ``"subscribed"``, ``"unknown"``, ``"pressed"``); each
+            may use ``{category}``, ``{categories}``, ``{stop}`` and ``{subscribe}``.
+            They are sent as plain text.
 
     Raises:
         ValidationError: A bad argument, named; raised here, before any update.
