@@ -203,12 +203,18 @@ def test_user_presses_queues_a_callback_query_on_the_message(server: BotAPIServe
 
 
 def test_blocks_and_presses_over_http(server: BotAPIServer) -> None:
-    """POST /user_blocks, /user_unblocks, /bot_removed, /bot_added and /user_presses do
-    what the methods do, for a bot polling from another process; a bad body is a 400."""
+    """POST /user_blocks, /user_unblocks, /bot_removed, /bot_added, /user_presses, /block
+    and /unblock do what the methods do, for a bot polling from another process; a bad
+    body is a 400."""
 
     def control(route: str, **params: object) -> httpx.Response:
         return httpx.post(f"{server.url}/{route}", data=params, timeout=10)
 
+    assert {"ok": True, "result": True} == control("block", chat_id=43).json()
+    assert 403 == send(server, 43).status_code
+    assert 200 == control("unblock", chat_id=43).status_code
+    assert 200 == send(server, 43).status_code
+    assert 0 == server.pending_updates  # no update for a block alone
     assert 200 == control("user_blocks", chat_id=42).status_code
     assert 403 == send(server, 42).status_code
     assert 200 == control("user_unblocks", chat_id=42).status_code

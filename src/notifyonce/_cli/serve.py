@@ -40,7 +40,8 @@ def add_parser(
         "broadcast` read it), or aiogram's and python-telegram-bot's base URL options. "
         "It accepts any token; nothing reaches Telegram. A polling bot gets updates "
         "queued with POST /user_says (chat_id, text); POST /user_blocks and "
-        "/user_unblocks (chat_id) block and unblock the bot for a user, /bot_removed and "
+        "/user_unblocks (chat_id) block and unblock the bot for a user (/block and /unblock "
+        "without the update), /bot_removed and "
         "/bot_added (chat_id, status) take it out of a group and back, /user_presses "
         "(chat_id, data) presses an inline button. Ctrl-C stops it.",
     )

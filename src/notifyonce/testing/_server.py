@@ -1266,9 +1266,11 @@ class BotAPIServer(LocalServer):
         keep_alive: bool,
     ) -> bool:
         """``POST /user_says`` (``chat_id``, ``text``), ``/user_blocks``, ``/user_unblocks``,
-        ``/bot_removed``, ``/bot_added`` (``chat_id``, optional ``status``) and
-        ``/user_presses`` (``chat_id``, ``data``), as a form or JSON: do what the method of
-        that name does, for a bot polling this server from another process."""
+        ``/block``, ``/unblock`` (``chat_id``), ``/bot_removed``, ``/bot_added``
+        (``chat_id``, optional ``status``) and ``/user_presses`` (``chat_id``, ``data``), as
+        a form or JSON: do what the method of that name does, for a bot polling this
+        server from another process. The answer's result is the queued update's id, or
+        True when none was queued."""
         takes, control = _CONTROLS[path]
         try:
             params = parse_form(headers.get("content-type", ""), body)[0]
@@ -1276,7 +1278,8 @@ class BotAPIServer(LocalServer):
         except (ValueError, KeyError, TypeError):
             bad = _api_error(400, f"Bad Request: {path} takes {takes}")
             return await self._answer(writer, 400, bad, keep_alive)
-        answer = {"ok": True, "result": {"update_id": update_id}}
+        result = True if update_id is None else {"update_id": update_id}
+        answer = {"ok": True, "result": result}
         return await self._answer(writer, 200, json.dumps(answer).encode(), keep_alive)
 
     def _known_file(self, kind: str, source: object) -> bool:
@@ -1363,25 +1366,29 @@ class BotAPIServer(LocalServer):
             await asyncio.sleep(0.02)
 
 
+def _with_chat(name: str) -> Callable[[BotAPIServer, dict[str, Any]], int | None]:
+    """The server's method ``name``, given the ``chat_id`` of a control route."""
+    return lambda server, p: getattr(server, name)(_chat_id_param(p["chat_id"]))
+
+
 def _status(params: dict[str, Any], default: str) -> str:
     return str(params.get("status") or default)
 
 
 # The routes a test (or `notifyonce serve-test-api`'s user) drives the server's users with:
-# path -> (what it takes, for the 400 answer; what it does, returning the update's id).
-_CONTROLS: dict[str, tuple[str, Callable[[BotAPIServer, dict[str, Any]], int]]] = {
+# path -> (what it takes, for the 400 answer; what it does, returning the update's id, or
+# None when it queues none).
+_CONTROLS: dict[str, tuple[str, Callable[[BotAPIServer, dict[str, Any]], int | None]]] = {
     "/user_says": (
         "chat_id (an int) and text",
         lambda server, p: server.user_says(int(p["chat_id"]), str(p["text"])),
     ),
-    "/user_blocks": (
-        "chat_id (a private chat's id)",
-        lambda server, p: server.user_blocks(int(p["chat_id"])),
-    ),
-    "/user_unblocks": (
-        "chat_id (a private chat's id)",
-        lambda server, p: server.user_unblocks(int(p["chat_id"])),
-    ),
+    # The routes that take a chat alone: a user's private chat for user_blocks and
+    # user_unblocks (any other is a 400), any chat for block and unblock.
+    **{
+        f"/{name}": ("chat_id (a chat's id)", _with_chat(name))
+        for name in ("user_blocks", "user_unblocks", "block", "unblock")
+    },
     "/bot_removed": (
         "chat_id (a group's id or @channel) and status (left or kicked)",
         lambda server, p: server.bot_removed(
