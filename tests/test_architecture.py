@@ -1,7 +1,9 @@
 """The package's layering, checked on the source (docs/architecture.md draws it).
 
 - Only the senders' wing (and the public modules that re-export it) imports an HTTP or bot
-  library, so ``import notifyonce`` and the ledger work without any of them.
+  library, so ``import notifyonce`` and the ledger work without any of them; the bot
+  helpers (``_bots``) import aiogram and python-telegram-bot too, and nothing but the
+  public ``notifyonce.aiogram`` and ``notifyonce.ptb`` imports them.
 - The four wings do not import one another, except where the architecture page says so.
 - The shared vocabulary imports no wing and nothing of the hall (at run time: the observer
   names the hall's results in its annotations, for the type checker only).
@@ -28,6 +30,12 @@ SENDER_LIBRARIES = {"httpx", "httpcore", "aiohttp", "aiogram", "telegram", "appr
 # The public modules that re-export the senders' wing; each checks for its extra up front.
 SENDER_SHIMS = {"telegram", "webhook", "aiogram", "ptb", "apprise", "ratelimit", "testing"}
 WINGS = ("_ledger", "_schedule", "_senders", "_audience")
+# The bot helpers: a leaf that records what a bot's updates say in the audience. It may
+# import these bot libraries, the audience and the vocabulary; only these public modules
+# import it.
+BOT_HELPERS = "_bots"
+BOT_LIBRARIES = {"aiogram", "telegram"}
+BOT_HELPER_USERS = {"notifyonce.aiogram", "notifyonce.ptb"}
 # _media and _buttons (what a Message carries) and _observe (what a run tells an observer;
 # the senders report flood waits through it) are vocabulary too, where they exist.
 VOCABULARY = (
@@ -145,7 +153,41 @@ def test_only_the_senders_wing_imports_http_and_bot_libraries(module: str, path:
     if room == "_senders" or room in SENDER_SHIMS:
         return
     used = {name.split(".")[0] for name in _imports(path)} & SENDER_LIBRARIES
+    if room == BOT_HELPERS:
+        used -= BOT_LIBRARIES
     assert not used, f"{module} imports {sorted(used)}: that belongs in notifyonce._senders"
+
+
+@pytest.mark.parametrize(("module", "path"), MODULES, ids=[m for m, _ in MODULES])
+def test_only_the_public_bot_modules_import_the_bot_helpers(module: str, path: Path) -> None:
+    """The core never imports the bot helpers (they load a bot library): only
+    ``notifyonce.aiogram`` and ``notifyonce.ptb`` re-export them."""
+    if _room(module) == BOT_HELPERS or module in BOT_HELPER_USERS:
+        return
+    wrong = [n for n in _imports(path) if n.startswith(f"notifyonce.{BOT_HELPERS}")]
+    assert not wrong, f"{module} imports the bot helpers: {sorted(wrong)}"
+
+
+BOTS = [(m, p) for m, p in MODULES if _room(m) == BOT_HELPERS]
+
+
+@pytest.mark.parametrize(("module", "path"), BOTS, ids=[m for m, _ in BOTS])
+def test_the_bot_helpers_reach_only_the_audience_and_the_vocabulary(
+    module: str, path: Path
+) -> None:
+    """The bot helpers write through the audience's public calls: no ledger, sender,
+    schedule or hall; their shared rules import no bot library at all."""
+    wrong = []
+    for name in _imports(path):
+        parts = name.split(".")
+        if parts[0] in SENDER_LIBRARIES and module.endswith(".rules"):
+            wrong.append(name)
+        if parts[0] != "notifyonce" or len(parts) < 2:
+            continue
+        if parts[1] not in (BOT_HELPERS, "_audience", *VOCABULARY):
+            wrong.append(name)
+    assert BOTS, "the bot helpers are where this test looks for them"
+    assert not wrong, f"{module} reaches outside the bot helpers' reach: {sorted(wrong)}"
 
 
 @pytest.mark.parametrize(("module", "path"), MODULES, ids=[m for m, _ in MODULES])

@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+import notifyonce
 from notifyonce import (
     AsyncAudience,
     AsyncLedger,
@@ -574,3 +575,47 @@ async def test_no_audience_statement_is_compiled_per_call(
     compiled_each_time = [r for r in caplog.records if "[no key" in r.getMessage()]
     assert [] == compiled_each_time
     assert {"blocked": 43 + 100} == counts.gone
+
+
+# -- the unsubscribe button ---------------------------------------------------------------
+
+
+def test_the_unsubscribe_button_carries_its_category_in_a_keyboard() -> None:
+    """unsubscribe_button() is a callback button a Message's keyboard takes as it is,
+    whose data the bot helpers read back as its category."""
+    from notifyonce import unsubscribe_button
+    from notifyonce._buttons import unsubscribe_category
+
+    button = unsubscribe_button("promo")
+    assert {"text": "Unsubscribe", "callback_data": "notifyonce:stop:promo"} == button
+    message = Message("-20% this week", reply_markup=notifyonce.inline_keyboard([[button]]))
+    assert {"inline_keyboard": [[button]]} == message.reply_markup
+    assert "Stop" == unsubscribe_button("promo", text="Stop")["text"]
+    assert "promo" == unsubscribe_category("notifyonce:stop:promo")
+    assert None is unsubscribe_category("notifyonce:stop:")
+    assert None is unsubscribe_category("pay:42")
+
+
+@pytest.mark.parametrize(
+    ("category", "text", "field", "problem"),
+    [
+        ("p" * 49, "Unsubscribe", "category", "callback_data"),
+        ("é" * 25, "Unsubscribe", "category", "48 bytes"),
+        ("", "Unsubscribe", "category", "empty"),
+        (" promo", "Unsubscribe", "category", "spaces"),
+        ("promo", " ", "text", "no text"),
+        (7, "Unsubscribe", "category", "str"),
+    ],
+)
+def test_an_unsubscribe_button_telegram_would_refuse_is_refused(
+    category: object, text: str, field: str, problem: str
+) -> None:
+    """A category too long for Telegram's 64 bytes of callback_data (counted in bytes),
+    empty or padded, or a blank text, is refused naming the argument."""
+    from notifyonce import unsubscribe_button
+
+    with pytest.raises(ValidationError) as caught:
+        unsubscribe_button(category, text=text)  # type: ignore[arg-type]
+    assert field == caught.value.field
+    assert problem in caught.value.problem
+    assert 48 == len(unsubscribe_button("p" * 48)["callback_data"]) - len("notifyonce:stop:")

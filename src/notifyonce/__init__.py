@@ -24,7 +24,7 @@ from notifyonce._broadcast import (
     recipients_from_file,
     recipients_from_query,
 )
-from notifyonce._buttons import inline_keyboard
+from notifyonce._buttons import inline_keyboard, unsubscribe_button
 from notifyonce._errors import (
     FloodWaitError,
     LedgerError,
@@ -135,6 +135,7 @@ __all__ = [
     "recipients_from_query",
     "report_flood_wait",
     "schedule_filter",
+    "unsubscribe_button",
     "window_filter",
     "window_filters",
 ]

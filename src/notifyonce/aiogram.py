@@ -1,4 +1,5 @@
-"""A Sender over an existing aiogram 3 ``Bot``.
+"""A Sender over an existing aiogram 3 ``Bot``, and a Router that keeps the audience up to
+date from the bot's updates.
 
 Needs the ``aiogram`` extra::
 
@@ -19,6 +20,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         'notifyonce.aiogram needs aiogram 3: pip install "notifyonce[aiogram]"'
     ) from exc
 
+from notifyonce._bots.aiogram import audience_router
 from notifyonce._senders.telegram.aiogram import AiogramSender, classify_aiogram_error
 
-__all__ = ["AiogramSender", "classify_aiogram_error"]
+__all__ = ["AiogramSender", "audience_router", "classify_aiogram_error"]

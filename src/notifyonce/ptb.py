@@ -1,4 +1,5 @@
-"""A Sender over an existing python-telegram-bot ``Bot`` (v21+).
+"""A Sender over an existing python-telegram-bot ``Bot`` (v21+), and handlers that keep the
+audience up to date from the bot's updates.
 
 Needs the ``ptb`` extra::
 
@@ -19,6 +20,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         'notifyonce.ptb needs python-telegram-bot: pip install "notifyonce[ptb]"'
     ) from exc
 
+from notifyonce._bots.ptb import audience_handlers
 from notifyonce._senders.telegram.ptb import PTBSender, classify_ptb_error
 
-__all__ = ["PTBSender", "classify_ptb_error"]
+__all__ = ["PTBSender", "audience_handlers", "classify_ptb_error"]

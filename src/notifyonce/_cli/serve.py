@@ -39,7 +39,11 @@ def add_parser(
         "NOTIFYONCE_BOT_API_URL=http://127.0.0.1:PORT (TelegramSender and `notifyonce "
         "broadcast` read it), or aiogram's and python-telegram-bot's base URL options. "
         "It accepts any token; nothing reaches Telegram. A polling bot gets updates "
-        "queued with POST /user_says (chat_id, text). Ctrl-C stops it.",
+        "queued with POST /user_says (chat_id, text); POST /user_blocks and "
+        "/user_unblocks (chat_id) block and unblock the bot for a user (/block and /unblock "
+        "without the update), /bot_removed and "
+        "/bot_added (chat_id, status) take it out of a group and back, /user_presses "
+        "(chat_id, data) presses an inline button. Ctrl-C stops it.",
     )
     parser.add_argument(
         "--port",
@@ -85,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
             "Telegram)\n"
             f"  point a bot at it:  export NOTIFYONCE_BOT_API_URL={server.url}\n"
             f"  a user writes:      curl -d chat_id=42 -d text=/start {server.url}/user_says\n"
+            f"  a user blocks it:   curl -d chat_id=42 {server.url}/user_blocks\n"
             "Ctrl-C stops it.",
             file=out,
             flush=True,

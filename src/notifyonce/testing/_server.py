@@ -163,12 +163,70 @@ _SIMPLE_METHODS: dict[str, Any] = {
         "supports_inline_queries": False,
     },
     "deleteWebhook": True,
+    "answerCallbackQuery": True,
     "getWebhookInfo": {"url": "", "has_custom_certificate": False, "pending_update_count": 0},
     "setMyCommands": True,
     "deleteMyCommands": True,
     "close": True,
     "logOut": True,
 }
+
+
+# The bot as a chat member names it (the user of old_chat_member and new_chat_member).
+_ME = {k: _SIMPLE_METHODS["getMe"][k] for k in ("id", "is_bot", "first_name", "username")}
+# What the bot may do as an administrator (every right the Bot API requires of a
+# ChatMemberAdministrator; aiogram and python-telegram-bot refuse one without them).
+_ADMIN_RIGHTS = {
+    "can_be_edited": False,
+    "is_anonymous": False,
+    "can_manage_chat": True,
+    "can_delete_messages": True,
+    "can_manage_video_chats": True,
+    "can_restrict_members": True,
+    "can_promote_members": False,
+    "can_change_info": True,
+    "can_invite_users": True,
+    "can_post_stories": False,
+    "can_edit_stories": False,
+    "can_delete_stories": False,
+    "can_send_welcome_messages": False,
+    "can_post_messages": True,
+    "can_edit_messages": True,
+    "can_pin_messages": True,
+}
+_GONE_STATUSES = ("left", "kicked")
+_IN_STATUSES = ("member", "administrator")
+
+
+def _user(user_id: int) -> dict[str, Any]:
+    """A User object: the person who wrote, pressed, blocked or removed."""
+    return {"id": user_id, "is_bot": False, "first_name": "User"}
+
+
+def _member(status: str) -> dict[str, Any]:
+    """The bot as a ChatMember of ``status``: a ban is for good (``until_date`` 0)."""
+    member: dict[str, Any] = {"user": dict(_ME), "status": status}
+    if status == "kicked":
+        member["until_date"] = 0
+    if status == "administrator":
+        member.update(_ADMIN_RIGHTS)
+    return member
+
+
+def _removed(chat: dict[str, Any], status: str) -> Reply:
+    """How Telegram refuses a send to a group or channel the bot was removed from."""
+    kind = chat["type"]
+    if status == "kicked" or kind == "group":
+        return Reply.error(403, f"Forbidden: bot was kicked from the {kind} chat")
+    return Reply.error(403, f"Forbidden: bot is not a member of the {kind} chat")
+
+
+def _chat_id_param(value: object) -> int | str:
+    """A chat id given over HTTP: an int, or ``@channelname``."""
+    text = str(value)
+    if text.startswith("@") and len(text) > 1:
+        return text
+    return int(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -564,7 +622,14 @@ class BotAPIServer(LocalServer):
     [`user_says`][notifyonce.testing.BotAPIServer.user_says], or from another process by
     ``POST /user_says`` with ``chat_id`` and ``text``), ``getMe``,
     ``deleteWebhook``, ``getWebhookInfo``, ``setMyCommands``, ``deleteMyCommands``,
-    ``close`` and ``logOut``. Every call, in order, is in
+    ``answerCallbackQuery``, ``close`` and ``logOut``. A chat whose user blocked the bot
+    ([`block`][notifyonce.testing.BotAPIServer.block], or
+    [`user_blocks`][notifyonce.testing.BotAPIServer.user_blocks] with its
+    ``my_chat_member`` update) or a group the bot was removed from
+    ([`bot_removed`][notifyonce.testing.BotAPIServer.bot_removed]) is refused with
+    Telegram's 403 on every send until it is unblocked or the bot added back; a press of
+    an inline button is [`user_presses`][notifyonce.testing.BotAPIServer.user_presses].
+    Each of these has its ``POST /<name>`` route too. Every call, in order, is in
     [`calls`][notifyonce.testing.BotAPIServer.calls]. Use it as a context manager (sync or
     async) or through the ``bot_api_server`` pytest fixture.
 
@@ -619,6 +684,10 @@ class BotAPIServer(LocalServer):
         # what copyMessage copies.
         self._messages: dict[tuple[str, int], str] = {}
         self._file_numbers = itertools.count(1)
+        # chat id -> how every send to it is refused while the user has blocked the bot or
+        # the bot is out of the group (persistent, unlike a script)
+        self._refusals: dict[str, Reply] = {}
+        self._statuses: dict[str, str] = {}  # chat id -> the bot's status there, once told
 
     @property
     def url(self) -> str:
@@ -682,7 +751,7 @@ class BotAPIServer(LocalServer):
         Returns the update's ``update_id``. ``getUpdates`` hands it out until a later
         call's ``offset`` confirms it, as Telegram does.
         """
-        sender = {"id": user_id or chat_id, "is_bot": False, "first_name": "User"}
+        sender = _user(user_id or chat_id)
         with self._lock:
             update_id = next(self._update_ids)
             message: dict[str, Any] = {
@@ -722,6 +791,156 @@ class BotAPIServer(LocalServer):
         with self._lock:
             self._messages.pop((str(chat_id), message_id), None)
 
+    def block(self, chat_id: int | str) -> None:
+        """The user of ``chat_id`` blocked the bot: every later send to the chat is refused
+        with 403 "Forbidden: bot was blocked by the user" (a block wins over a script)
+        until `unblock`. No update is queued (see `user_blocks`)."""
+        with self._lock:
+            self._refusals[str(chat_id)] = Reply.blocked()
+
+    def unblock(self, chat_id: int | str) -> None:
+        """Sends to ``chat_id`` are delivered again (or answered as scripted)."""
+        with self._lock:
+            self._refusals.pop(str(chat_id), None)
+
+    def user_blocks(self, chat_id: int) -> int:
+        """The user blocks the bot in the private chat ``chat_id``: `block`, and queue the
+        ``my_chat_member`` update Telegram sends (the bot from member to kicked).
+
+        Returns:
+            The update's ``update_id``.
+
+        Raises:
+            ValueError: ``chat_id`` is not a private chat (a positive id).
+        """
+        chat = self._chat_of(chat_id, private=True)
+        with self._lock:
+            self._refusals[str(chat_id)] = Reply.blocked()
+            return self._member_update(chat_id, chat, "kicked", "member", by=int(chat_id))
+
+    def user_unblocks(self, chat_id: int) -> int:
+        """The user unblocks the bot: `unblock`, and queue its ``my_chat_member`` update
+        (kicked to member); their ``/start`` is a `user_says` of its own."""
+        chat = self._chat_of(chat_id, private=True)
+        with self._lock:
+            self._refusals.pop(str(chat_id), None)
+            return self._member_update(chat_id, chat, "member", "kicked", by=int(chat_id))
+
+    def bot_removed(
+        self, chat_id: int | str, *, status: str = "kicked", by: int = 7, kind: str | None = None
+    ) -> int:
+        """An admin (user ``by``) removes the bot from the group or channel ``chat_id``:
+        sends to it are refused with Telegram's 403 for it ("bot was kicked from the group
+        chat", "bot is not a member of the channel chat") until `bot_added`, and the
+        ``my_chat_member`` update is queued.
+
+        Args:
+            chat_id: A group (a negative id, ``-100...`` a supergroup) or ``@channel``.
+            status: ``"kicked"`` (banned) or ``"left"``.
+            by: The admin's user id.
+            kind: The chat's type when its id does not say it (``"channel"`` for a
+                channel named by its number).
+
+        Returns:
+            The update's ``update_id``.
+
+        Raises:
+            ValueError: A private chat, or a status other than left or kicked.
+        """
+        if status not in _GONE_STATUSES:
+            raise ValueError(f"status must be one of {_GONE_STATUSES}, got {status!r}")
+        chat = self._chat_of(chat_id, private=False, kind=kind)
+        with self._lock:
+            self._refusals[str(chat_id)] = _removed(chat, status)
+            return self._member_update(chat_id, chat, status, "member", by=by)
+
+    def bot_added(
+        self, chat_id: int | str, *, status: str = "member", by: int = 7, kind: str | None = None
+    ) -> int:
+        """An admin (user ``by``) adds the bot to the group or channel ``chat_id`` (back):
+        sends are delivered again, and the ``my_chat_member`` update is queued.
+
+        Args:
+            chat_id: As for `bot_removed`.
+            status: ``"member"`` or ``"administrator"`` (with an admin's rights).
+            by: The admin's user id.
+            kind: As for `bot_removed`.
+
+        Raises:
+            ValueError: A private chat, or a status other than member or administrator.
+        """
+        if status not in _IN_STATUSES:
+            raise ValueError(f"status must be one of {_IN_STATUSES}, got {status!r}")
+        chat = self._chat_of(chat_id, private=False, kind=kind)
+        with self._lock:
+            self._refusals.pop(str(chat_id), None)
+            return self._member_update(chat_id, chat, status, "left", by=by)
+
+    def user_presses(
+        self,
+        chat_id: int,
+        data: str,
+        *,
+        message_id: int | None = None,
+        user_id: int | None = None,
+    ) -> int:
+        """Queue a ``callback_query``: the user pressed the inline button carrying
+        ``data`` under a message of the chat (``message_id``, one the server delivered; a
+        new id when None). ``answerCallbackQuery`` is answered ok.
+
+        Returns:
+            The update's ``update_id``.
+        """
+        with self._lock:
+            update_id = next(self._update_ids)
+            where = message_id if message_id is not None else next(self._message_ids)
+            message = {
+                "message_id": where,
+                "date": int(time.time()),
+                "chat": _chat(str(chat_id)),
+                "from": dict(_ME),
+                "text": self._messages.get((str(chat_id), where), ""),
+            }
+            query = {
+                "id": f"{update_id}{chat_id}",
+                "from": _user(user_id or chat_id),
+                "message": message,
+                "chat_instance": f"i{chat_id}",
+                "data": data,
+            }
+            self._updates.append({"update_id": update_id, "callback_query": query})
+        return update_id
+
+    def _chat_of(
+        self, chat_id: int | str, *, private: bool, kind: str | None = None
+    ) -> dict[str, Any]:
+        """The Chat object of ``chat_id``, which must be private (or must not be)."""
+        chat = _chat(str(chat_id))
+        if kind is not None:
+            chat["type"] = kind
+        if (chat["type"] == "private") != private:
+            wanted = "a private chat (a positive id)" if private else "a group or a channel"
+            raise ValueError(f"chat_id must be {wanted}, got {chat_id!r}")
+        return chat
+
+    def _member_update(
+        self, chat_id: int | str, chat: dict[str, Any], new: str, old: str, *, by: int
+    ) -> int:
+        """Queue the ``my_chat_member`` update of the bot going from its status in the chat
+        (``old`` when not told yet) to ``new``; the caller holds the lock."""
+        key = str(chat_id)
+        update_id = next(self._update_ids)
+        change = {
+            "chat": chat,
+            "from": _user(by),
+            "date": int(time.time()),
+            "old_chat_member": _member(self._statuses.get(key, old)),
+            "new_chat_member": _member(new),
+        }
+        self._statuses[key] = new
+        self._updates.append({"update_id": update_id, "my_chat_member": change})
+        return update_id
+
     @property
     def pending_updates(self) -> int:
         """Updates queued and not yet confirmed by a ``getUpdates`` offset."""
@@ -729,8 +948,11 @@ class BotAPIServer(LocalServer):
             return len(self._updates)
 
     def reset(self) -> None:
-        """Forget deliveries, requests, calls, updates and scripts (connections stay open)."""
+        """Forget deliveries, requests, calls, updates, scripts and blocks (connections
+        stay open)."""
         with self._lock:
+            self._refusals.clear()
+            self._statuses.clear()
             self._deliveries.clear()
             self._requests.clear()
             self._scripts.clear()
@@ -742,6 +964,9 @@ class BotAPIServer(LocalServer):
 
     def _next_reply(self, chat_id: str | None, received: float) -> Reply:
         with self._lock:
+            refusal = self._refusals.get(chat_id) if chat_id is not None else None
+            if refusal is not None:
+                return refusal
             reply = self._scripts.pop(chat_id, _UNSCRIPTED)
             if reply is not _UNSCRIPTED:
                 return reply
@@ -787,8 +1012,8 @@ class BotAPIServer(LocalServer):
         received = time.monotonic()
         keep_alive = headers.get("connection", "").lower() != "close"
 
-        if verb == "POST" and path == "/user_says":
-            return await self._user_says_over_http(writer, headers, body, keep_alive)
+        if verb == "POST" and path in _CONTROLS:
+            return await self._control_over_http(path, writer, headers, body, keep_alive)
         if not api_path:
             return await self._refuse(writer, 404, path, received, connection, token, keep_alive)
         if self.token is not None and token != self.token:
@@ -1032,18 +1257,29 @@ class BotAPIServer(LocalServer):
         assert reply.body is not None
         return await self._answer(writer, status, reply.body, keep_alive)
 
-    async def _user_says_over_http(
-        self, writer: asyncio.StreamWriter, headers: dict[str, str], body: bytes, keep_alive: bool
+    async def _control_over_http(
+        self,
+        path: str,
+        writer: asyncio.StreamWriter,
+        headers: dict[str, str],
+        body: bytes,
+        keep_alive: bool,
     ) -> bool:
-        """``POST /user_says`` with ``chat_id`` and ``text`` (a form or JSON): queue that
-        update, as `user_says` does, for a bot polling this server from another process."""
+        """``POST /user_says`` (``chat_id``, ``text``), ``/user_blocks``, ``/user_unblocks``,
+        ``/block``, ``/unblock`` (``chat_id``), ``/bot_removed``, ``/bot_added``
+        (``chat_id``, optional ``status``) and ``/user_presses`` (``chat_id``, ``data``), as
+        a form or JSON: do what the method of that name does, for a bot polling this
+        server from another process. The answer's result is the queued update's id, or
+        True when none was queued."""
+        takes, control = _CONTROLS[path]
         try:
             params = parse_form(headers.get("content-type", ""), body)[0]
-            update_id = self.user_says(int(params["chat_id"]), str(params["text"]))
+            update_id = control(self, params)
         except (ValueError, KeyError, TypeError):
-            bad = _api_error(400, "Bad Request: /user_says takes chat_id (an int) and text")
+            bad = _api_error(400, f"Bad Request: {path} takes {takes}")
             return await self._answer(writer, 400, bad, keep_alive)
-        answer = {"ok": True, "result": {"update_id": update_id}}
+        result = True if update_id is None else {"update_id": update_id}
+        answer = {"ok": True, "result": result}
         return await self._answer(writer, 200, json.dumps(answer).encode(), keep_alive)
 
     def _known_file(self, kind: str, source: object) -> bool:
@@ -1128,6 +1364,48 @@ class BotAPIServer(LocalServer):
             if ready or time.monotonic() >= deadline:
                 return ready
             await asyncio.sleep(0.02)
+
+
+def _with_chat(name: str) -> Callable[[BotAPIServer, dict[str, Any]], int | None]:
+    """The server's method ``name``, given the ``chat_id`` of a control route."""
+    return lambda server, p: getattr(server, name)(_chat_id_param(p["chat_id"]))
+
+
+def _status(params: dict[str, Any], default: str) -> str:
+    return str(params.get("status") or default)
+
+
+# The routes a test (or `notifyonce serve-test-api`'s user) drives the server's users with:
+# path -> (what it takes, for the 400 answer; what it does, returning the update's id, or
+# None when it queues none).
+_CONTROLS: dict[str, tuple[str, Callable[[BotAPIServer, dict[str, Any]], int | None]]] = {
+    "/user_says": (
+        "chat_id (an int) and text",
+        lambda server, p: server.user_says(int(p["chat_id"]), str(p["text"])),
+    ),
+    # The routes that take a chat alone: a user's private chat for user_blocks and
+    # user_unblocks (any other is a 400), any chat for block and unblock.
+    **{
+        f"/{name}": ("chat_id (a chat's id)", _with_chat(name))
+        for name in ("user_blocks", "user_unblocks", "block", "unblock")
+    },
+    "/bot_removed": (
+        "chat_id (a group's id or @channel) and status (left or kicked)",
+        lambda server, p: server.bot_removed(
+            _chat_id_param(p["chat_id"]), status=_status(p, "kicked")
+        ),
+    ),
+    "/bot_added": (
+        "chat_id (a group's id or @channel) and status (member or administrator)",
+        lambda server, p: server.bot_added(
+            _chat_id_param(p["chat_id"]), status=_status(p, "member")
+        ),
+    ),
+    "/user_presses": (
+        "chat_id (an int) and data",
+        lambda server, p: server.user_presses(int(p["chat_id"]), str(p["data"])),
+    ),
+}
 
 
 def _largest_file_id(media: dict[str, Any]) -> str | None:
