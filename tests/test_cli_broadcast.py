@@ -171,6 +171,36 @@ def test_render_bar_and_line() -> None:
     assert "ETA >99:59:59" in render_bar(BroadcastProgress(sent=0, total=1, rate=5e-324))
 
 
+SKIPS = {"opted out of promo": 10, "gone: blocked": 2990}
+
+
+def test_the_skipped_chats_and_why_read_alike_in_the_progress_and_the_summary() -> None:
+    """Chats skipped as gone or opted out are counted with their reasons, largest first,
+    in the same words in the progress line, the bar and the summary."""
+    said = "skipped 3,000 (gone: blocked 2,990, opted out of promo 10)"
+    progress = BroadcastProgress(
+        sent=7000, skipped=3000, skips=SKIPS, total=10_000, elapsed=2.0, finished=True
+    )
+    report = BroadcastReport("promo", "c1", progress, Report(skips=SKIPS))
+    assert said in render_line(progress)
+    assert said in render_bar(progress)
+    assert said in "\n".join(render_lines(progress, 200))
+    assert said in summary(report).splitlines()[0]
+    assert "skipped" not in render_line(BroadcastProgress(sent=3))
+
+
+def test_a_dry_run_counts_only_the_chats_it_would_send_to() -> None:
+    """A dry run's summary tells the chats it would send to from those it skips."""
+    skips = {**SKIPS, "dry run: would send": 44}
+    progress = BroadcastProgress(skipped=3044, duplicate=6, skips=skips, finished=True)
+    text = summary(BroadcastReport("promo", "c1", progress, Report(dry_run=True)), dry_run=True)
+    assert (
+        "dry run of promo/c1: would send to 44 chats; 6 already done; "
+        "skipped 3,000 (gone: blocked 2,990, opted out of promo 10); "
+        "nothing was sent or recorded"
+    ) == text
+
+
 def capture(tmux: list[str], session: str) -> str:
     """What the tmux pane shows now."""
     done = subprocess.run(
