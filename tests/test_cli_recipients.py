@@ -267,3 +267,30 @@ def test_an_import_of_100000_chat_ids_is_one_command(cli: Cli, tmp_path: Path) -
     assert "marked 100,000 chats gone (deactivated, source import)" in out
     assert {"deactivated": 100_000} == cli.audience.counts().gone
     assert seconds < 60, f"{seconds:.1f} s"
+
+
+@pytest.mark.mariadb
+def test_a_deep_page_reads_only_its_own_rows_on_mariadb(tmp_path: Path) -> None:
+    """The page after the 19,000th of 20,000 gone chats reads about a page of the key,
+    not the 19,000 entries before it: an export's pages cost the same however deep."""
+    from ._databases import make_backend
+
+    backend = make_backend("mariadb", tmp_path)
+    table = backend.unique_table()
+    # One connection, so the session's handler counters are the listing's own.
+    engine = sa.create_engine(backend.sync_url, poolclass=sa.pool.StaticPool)
+    try:
+        audience = Audience(engine, table_name=f"{table}_recipients")
+        audience.create_schema()
+        audience.mark_gone_many((f"{i:05d}" for i in range(20_000)), "blocked")
+        after = audience.rows(gone=True, limit=19_000)[-1]
+        with engine.connect() as conn:
+            conn.exec_driver_sql("FLUSH STATUS")
+        page = audience.rows(gone=True, after=after, limit=100)
+        with engine.connect() as conn:
+            read = dict(conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Handler_read%%'").all())
+    finally:
+        engine.dispose()
+        drop_table(backend, table)
+    assert ["19000", "19099"] == [page[0].recipient, page[-1].recipient]
+    assert int(read["Handler_read_next"]) + int(read["Handler_read_rnd_next"]) < 300, read
