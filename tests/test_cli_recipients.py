@@ -294,3 +294,9 @@ def test_a_deep_page_reads_only_its_own_rows_on_mariadb(tmp_path: Path) -> None:
         drop_table(backend, table)
     assert ["19000", "19099"] == [page[0].recipient, page[-1].recipient]
     assert int(read["Handler_read_next"]) + int(read["Handler_read_rnd_next"]) < 300, read
+
+
+def test_the_csv_columns_are_the_header_and_the_json_lines_keys() -> None:
+    """Each row's cells come in the header's order, under the names --json prints."""
+    row = AudienceRow("42", None, "blocked", "refusal", dt.datetime(2026, 12, 1, tzinfo=UTC), "x")
+    assert command._CSV_HEADER == list(command._as_dict(row))

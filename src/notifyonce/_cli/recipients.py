@@ -274,6 +274,7 @@ def _table(rows: list[AudienceRow]) -> Iterator[str]:
 
 
 def _as_dict(row: AudienceRow) -> dict[str, str | None]:
+    """The row as the JSON lines and the CSV file give it (in ``_CSV_HEADER``'s order)."""
     return {
         "recipient": row.recipient,
         "kind": "gone" if row.gone else "opted_out",
@@ -326,7 +327,7 @@ def _write_csv(audience: Audience, gone: bool | None, file: IO[str]) -> int:
     writer.writerow(_CSV_HEADER)
     count = 0
     for page in _pages(audience, gone):
-        writer.writerows([_as_dict(row)[name] for name in _CSV_HEADER] for row in page)
+        writer.writerows(_as_dict(row).values() for row in page)
         count += len(page)
     return count
 
