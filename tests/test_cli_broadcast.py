@@ -696,3 +696,56 @@ def test_progress_chat_shows_one_message_ending_with_the_summary(
     text = server.message_text(ADMIN, posted.message_id)
     assert text is not None
     assert text.startswith("Broadcast news/c1: finished, 50 of 50 handled")
+
+
+def test_skipped_chats_are_counted_alike_by_the_summary_the_admin_chat_and_stats(
+    workdir: Path, server: BotAPIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Chats imported as gone and one opted out are skipped with no claim and no request;
+    the summary, the last progress line and the admin chat's message give the same skipped
+    count and reasons; stats shows the ledger's slots and the audience, the chat refused as
+    blocked during the run included; a second run skips that one too."""
+    (workdir / "gone.txt").write_text("# left before the campaign\n1\n2\n3\n4\n5\n")
+    assert 0 == main(["recipients", "import", str(workdir / "gone.txt"), "--reason", "blocked"])
+    assert 0 == main(["recipients", "opt-out", "6", "news"])
+    server.script("7", [Reply.blocked()])
+    said = "skipped 6 (gone: blocked 5, opted out of news 1)"
+
+    first = run(command(workdir, server, "--progress-chat", str(ADMIN)))
+    assert 0 == first.returncode, first.stderr
+    summary_line = first.stdout.splitlines()[0]
+    assert summary_line.endswith(
+        f"43 sent, 1 failed, 0 unknown, 0 already done, 0 to retry, {said}"
+    )
+    last_progress = [line for line in first.stderr.splitlines() if line.startswith("progress:")][-1]
+    handled = f"progress: 50/50 handled, sent 43  failed 1  unknown 0  already done 0  {said}, "
+    assert handled == last_progress[: len(handled)]
+    (posted,) = [d for d in server.deliveries if d.chat_id == str(ADMIN)]
+    shown = server.message_text(ADMIN, posted.message_id)
+    assert shown is not None
+    assert said in shown.splitlines()
+    assert "sent 43 · failed 1 · unknown 0" in shown
+    asked = {r.chat_id for r in server.requests if r.method == "sendMessage"}
+    assert set() == asked & {str(i) for i in range(1, 7)}
+
+    ledger = Ledger(sa.create_engine(os.environ["NOTIFYONCE_DATABASE_URL"]))
+    try:
+        assert [None] * 6 == [ledger.get("news", chat, "c1") for chat in range(1, 7)]
+    finally:
+        ledger.engine.dispose()
+    capsys.readouterr()
+    assert 0 == main(["stats"])
+    stats = capsys.readouterr().out
+    assert re.search(r"^news +0 +43 +1 +0 +0$", stats, re.M), stats
+    assert "audience: gone 6 (blocked 6); opted out 1 (news 1)" in stats
+    assert 0 == main(["stats", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert {"gone": {"blocked": 6}, "opted_out": {"news": 1}} == data["audience"]
+
+    again = run(command(workdir, server))
+    assert 0 == again.returncode, again.stderr
+    # Chat 7, learned gone by its refusal, is skipped too now (before its slot is read).
+    assert again.stdout.splitlines()[0].endswith(
+        "0 sent, 0 failed, 0 unknown, 43 already done, 0 to retry, "
+        "skipped 7 (gone: blocked 6, opted out of news 1)"
+    )

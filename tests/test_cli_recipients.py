@@ -235,7 +235,7 @@ def test_a_database_without_the_recipients_table_says_to_migrate(
     sync_backend: Backend, sync_table: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """Every subcommand on a ledger table without the recipients table beside it exits 3
-    and says to run `notifyonce migrate`."""
+    and says to run `notifyonce migrate`; stats still counts the slots and says so too."""
     engine = sa.create_engine(sync_backend.sync_url, poolclass=sa.pool.NullPool)
     Ledger(engine, table_name=sync_table).create_schema()
     drop_table(sync_backend, f"{sync_table}_recipients")
@@ -256,6 +256,11 @@ def test_a_database_without_the_recipients_table_says_to_migrate(
         assert err.rstrip().endswith("run `notifyonce migrate` first?"), err
         assert f"{sync_table}_recipients" in err
     assert not (tmp_path / "x.csv").exists()
+    assert 0 == main(["stats", *common])
+    said = "audience: no recipients table beside the ledger (run `notifyonce migrate`)"
+    assert said in capsys.readouterr().out
+    assert 0 == main(["stats", "--json", *common])
+    assert '"audience": null' in capsys.readouterr().out
 
 
 def test_an_import_of_100000_chat_ids_is_one_command(cli: Cli, tmp_path: Path) -> None:
