@@ -1,5 +1,6 @@
 """A ledger an operator would look at: a reminder action, a finished campaign and a running
-one, with unknown, failed, released and held slots; for the console's tests."""
+one, with unknown, failed, released and held slots, and an audience of gone and opted-out
+chats beside it; for the console's tests."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from notifyonce import AsyncLedger, Message
+from notifyonce import AsyncAudience, AsyncLedger, GoneReason, Message
 from notifyonce._campaign import check_message
 
 from ._databases import Backend, drop_table
@@ -35,6 +36,8 @@ class Seeded:
     finished: str = "2026-11-sale"
     running: str = "2026-12-sale"
     running_total: int = 10
+    #: Chats imported as gone (deactivated): more than one page of the recipients page.
+    imported: range = range(300, 530)
 
 
 async def seed(backend: Backend) -> Seeded:
@@ -45,6 +48,7 @@ async def seed(backend: Backend) -> Seeded:
         ledger = AsyncLedger(engine, table_name=seeded.table)
         await ledger.create_schema()
         await _fill(ledger, seeded)
+        await _fill_audience(AsyncAudience.beside(ledger), seeded)
     finally:
         await engine.dispose()
     return seeded
@@ -113,6 +117,22 @@ async def _fill(ledger: AsyncLedger, s: Seeded) -> None:
             await ledger.release(claim, "[429] Too Many Requests: retry after 7")
         elif chat == 204:
             await ledger.mark_unknown(claim, "read timeout after the request was sent")
+
+
+async def _fill_audience(audience: AsyncAudience, s: Seeded) -> None:
+    # Subject 3 blocked the bot (its failed slot of the next cycle says so), chat 105 of
+    # the finished campaign was not found; a token in words written by other code.
+    await audience.mark_gone(
+        3,
+        GoneReason.BLOCKED,
+        source="refusal",
+        detail="[403] Forbidden: bot was blocked by the user",
+    )
+    await audience.mark_gone(105, GoneReason.CHAT_NOT_FOUND, source="refusal")
+    await audience.mark_gone(4, GoneReason.OTHER, detail=f"[401] at /bot{BOT_TOKEN}/getChat")
+    await audience.opt_out(7, "promo", how="button", source="update")
+    await audience.opt_out(EVIL_SUBJECT, "promo", how="command", source="update")
+    await audience.mark_gone_many(s.imported, GoneReason.DEACTIVATED, source="import")
 
 
 async def _record_total(ledger: AsyncLedger, action: str, campaign: str, total: int) -> None:

@@ -382,6 +382,7 @@ CLI_LAYERS = (
     (
         "notifyonce._cli.ledger",
         "notifyonce._cli.broadcast",
+        "notifyonce._cli.recipients",
         "notifyonce._cli.serve",
         "notifyonce._cli.web",
     ),

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from notifyonce import (
+    AsyncAudience,
     AsyncLedger,
     Broadcast,
     BroadcastProgress,
@@ -260,6 +261,32 @@ def test_progress_arithmetic() -> None:
     assert (40, 60, 3.0) == (progress.done, progress.remaining, progress.eta)
     assert BroadcastProgress(sent=1, total=10).eta is None
     assert BroadcastProgress(sent=1).remaining is None
+
+
+async def test_every_snapshot_tells_the_skips_apart_as_the_report_does(
+    ledger: AsyncLedger,
+) -> None:
+    """Chats gone or opted out are counted per reason in every progress snapshot, and the
+    last snapshot's counts are the report's: the two never disagree."""
+    audience = AsyncAudience.beside(ledger)
+    await audience.mark_gone_many(range(1, 31), "blocked")
+    await audience.mark_gone_many([31, 32], "chat_not_found")
+    await audience.opt_out(33, "news", how="button")
+    snapshots: list[BroadcastProgress] = []
+    report = await Broadcast(
+        Notifier(ledger, FakeSender(), batch_size=10),
+        "news",
+        "c1",
+        NEWS,
+        range(1, 101),
+        on_progress=snapshots.append,
+        every=0.001,
+    ).run()
+    expected = {"gone: blocked": 30, "gone: chat_not_found": 2, "opted out of news": 1}
+    assert expected == report.report.skips
+    assert expected == report.progress.skips
+    assert (33, 67) == (report.progress.skipped, report.progress.sent)
+    assert all(sum(s.skips.values()) == s.skipped for s in snapshots)
 
 
 async def test_the_first_snapshot_already_has_a_rate(ledger: AsyncLedger) -> None:

@@ -171,6 +171,36 @@ def test_render_bar_and_line() -> None:
     assert "ETA >99:59:59" in render_bar(BroadcastProgress(sent=0, total=1, rate=5e-324))
 
 
+SKIPS = {"opted out of promo": 10, "gone: blocked": 2990}
+
+
+def test_the_skipped_chats_and_why_read_alike_in_the_progress_and_the_summary() -> None:
+    """Chats skipped as gone or opted out are counted with their reasons, largest first,
+    in the same words in the progress line, the bar and the summary."""
+    said = "skipped 3,000 (gone: blocked 2,990, opted out of promo 10)"
+    progress = BroadcastProgress(
+        sent=7000, skipped=3000, skips=SKIPS, total=10_000, elapsed=2.0, finished=True
+    )
+    report = BroadcastReport("promo", "c1", progress, Report(skips=SKIPS))
+    assert said in render_line(progress)
+    assert said in render_bar(progress)
+    assert said in "\n".join(render_lines(progress, 200))
+    assert said in summary(report).splitlines()[0]
+    assert "skipped" not in render_line(BroadcastProgress(sent=3))
+
+
+def test_a_dry_run_counts_only_the_chats_it_would_send_to() -> None:
+    """A dry run's summary tells the chats it would send to from those it skips."""
+    skips = {**SKIPS, "dry run: would send": 44}
+    progress = BroadcastProgress(skipped=3044, duplicate=6, skips=skips, finished=True)
+    text = summary(BroadcastReport("promo", "c1", progress, Report(dry_run=True)), dry_run=True)
+    assert (
+        "dry run of promo/c1: would send to 44 chats; 6 already done; "
+        "skipped 3,000 (gone: blocked 2,990, opted out of promo 10); "
+        "nothing was sent or recorded"
+    ) == text
+
+
 def capture(tmux: list[str], session: str) -> str:
     """What the tmux pane shows now."""
     done = subprocess.run(
@@ -795,3 +825,56 @@ def test_progress_chat_shows_one_message_ending_with_the_summary(
     text = server.message_text(ADMIN, posted.message_id)
     assert text is not None
     assert text.startswith("Broadcast news/c1: finished, 50 of 50 handled")
+
+
+def test_skipped_chats_are_counted_alike_by_the_summary_the_admin_chat_and_stats(
+    workdir: Path, server: BotAPIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Chats imported as gone and one opted out are skipped with no claim and no request;
+    the summary, the last progress line and the admin chat's message give the same skipped
+    count and reasons; stats shows the ledger's slots and the audience, the chat refused as
+    blocked during the run included; a second run skips that one too."""
+    (workdir / "gone.txt").write_text("# left before the campaign\n1\n2\n3\n4\n5\n")
+    assert 0 == main(["recipients", "import", str(workdir / "gone.txt"), "--reason", "blocked"])
+    assert 0 == main(["recipients", "opt-out", "6", "news"])
+    server.script("7", [Reply.blocked()])
+    said = "skipped 6 (gone: blocked 5, opted out of news 1)"
+
+    first = run(command(workdir, server, "--progress-chat", str(ADMIN)))
+    assert 0 == first.returncode, first.stderr
+    summary_line = first.stdout.splitlines()[0]
+    assert summary_line.endswith(
+        f"43 sent, 1 failed, 0 unknown, 0 already done, 0 to retry, {said}"
+    )
+    last_progress = [line for line in first.stderr.splitlines() if line.startswith("progress:")][-1]
+    handled = f"progress: 50/50 handled, sent 43  failed 1  unknown 0  already done 0  {said}, "
+    assert handled == last_progress[: len(handled)]
+    (posted,) = [d for d in server.deliveries if d.chat_id == str(ADMIN)]
+    shown = server.message_text(ADMIN, posted.message_id)
+    assert shown is not None
+    assert said in shown.splitlines()
+    assert "sent 43 · failed 1 · unknown 0" in shown
+    asked = {r.chat_id for r in server.requests if r.method == "sendMessage"}
+    assert set() == asked & {str(i) for i in range(1, 7)}
+
+    ledger = Ledger(sa.create_engine(os.environ["NOTIFYONCE_DATABASE_URL"]))
+    try:
+        assert [None] * 6 == [ledger.get("news", chat, "c1") for chat in range(1, 7)]
+    finally:
+        ledger.engine.dispose()
+    capsys.readouterr()
+    assert 0 == main(["stats"])
+    stats = capsys.readouterr().out
+    assert re.search(r"^news +0 +43 +1 +0 +0$", stats, re.M), stats
+    assert "audience: gone 6 (blocked 6); opted out 1 (news 1)" in stats
+    assert 0 == main(["stats", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert {"gone": {"blocked": 6}, "opted_out": {"news": 1}} == data["audience"]
+
+    again = run(command(workdir, server))
+    assert 0 == again.returncode, again.stderr
+    # Chat 7, learned gone by its refusal, is skipped too now (before its slot is read).
+    assert again.stdout.splitlines()[0].endswith(
+        "0 sent, 0 failed, 0 unknown, 43 already done, 0 to retry, "
+        "skipped 7 (gone: blocked 6, opted out of news 1)"
+    )

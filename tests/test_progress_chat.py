@@ -18,6 +18,7 @@ from notifyonce import (
     Notifier,
     ProgressMessage,
 )
+from notifyonce._progress_chat import render_progress
 from notifyonce.telegram import RateLimit, TelegramSender
 from notifyonce.testing import BotAPIServer, FakeSender, Reply
 
@@ -184,3 +185,13 @@ async def test_the_summary_lists_the_unknown_chats_or_sends_them_as_a_file(
             upload.method,
             upload.sha256,
         )
+
+
+def test_the_admin_chat_says_which_chats_were_skipped_and_why() -> None:
+    """The progress message counts the skipped chats with their reasons, as the command
+    line's summary does."""
+    skips = {"gone: blocked": 5, "opted out of news": 1}
+    progress = BroadcastProgress(sent=44, skipped=6, skips=skips, total=50, finished=True)
+    text = render_progress("news/c1", progress)
+    assert "skipped 6 (gone: blocked 5, opted out of news 1)" in text.splitlines()
+    assert "skipped" not in render_progress("news/c1", BroadcastProgress(sent=3))

@@ -8,13 +8,14 @@ import base64
 import datetime as dt
 import re
 from collections.abc import AsyncIterator
+from html import unescape
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from ._databases import Backend, make_backend
+from ._databases import Backend, drop_table, make_backend
 from ._optional import require
 from ._web_ledger import (
     BOT_TOKEN,
@@ -29,7 +30,7 @@ from ._web_ledger import (
 require("starlette", "web")
 httpx = require("httpx", "web")
 
-from notifyonce import Ledger, SlotStatus  # noqa: E402
+from notifyonce import Audience, Ledger, SlotStatus  # noqa: E402
 from notifyonce._campaign import CANCEL_NOTE, cancel_note, cancel_query  # noqa: E402
 from notifyonce.web import WebAuth, create_app  # noqa: E402
 from notifyonce.web import _queries as queries  # noqa: E402
@@ -44,6 +45,9 @@ PAGES = [
     "/problems?status=unknown&action=trial_6h",
     "/leases",
     "/rate-limits",
+    "/recipients",
+    "/recipients?recipient=3",
+    "/recipients?kind=gone&reason=deactivated&after=400",
 ]
 
 
@@ -173,6 +177,107 @@ async def test_campaign_progress_and_its_live_json(console: Console) -> None:
     assert data["eta_seconds"] > 0
     assert sum(data["per_minute"]) == 8  # promo's sends: both campaigns
     assert len(data["per_minute"]) == 60
+
+
+def _recipients(html: str) -> list[str]:
+    """The recipients listed on a page of /recipients, in order."""
+    found = re.findall(r'<tr class="(?:gone|opted-out)" data-recipient="([^"]*)"', html)
+    return [unescape(r) for r in found]
+
+
+async def test_recipients_counts_each_reason_and_category(console: Console) -> None:
+    """The gone chats per reason and the opt-outs per category: the audience's own counts,
+    as `notifyonce recipients counts` prints them, each a link to its rows; on the first
+    page only (no search, filter or later page), as they read the whole table."""
+    async with console.client() as client:
+        page = (await client.get("/recipients")).text
+        searched = (await client.get("/recipients", params={"recipient": "3"})).text
+        next_page = (await client.get("/recipients", params={"after": "3"})).text
+        chosen = (await client.get("/recipients", params={"reason": "blocked"})).text
+    assert "gone 233" == _row(page, 'data-count="gone"')
+    assert "blocked 1" == _row(page, 'data-reason="blocked"')
+    assert "chat_not_found 1" == _row(page, 'data-reason="chat_not_found"')
+    assert "deactivated 230" == _row(page, 'data-reason="deactivated"')
+    assert "other 1" == _row(page, 'data-reason="other"')
+    assert "opted out 2" == _row(page, 'data-count="opted_out"')
+    assert "promo 2" == _row(page, 'data-category="promo"')
+    assert 'href="/recipients?reason=deactivated"' in page
+    assert 'href="/recipients?category=promo"' in page
+    assert 'id="no-counts"' not in page
+    for later in (searched, next_page, chosen):
+        assert 'id="no-counts"' in later  # they read the whole table: the first page only
+        assert 'id="audience-counts"' not in later
+
+
+async def test_recipients_are_listed_200_a_page_by_their_key(console: Console) -> None:
+    """Every row comes once, 200 a page in recipient order, the next page asked after the
+    last row's key: never more than a page and one row read."""
+    asked: list[int] = []
+    rows = Audience.rows
+
+    def spy(self: Audience, **kwargs: Any) -> Any:
+        asked.append(kwargs["limit"])
+        return rows(self, **kwargs)
+
+    seen: list[str] = []
+    url: str | None = "/recipients"
+    async with console.client() as client:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(Audience, "rows", spy)
+            while url is not None:
+                page = (await client.get(url)).text
+                seen += _recipients(page)
+                found = re.search(r'<a id="next" href="([^"]+)"', page)
+                url = None if found is None else found.group(1).replace("&amp;", "&")
+        gone = _recipients((await client.get("/recipients", params={"reason": "deactivated"})).text)
+    everyone = ["105", "3", *(str(i) for i in console.seeded.imported), "4", "7", EVIL_SUBJECT]
+    assert sorted(everyone) == sorted(seen)  # each once, in the database's order
+    assert len(seen) == len(set(seen))
+    assert [201, 201] == asked
+    assert [str(i) for i in console.seeded.imported][:200] == gone
+
+
+async def test_a_recipient_search_shows_what_the_audience_knows(console: Console) -> None:
+    """A chat gone, one opted out, one unknown to the audience; a recipient shown escaped;
+    the subject page says the same of its subject."""
+    async with console.client() as client:
+        gone = (await client.get("/recipients", params={"recipient": "3"})).text
+        opted = (await client.get("/recipients", params={"recipient": "7"})).text
+        unknown = (await client.get("/recipients", params={"recipient": "8"})).text
+        evil = (await client.get("/recipients", params={"recipient": EVIL_SUBJECT})).text
+        subject = (await client.get("/subject", params={"subject": "3"})).text
+    state = re.compile(r'<div id="state">(.*?)</div>', re.S)
+    for page, said in (
+        (gone, "gone: blocked, since"),
+        (opted, "opted out of promo (by button, from update, since"),
+        (unknown, "neither gone nor opted out: every notification goes to it"),
+        (subject, "gone: blocked, since"),
+    ):
+        found = state.search(page)
+        assert found is not None
+        assert said in re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", found.group(1)))
+    assert "[403] Forbidden: bot was blocked by the user" in gone
+    assert EVIL_SUBJECT not in evil
+    assert "opted out of promo (by command" in evil
+
+
+async def test_the_recipients_page_refuses_a_bad_filter_and_says_to_migrate(
+    console: Console, backend: Backend
+) -> None:
+    """A reason that is not one answers 400 naming it; without the recipients table the page
+    answers 503 saying to run `notifyonce migrate`, and the subject page still works."""
+    async with console.client() as client:
+        bad = await client.get("/recipients", params={"reason": "left"})
+        drop_table(backend, f"{console.seeded.table}_recipients")
+        missing = await client.get("/recipients")
+        subject = await client.get("/subject", params={"subject": "3"})
+    assert 400 == bad.status_code
+    assert "reason: must be a GoneReason" in bad.text
+    assert 503 == missing.status_code
+    assert "run <code>notifyonce migrate</code>" in missing.text
+    assert 200 == subject.status_code
+    assert "2 slots of subject" in subject.text
+    assert "run notifyonce migrate" in subject.text
 
 
 def _cancel_request(console: Console, campaign: str) -> str | None:
@@ -517,6 +622,7 @@ async def test_no_message_text_or_token_in_any_response(guarded: Console) -> Non
         bodies.append((await client.get("/subject", params={"subject": "4"})).text)
     everything = "\n".join(bodies)
     assert "[401] Unauthorized at /bot&lt;redacted&gt;/sendMessage" in everything
+    assert "[401] at /bot&lt;redacted&gt;/getChat" in everything  # an audience row's words
     for secret in (MESSAGE_TEXT, "Secret sale", BOT_TOKEN, BOT_TOKEN.split(":")[1], TOKEN):
         assert secret not in everything
     assert "msg-sha256:" not in everything
@@ -569,12 +675,17 @@ async def test_async_engine_and_mounting_under_a_path(backend: Backend) -> None:
             async with httpx.AsyncClient(transport=transport, base_url=local) as client:
                 page = (await client.get("/ops/")).text
                 problems = await client.get("/ops/problems")
+                recipients = await client.get("/ops/recipients")
+                searched = await client.get("/ops/recipients", params={"recipient": "3"})
         finally:
             await engine.dispose()
     assert 'href="/ops/problems"' in page
     assert 'href="/ops/static/console.css"' in page
     assert 200 == problems.status_code
     assert "read timeout" in problems.text
+    assert 'href="/ops/recipients"' in page
+    assert "gone 233" == _row(recipients.text, 'data-count="gone"')
+    assert "[403] Forbidden: bot was blocked by the user" in searched.text
 
 
 def test_bind_refused_on_another_interface_without_a_login(

@@ -17,7 +17,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sized
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -37,7 +37,7 @@ from notifyonce._keys import Subject, normalize_action, normalize_cycle, normali
 from notifyonce._ledger.table import SlotStatus
 from notifyonce._message import Message
 from notifyonce._outcome import Outcome
-from notifyonce._results import Notification, Report, Result
+from notifyonce._results import DRY_RUN_SEND, Notification, Report, Result
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -53,6 +53,7 @@ __all__ = [
     "RecipientSource",
     "recipients_from_file",
     "recipients_from_query",
+    "skipped_text",
 ]
 
 Recipients: TypeAlias = "Iterable[Subject] | AsyncIterable[Subject] | RecipientSource"
@@ -84,6 +85,9 @@ class BroadcastProgress:
         skipped: Skipped without a claim or a request: gone (blocked the bot...) or
             opted out of the campaign's category (``report.skips`` says which), quiet
             hours, spacing, a dry run.
+        skips: The skipped recipients per reason (``"gone: blocked"``, ``"opted out of
+            promo"``...), counted as ``Report.skips`` counts them: the last snapshot's are
+            the report's.
         lease_lost: Sent while another worker had taken the slot over.
         total: How many recipients the stream has, when known.
         elapsed: Seconds since the run started.
@@ -102,6 +106,7 @@ class BroadcastProgress:
     elapsed: float = 0.0
     rate: float = 0.0
     finished: bool = False
+    skips: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def done(self) -> int:
@@ -130,6 +135,21 @@ class BroadcastProgress:
         if remaining == 0:
             return 0.0
         return remaining / self.rate if self.rate > 0 else None
+
+
+def skipped_text(p: BroadcastProgress) -> str:
+    """The recipients skipped without a request and why, largest reason first, in the words
+    the command line's progress and summary and the admin chat's message share:
+    ``"skipped 3,000 (gone: blocked 2,990, opted out of promo 10)"``; "" when none.
+
+    A dry run's would-be sends are not counted here: they are what it would send.
+    """
+    count = p.skipped - p.skips.get(DRY_RUN_SEND, 0)
+    if count <= 0:
+        return ""
+    reasons = sorted((-n, reason) for reason, n in p.skips.items() if reason != DRY_RUN_SEND)
+    why = ", ".join(f"{reason} {-n:,}" for n, reason in reasons)
+    return f"skipped {count:,}" + (f" ({why})" if why else "")
 
 
 @dataclass
@@ -439,6 +459,7 @@ class Broadcast:
             self.action, category, transactional, skip_gone
         )
         self._counts = dict.fromkeys(Outcome, 0)
+        self._skips: dict[str, int] = {}
         self._started: float | None = None
         self._samples: deque[tuple[float, int]] = deque()
         self._watchers: list[asyncio.Queue[BroadcastProgress]] = []
@@ -665,6 +686,9 @@ class Broadcast:
 
     def _count(self, result: Result) -> None:
         self._counts[result.outcome] += 1
+        # The Report's own rule (Run.finish): a SKIPPED result with its reason.
+        if result.outcome is Outcome.SKIPPED and result.reason is not None:
+            self._skips[result.reason] = self._skips.get(result.reason, 0) + 1
 
     async def _tick(self) -> None:
         while True:
@@ -694,6 +718,7 @@ class Broadcast:
             elapsed=now - started,
             rate=rate,
             finished=finished,
+            skips=dict(self._skips),
         )
 
     def _publish(self, *, finished: bool) -> None:

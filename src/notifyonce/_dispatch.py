@@ -64,7 +64,7 @@ from notifyonce._ledger.table import SlotStatus
 from notifyonce._message import Message, Receipt, SupportsTurn
 from notifyonce._observe import SENDING, Hooks, SendProbe
 from notifyonce._outcome import DeliveryMode, Outcome
-from notifyonce._results import ATTENTION, Notification, Report, Result
+from notifyonce._results import ATTENTION, DRY_RUN_SEND, Notification, Report, Result
 
 if TYPE_CHECKING:
     from notifyonce._audience import AudienceCheck
@@ -487,7 +487,7 @@ class Run:
         for item in todo:
             gone = slot(item.key) in finished
             if self.policy.dry_run:
-                reason = "dry run" if gone else "dry run: would send"
+                reason = "dry run" if gone else DRY_RUN_SEND
                 self.finish(item, Outcome.DUPLICATE if gone else Outcome.SKIPPED, reason=reason)
             elif gone:
                 self.finish(item, Outcome.DUPLICATE)

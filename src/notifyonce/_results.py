@@ -13,10 +13,13 @@ from notifyonce._outcome import Outcome
 if TYPE_CHECKING:
     from notifyonce._ledger.records import SweepResult
 
-__all__ = ["ATTENTION", "Notification", "Report", "Result"]
+__all__ = ["ATTENTION", "DRY_RUN_SEND", "Notification", "Report", "Result"]
 
 ATTENTION = frozenset({Outcome.FAILED, Outcome.UNKNOWN, Outcome.RETRY, Outcome.LEASE_LOST})
 """The outcomes a person may have to act on; a stream's report keeps these by default."""
+
+DRY_RUN_SEND = "dry run: would send"
+"""The reason of a dry run's SKIPPED result that a real run would have sent."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -371,7 +371,14 @@ class _Work:
             query = query.where(t.c.source == source)
         if after is not None:
             # Keyset paging along the primary key: each page costs the same, however deep.
-            query = query.where(sa.tuple_(t.c.recipient, t.c.category) > sa.tuple_(*after))
+            # Written as a range on the key's first column, which every planner seeks:
+            # MariaDB read the row-value comparison (recipient, category) > (...) as a
+            # walk of the key from its start, so each page cost the pages before it.
+            recipient, category = after
+            query = query.where(
+                t.c.recipient >= recipient,
+                sa.or_(t.c.recipient > recipient, t.c.category > category),
+            )
         query = query.order_by(t.c.recipient, t.c.category).limit(limit)
         return [_row(r) for r in conn.execute(query)]
 

@@ -39,6 +39,7 @@ from notifyonce._broadcast import (
     BroadcastReport,
     recipients_from_file,
     recipients_from_query,
+    skipped_text,
 )
 from notifyonce._buttons import inline_keyboard
 from notifyonce._cli.common import (
@@ -57,6 +58,7 @@ from notifyonce._message import Message, Receipt, Sender
 from notifyonce._notifier import Notifier
 from notifyonce._outcome import DeliveryMode
 from notifyonce._progress_chat import ProgressMessage
+from notifyonce._results import DRY_RUN_SEND
 from notifyonce._senders.telegram.api_url import DEFAULT_API_URL, ENV_API_URL, default_api_url
 from notifyonce._senders.telegram.chat import validate_recipient
 from notifyonce._senders.telegram.file_sql import default_file_table
@@ -556,7 +558,12 @@ def _count_items(p: BroadcastProgress) -> list[str]:
         f"unknown {p.unknown:,}",
         f"already done {p.duplicate:,}",
     ]
-    return items + ([f"retry {p.retry:,}"] if p.retry else [])
+    if p.retry:
+        items.append(f"retry {p.retry:,}")
+    if DRY_RUN_SEND in p.skips:
+        items.append(f"would send {p.skips[DRY_RUN_SEND]:,}")
+    skipped = skipped_text(p)
+    return items + ([skipped] if skipped else [])
 
 
 def _counts(p: BroadcastProgress) -> str:
@@ -688,10 +695,13 @@ def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
     """The final summary: counts, time and rate, the chats that need attention."""
     p = report.progress
     name = f"{report.action}/{report.campaign}"
+    skipped = skipped_text(p)
     if dry_run:
+        would = plural(p.skips.get(DRY_RUN_SEND, 0), "chat")
         return (
-            f"dry run of {name}: would send to {plural(p.skipped, 'chat')}; "
-            f"{p.duplicate:,} already done; nothing was sent or recorded"
+            f"dry run of {name}: would send to {would}; {p.duplicate:,} already done; "
+            + (f"{skipped}; " if skipped else "")
+            + "nothing was sent or recorded"
         )
     rate = p.done / p.elapsed if p.elapsed > 0 else 0.0
     from_console = report.cancelled and report.report.stopped is not None
@@ -704,11 +714,12 @@ def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
         if report.report.stopped is not None
         else "finished"
     )
-    lines = [
-        f"broadcast {name} {state} in {p.elapsed:.1f} s ({rate:,.0f}/s): "
+    counts = [
         f"{p.sent:,} sent, {p.failed:,} failed, {p.unknown:,} unknown, "
-        f"{p.duplicate:,} already done, {p.retry:,} to retry"
+        f"{p.duplicate:,} already done, {p.retry:,} to retry",
+        *([skipped] if skipped else []),
     ]
+    lines = [f"broadcast {name} {state} in {p.elapsed:.1f} s ({rate:,.0f}/s): " + ", ".join(counts)]
     if from_console:
         lines.append(
             f"{report.report.stopped}: the sends under way finished; the chats not reached "

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from notifyonce._audience.table import default_recipient_table
 from notifyonce._drivers import missing_driver, url_driver
 from notifyonce._errors import ValidationError
 from notifyonce._schedule.durations import MAX_DURATION
@@ -186,7 +187,12 @@ def ledger_tables(table: str) -> list[str]:
     # which the ledger's commands do without.
     from notifyonce._senders.rate.sql import default_rate_table
 
-    return [table, default_rate_table(table), default_file_table(table)]
+    return [
+        table,
+        default_rate_table(table),
+        default_file_table(table),
+        default_recipient_table(table),
+    ]
 
 
 _ABSENT = ("no such table", "does not exist", "doesn't exist", "unknown table")

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from alembic.runtime.migration import MigrationContext
 from alembic.util import CommandError
 
+from notifyonce._audience import Audience, AudienceCounts
 from notifyonce._cli.common import EXIT_INVALID, EXIT_OK, UsageError, plural, sync_engine
 from notifyonce._errors import ScheduleError
 from notifyonce._ledger.ledger import Ledger
@@ -84,16 +85,46 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    """``notifyonce stats``: slots per action and status."""
-    stats = _ledger(args).stats()
+    """``notifyonce stats``: slots per action and status, and the audience's counts."""
+    ledger = _ledger(args)
+    stats = ledger.stats()
+    audience = _audience_counts(ledger)
     if args.json:
-        print(json.dumps(_stats_dict(stats), indent=2))
+        data = _stats_dict(stats)
+        data["audience"] = (
+            None if audience is None else {"gone": audience.gone, "opted_out": audience.opted_out}
+        )
+        print(json.dumps(data, indent=2))
     else:
         print(_render_stats(stats))
+        print(_render_audience(audience))
     return EXIT_OK
 
 
+def _audience_counts(ledger: Ledger) -> AudienceCounts | None:
+    """The counts of the audience beside the ledger, or None without its table (a
+    database not migrated since the audience came)."""
+    audience = Audience.beside(ledger)
+    t = audience.table
+    with ledger.engine.connect() as conn:
+        if not sa.inspect(conn).has_table(t.name, schema=t.schema):
+            return None
+    return audience.counts()
+
+
+def _render_audience(counts: AudienceCounts | None) -> str:
+    """The line that says how many chats every run skips, as `recipients counts` does."""
+    if counts is None:
+        return "audience: no recipients table beside the ledger (run `notifyonce migrate`)"
+    parts = []
+    for what, by in (("gone", counts.gone), ("opted out", counts.opted_out)):
+        each = ", ".join(f"{name} {n:,}" for name, n in by.items())
+        parts.append(f"{what} {sum(by.values()):,}" + (f" ({each})" if each else ""))
+    return "audience: " + "; ".join(parts)
+
+
 def _stats_dict(stats: LedgerStats) -> dict[str, object]:
+    """The ledger's numbers as ``stats --json`` prints them."""
     actions: dict[str, dict[str, int]] = {}
     for (action, status), count in sorted(stats.counts.items()):
         actions.setdefault(action, {})[status.value] = count

@@ -8,7 +8,7 @@ Exit codes (stable, for scripts):
 - 3: the database could not be reached or failed.
 
 This module holds the argument tree and `main`; the commands live beside it
-(``ledger``, ``broadcast``, ``serve``, ``web``) and share ``common``.
+(``ledger``, ``broadcast``, ``recipients``, ``serve``, ``web``) and share ``common``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from notifyonce._cli import broadcast, ledger, serve, web
+from notifyonce._cli import broadcast, ledger, recipients, serve, web
 from notifyonce._cli.common import (
     DURATION_HELP,
     ENV_URL,
@@ -170,6 +170,7 @@ def _parser() -> argparse.ArgumentParser:
     migrate.add_argument("--revision", default="head", help="target revision (default: head)")
     _add_operator_commands(commands, db)
     broadcast.add_parser(commands, db)
+    recipients.add_parser(commands, db)
     serve.add_parser(commands)
     web.add_parser(commands, db)
     return parser
@@ -234,6 +235,7 @@ def _add_operator_commands(
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     **ledger.COMMANDS,
     "broadcast": broadcast.run,
+    "recipients": recipients.run,
     "serve-test-api": serve.run,
     "web": web.run,
 }

@@ -27,8 +27,9 @@ def add_parser(commands: argparse._SubParsersAction[Any], db: argparse.ArgumentP
         description="Serve the operator console on http://HOST:PORT: each action's and "
         "campaign's slots per status, one subject's history, a running campaign's "
         "progress, the unknown and failed slots by error (and requeueing chosen ones), "
-        "leases and flood waits. It binds 127.0.0.1; another --host needs a login from "
-        "the environment: NOTIFYONCE_WEB_TOKEN (16 characters or more), or "
+        "leases, flood waits, and the recipients every run skips (gone or opted out). "
+        "It binds 127.0.0.1; another --host needs a login from the environment: "
+        "NOTIFYONCE_WEB_TOKEN (16 characters or more), or "
         "NOTIFYONCE_WEB_USER and NOTIFYONCE_WEB_PASSWORD. Needs the web extra.",
     )
     parser.add_argument(

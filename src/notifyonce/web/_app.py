@@ -1,9 +1,10 @@
 """The console's ASGI app: its routes, the guard in front of them, and the two actions.
 
 Pages read through ``_queries`` on a sync ``Engine`` (in Starlette's thread pool) or an
-``AsyncEngine`` (through ``run_sync``); the actions go through the ledger's own code, so a
-requeue here follows exactly the rules of ``notifyonce requeue``, and a cancel writes the
-request a running broadcast reads (``_campaign.cancel_statement``).
+``AsyncEngine`` (through ``run_sync``); the recipients page reads through the audience's
+own API, so it counts what `notifyonce recipients` counts. The actions go through the
+ledger's own code, so a requeue here follows exactly the rules of ``notifyonce requeue``,
+and a cancel writes the request a running broadcast reads (``_campaign.cancel_statement``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from notifyonce._audience import AsyncAudience, Audience, AudienceRow, RecipientState
 from notifyonce._campaign import CANCEL_POLL, cancel_statement
 from notifyonce._errors import ValidationError
 from notifyonce._ledger.ledger import AsyncLedger, Ledger
@@ -53,6 +55,7 @@ T = TypeVar("T")
 HERE = Path(__file__).parent
 REQUEUEABLE = (SlotStatus.UNKNOWN.value, SlotStatus.FAILED.value)
 MAX_CHOSEN = 500  # slots one requeue may name
+RECIPIENTS_PAGE = 200  # rows of the audience a page lists
 # A bot token on its own (the ledger's errors are scrubbed of it already; this is a second
 # net for errors written by other code into the same table).
 _BARE_TOKEN = re.compile(r"\b\d{5,20}:[A-Za-z0-9_-]{30,}\b")
@@ -126,6 +129,11 @@ class Console:
             else Ledger(engine, table_name=table, schema=schema)
         )
         self.table = self.ledger.table
+        self.audience: Audience | AsyncAudience = (
+            AsyncAudience.beside(self.ledger)
+            if isinstance(self.ledger, AsyncLedger)
+            else Audience.beside(self.ledger)
+        )
         rate_name = rate_table if rate_table is not None else default_rate_table(table)
         self.rate = build_rate_table(sa.MetaData(), rate_name, schema)
         self.auth = auth
@@ -169,6 +177,29 @@ class Console:
             error = f"the ledger table {name} is not in this database: run `notifyonce migrate`"
             return self.finish(request, session, JSONResponse({"error": error}, status_code=503))
         return self.respond(request, session, "no_ledger.html", {"table": name}, status_code=503)
+
+    async def ask(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
+        """The audience's ``method``: the async one on an AsyncEngine, the sync one in the
+        thread pool."""
+        call = getattr(self.audience, method)
+        if isinstance(self.audience, AsyncAudience):
+            return await call(*args, **kwargs)
+        return await run_in_threadpool(partial(call, *args, **kwargs))
+
+    async def has_audience(self) -> bool:
+        """Whether the recipients table is there (a database not migrated lacks it)."""
+        t = self.audience.table
+        return await self.read(lambda conn: sa.inspect(conn).has_table(t.name, schema=t.schema))
+
+    async def recipient_state(self, recipient: str) -> RecipientState | str:
+        """What the audience knows of ``recipient``, or why it cannot say."""
+        if not await self.has_audience():
+            return f"no recipients table {self.audience.table.name!r}: run notifyonce migrate"
+        try:
+            state: RecipientState = await self.ask("state", recipient)
+        except ValidationError as exc:
+            return str(exc)
+        return state
 
     # -- the guard ---------------------------------------------------------------------
 
@@ -358,8 +389,62 @@ async def subject_page(console: Console, request: Request, session: Session) -> 
     subject = request.query_params.get("subject", "").strip()
     t = console.table
     rows = await console.read(lambda conn: q.subject_history(conn, t, subject)) if subject else []
-    context = {"subject": subject, "rows": rows}
+    state = await console.recipient_state(subject) if subject else None
+    context = {"subject": subject, "rows": rows, "state": state}
     return console.respond(request, session, "subject.html", context)
+
+
+_KINDS = {"": None, "gone": True, "opted_out": False}
+
+
+async def recipients_page(console: Console, request: Request, session: Session) -> Response:
+    """The audience: counts per reason and category, one recipient's state, and its rows
+    a page at a time along the table's key (a page and one row read, however deep)."""
+    params = request.query_params
+    recipient = params.get("recipient", "").strip()
+    kind, reason, category = params.get("kind", ""), params.get("reason"), params.get("category")
+    after, after_category = params.get("after"), params.get("after_category")
+    context: dict[str, Any] = {"recipient": recipient, "page": RECIPIENTS_PAGE}
+    if not await console.has_audience():
+        # 503 as every page whose table is missing: the database needs `notifyonce migrate`.
+        context["missing"] = console.audience.table.name
+        return console.respond(request, session, "recipients.html", context, status_code=503)
+    gone = True if reason else False if category else _KINDS.get(kind)
+    start = None
+    if after:
+        # Only the key is read (recipient, category); the rest is a placeholder.
+        start = AudienceRow(after, after_category or None, "", "", console.now())
+    try:
+        if kind not in _KINDS:
+            raise ValidationError("kind", f"must be gone or opted_out, got {kind!r}")
+        rows: list[AudienceRow] = await console.ask(
+            "rows",
+            gone=gone,
+            reason=reason,
+            category=category,
+            after=start,
+            limit=RECIPIENTS_PAGE + 1,
+        )
+    except ValidationError as exc:
+        context["error"] = str(exc)
+        return console.respond(request, session, "recipients.html", context, status_code=400)
+    shown = rows[:RECIPIENTS_PAGE]
+    more = None
+    if len(rows) > RECIPIENTS_PAGE:
+        last = shown[-1]
+        more = {"after": last.recipient, "after_category": last.category}
+    # The exact counts read the whole table (as `notifyonce recipients counts` does): on
+    # the first page only, so a search, a filter or a later page costs only its own rows.
+    landing = not (start or recipient or kind or reason or category)
+    context.update(
+        counts=await console.ask("counts") if landing else None,
+        state=await console.recipient_state(recipient) if recipient else None,
+        rows=shown,
+        filters={"kind": kind or None, "reason": reason, "category": category},
+        more=more,
+        first_page=start is None,
+    )
+    return console.respond(request, session, "recipients.html", context)
 
 
 def _campaign_args(request: Request) -> tuple[str, str] | None:
@@ -646,6 +731,7 @@ def create_app(
         Route("/problems", _page(console, problems_page), name="problems"),
         Route("/leases", _page(console, leases_page), name="leases"),
         Route("/rate-limits", _page(console, rate_page), name="rate_limits"),
+        Route("/recipients", _page(console, recipients_page), name="recipients"),
         Route("/requeue/confirm", post(requeue_confirm), methods=["POST"], name="requeue_confirm"),
         Route("/requeue", post(requeue_do), methods=["POST"], name="requeue"),
         Route("/login", _login_page(console), name="login_form"),
