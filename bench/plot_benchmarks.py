@@ -85,6 +85,12 @@ def load(path: Path) -> dict[str, Any]:
             for rate in _need(database, "rates", list, where):
                 if not isinstance(rate, number):
                     raise ResultsError(f"{where}: a rate is not a number")
+    elif kind == "audience":  # a table in docs/benchmarks.md, no plot
+        _need(_need(record, "settings", dict, where), "notifications", int, where)
+        for database in _need(record, "databases", list, where):
+            _need(database, "name", str, where)
+            for run in ("no table", "none gone", "gone"):
+                _need(_need(database, run, dict, where), "sent_per_second", number, where)
     else:
         raise ResultsError(f"{where}: unknown benchmark {kind!r}")
     return record
