@@ -78,7 +78,8 @@ class BotUnderTest:
 
             @own.my_chat_member()
             async def member(event: ChatMemberUpdated) -> None:
-                seen.append(f"member {event.new_chat_member.status}")
+                status = event.new_chat_member.status  # aiogram 3.13's enum: its name on 3.11+
+                seen.append(f"member {getattr(status, 'value', status)}")
 
             @own.message()
             async def other(message: AiogramMessage) -> None:

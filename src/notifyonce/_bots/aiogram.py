@@ -83,7 +83,11 @@ def audience_router(
     async def membership(event: ChatMemberUpdated) -> None:
         member = event.new_chat_member
         is_member = getattr(member, "is_member", None)
-        await rules.membership(event.chat.id, event.chat.type, member.status, is_member)
+        # Older aiogram releases (3.13 among them) give the status and the chat type as
+        # str enums, which format as their names on Python 3.11 and later: their values.
+        status = str(getattr(member.status, "value", member.status))
+        kind = str(getattr(event.chat.type, "value", event.chat.type))
+        await rules.membership(event.chat.id, kind, status, is_member)
         raise SkipHandler  # the bot's own my_chat_member handlers still get it
 
     if rules.start_comes_back:
