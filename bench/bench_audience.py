@@ -24,15 +24,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
-from bench_campaign import ACTION, CYCLE, DATABASES, RAW_KEYS, raw_mariadb, raw_postgres, raw_sqlite
-from sqlalchemy.engine import make_url
+from bench_campaign import ACTION, CYCLE, DATABASES, RAW_KEYS, databases
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from notifyonce import AsyncAudience, AsyncLedger, Message, Notification, Notifier, Outcome, Result
@@ -112,18 +109,7 @@ async def main() -> None:
         parser.error(f"--databases: {', '.join(sorted(unknown))} is not one of {DATABASES}")
     if not 0 < args.gone < 1:
         parser.error("--gone must be between 0 and 1")
-    targets: list[tuple[str, str, Callable[[str, int, int], Awaitable[float]]]] = []
-    pg = os.environ.get("NOTIFYONCE_TEST_POSTGRES_URL")
-    if pg and "postgres" in wanted:
-        url = make_url(pg).set(drivername="postgresql+asyncpg").render_as_string(False)
-        targets.append(("PostgreSQL (asyncpg)", url, raw_postgres))
-    my = os.environ.get("NOTIFYONCE_TEST_MYSQL_URL")
-    if my and "mariadb" in wanted:
-        url = make_url(my).set(drivername="mysql+asyncmy").render_as_string(False)
-        targets.append(("MariaDB (asyncmy)", url, raw_mariadb))
-    if "sqlite" in wanted:
-        path = os.path.join(tempfile.mkdtemp(prefix="nfo-bench-"), "audience.sqlite3")
-        targets.append(("SQLite (aiosqlite)", f"sqlite+aiosqlite:///{path}", raw_sqlite))
+    targets = databases(wanted, "audience.sqlite3")
     print(
         f"campaigns of {args.notifications:,} notifications, {args.gone:.0%} of the chats gone"
         f" in the third, FakeSender, concurrency {args.concurrency}"

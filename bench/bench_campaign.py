@@ -276,6 +276,27 @@ async def raw_sqlite(url: str, keys: int, group: int) -> float:
     return await asyncio.to_thread(work)
 
 
+Target = tuple[str, str, Callable[[str, int, int], Awaitable[float]]]
+
+
+def databases(wanted: set[str], sqlite_file: str) -> list[Target]:
+    """(name, async URL, raw driver benchmark) of each database in ``wanted`` whose URL is
+    set (SQLite: a new file named ``sqlite_file``)."""
+    targets: list[Target] = []
+    pg = os.environ.get("NOTIFYONCE_TEST_POSTGRES_URL")
+    if pg and "postgres" in wanted:
+        url = make_url(pg).set(drivername="postgresql+asyncpg").render_as_string(False)
+        targets.append(("PostgreSQL (asyncpg)", url, raw_postgres))
+    my = os.environ.get("NOTIFYONCE_TEST_MYSQL_URL")
+    if my and "mariadb" in wanted:
+        url = make_url(my).set(drivername="mysql+asyncmy").render_as_string(False)
+        targets.append(("MariaDB (asyncmy)", url, raw_mariadb))
+    if "sqlite" in wanted:
+        path = os.path.join(tempfile.mkdtemp(prefix="nfo-bench-"), sqlite_file)
+        targets.append(("SQLite (aiosqlite)", f"sqlite+aiosqlite:///{path}", raw_sqlite))
+    return targets
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--notifications", type=int, default=1_000_000)
@@ -288,18 +309,7 @@ async def main() -> None:
     wanted = set(args.databases.split(","))
     if unknown := wanted.difference(DATABASES):
         parser.error(f"--databases: {', '.join(sorted(unknown))} is not one of {DATABASES}")
-    targets: list[tuple[str, str, Callable[[str, int, int], Awaitable[float]]]] = []
-    pg = os.environ.get("NOTIFYONCE_TEST_POSTGRES_URL")
-    if pg and "postgres" in wanted:
-        url = make_url(pg).set(drivername="postgresql+asyncpg").render_as_string(False)
-        targets.append(("PostgreSQL (asyncpg)", url, raw_postgres))
-    my = os.environ.get("NOTIFYONCE_TEST_MYSQL_URL")
-    if my and "mariadb" in wanted:
-        url = make_url(my).set(drivername="mysql+asyncmy").render_as_string(False)
-        targets.append(("MariaDB (asyncmy)", url, raw_mariadb))
-    if "sqlite" in wanted:
-        path = os.path.join(tempfile.mkdtemp(prefix="nfo-bench-"), "campaign.sqlite3")
-        targets.append(("SQLite (aiosqlite)", f"sqlite+aiosqlite:///{path}", raw_sqlite))
+    targets = databases(wanted, "campaign.sqlite3")
     print(
         f"one campaign of {args.notifications:,} notifications, FakeSender, concurrency"
         f" {args.concurrency}; rates per {args.every:,}"
