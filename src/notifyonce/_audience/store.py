@@ -436,48 +436,47 @@ class _Base:
     def _plan_gone(
         self, recipients: Iterable[object], reason: object, source: object, detail: object
     ) -> Callable[[Connection], int]:
-        why = _reason(reason).value
-        who = _word("source", source)
-        words = _detail(detail)
+        why, words = _reason(reason), _detail(detail)
+        return self._plan_gone_rows(
+            ((normalize_recipient(r), why, words) for r in recipients), _word("source", source)
+        )
+
+    def _plan_learned(
+        self, learned: Sequence[tuple[str, str, str | None]]
+    ) -> Callable[[Connection], int]:
+        """What a run learned from refusals: (recipient, reason, provider's words) each."""
+        return self._plan_gone_rows(
+            (
+                (recipient, _reason(reason), _detail(detail))
+                for recipient, reason, detail in learned
+            ),
+            "refusal",
+        )
+
+    def _plan_gone_rows(
+        self, gone: Iterable[tuple[str, GoneReason, str | None]], source: str
+    ) -> Callable[[Connection], int]:
+        """One upsert of the gone rows, each recipient once (its last reason)."""
         since = _now()
         rows = {
-            r: {
-                "recipient": r,
+            recipient: {
+                "recipient": recipient,
                 "category": GONE,
-                "reason": why,
-                "source": who,
-                "detail": words,
+                "reason": reason.value,
+                "source": source,
+                "detail": detail,
                 "since": since,
             }
-            for r in (normalize_recipient(x) for x in recipients)
+            for recipient, reason, detail in gone
         }
-        return self._plan_rows(list(rows.values()))
+        batch = list(rows.values())
 
-    def _plan_rows(self, batch: list[dict[str, Any]]) -> Callable[[Connection], int]:
         def work(conn: Connection) -> int:
             if batch:
                 self._work.upsert(conn, batch)
             return len(batch)
 
         return work
-
-    def _plan_learned(
-        self, learned: Sequence[tuple[str, str, str | None]]
-    ) -> Callable[[Connection], int]:
-        """What a run learned from refusals: (recipient, reason, provider's words) each."""
-        since = _now()
-        rows = {
-            recipient: {
-                "recipient": recipient,
-                "category": GONE,
-                "reason": _reason(reason).value,
-                "source": "refusal",
-                "detail": _detail(detail),
-                "since": since,
-            }
-            for recipient, reason, detail in learned
-        }
-        return self._plan_rows(list(rows.values()))
 
     def _plan_back(self, recipient: object) -> Callable[[Connection], bool]:
         who = normalize_recipient(recipient)
