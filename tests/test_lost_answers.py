@@ -135,16 +135,19 @@ def test_the_sync_ledger_releases_a_claim_whose_answer_is_lost(
 async def test_a_run_whose_claim_answer_is_lost_loses_nothing(
     backend: Backend, proxy: FaultProxy, table: str, mode: DeliveryMode
 ) -> None:
-    """1,000 notifications; the answer of one of the run's claim statements is cut. The run
-    stops with the ledger's error, nothing stays claimed (the sweep would have made those
-    rows unknown, never sent), and the next run sends every chat not yet sent, once."""
+    """1,000 notifications; the answer of one of the run's claim statements is cut. With
+    no patience for outages the run stops with the ledger's error, nothing stays claimed
+    (the sweep would have made those rows unknown, never sent), and the next run sends
+    every chat not yet sent, once."""
     engine = create_async_engine(through(proxy, backend.async_url), pool_size=10)
     try:
         ledger = AsyncLedger(engine, table_name=table)
         await ledger.create_schema()
         sender = FakeSender()
         batch = [Notification(n, CYCLE, Message("hi")) for n in range(1000)]
-        notifier = Notifier(ledger, sender, mode=mode, concurrency=32)
+        notifier = Notifier(
+            ledger, sender, mode=mode, concurrency=32, outage_patience=dt.timedelta(0)
+        )
         drop_the_claims_answer(proxy, backend)
         with pytest.raises(LedgerError):
             await notifier.send_many("news", batch)
@@ -160,13 +163,12 @@ async def test_a_run_whose_claim_answer_is_lost_loses_nothing(
 
 
 @pytest.mark.parametrize("mode", list(DeliveryMode))
-async def test_a_run_whose_write_of_outcomes_and_claims_loses_its_answer_loses_nothing(
+async def test_a_run_whose_claim_answer_is_lost_waits_and_ends_the_campaign(
     backend: Backend, proxy: FaultProxy, table: str, mode: DeliveryMode
 ) -> None:
-    """1,000 notifications; the answer of a write that carried outcomes and the next claims
-    is cut after the server committed both. The run stops with the ledger's error, the
-    claims of that write are released by their tokens (nothing stays claimed, nothing is
-    made unknown), and the next run sends every chat not yet sent, once."""
+    """The same cut with the default patience: the claims the cut statement won are
+    released by their tokens once the database answers, and claimed again; one run sends
+    every chat once, nothing left claimed or unknown."""
     engine = create_async_engine(through(proxy, backend.async_url), pool_size=10)
     try:
         ledger = AsyncLedger(engine, table_name=table)
@@ -174,6 +176,34 @@ async def test_a_run_whose_write_of_outcomes_and_claims_loses_its_answer_loses_n
         sender = FakeSender()
         batch = [Notification(n, CYCLE, Message("hi")) for n in range(1000)]
         notifier = Notifier(ledger, sender, mode=mode, concurrency=32)
+        drop_the_claims_answer(proxy, backend)
+        report = await notifier.send_many("news", batch)
+        assert 1 == proxy.cut
+        assert {Outcome.SENT: 1000} == {k: v for k, v in report.counts.items() if v}
+        assert {"sent": 1000} == statuses(backend, table)
+        assert sorted(r.recipient for r in sender.sent) == sorted(str(n) for n in range(1000))
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("mode", list(DeliveryMode))
+async def test_a_run_whose_write_of_outcomes_and_claims_loses_its_answer_loses_nothing(
+    backend: Backend, proxy: FaultProxy, table: str, mode: DeliveryMode
+) -> None:
+    """1,000 notifications; the answer of a write that carried outcomes and the next claims
+    is cut after the server committed both. With no patience for outages the run stops
+    with the ledger's error, the claims of that write are released by their tokens
+    (nothing stays claimed, nothing is made unknown), and the next run sends every chat
+    not yet sent, once."""
+    engine = create_async_engine(through(proxy, backend.async_url), pool_size=10)
+    try:
+        ledger = AsyncLedger(engine, table_name=table)
+        await ledger.create_schema()
+        sender = FakeSender()
+        batch = [Notification(n, CYCLE, Message("hi")) for n in range(1000)]
+        notifier = Notifier(
+            ledger, sender, mode=mode, concurrency=32, outage_patience=dt.timedelta(0)
+        )
         drop_the_writes_answer(proxy, backend)
         with pytest.raises(LedgerError):
             await notifier.send_many("news", batch)
@@ -184,6 +214,30 @@ async def test_a_run_whose_write_of_outcomes_and_claims_loses_its_answer_loses_n
         assert after.get("released", 0) > 0  # the cut write's claims, given back
         report = await notifier.send_many("news", batch)
         assert report.counts[Outcome.SENT] == 1000 - after.get("sent", 0)
+        assert sorted(r.recipient for r in sender.sent) == sorted(str(n) for n in range(1000))
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("mode", list(DeliveryMode))
+async def test_a_run_whose_write_loses_its_answer_waits_and_ends_the_campaign(
+    backend: Backend, proxy: FaultProxy, table: str, mode: DeliveryMode
+) -> None:
+    """The same cut with the default patience: the run waits for the database, releases
+    the cut write's claims by their tokens, finds its outcomes written, and goes on: one
+    run sends every chat once, nothing left claimed or unknown."""
+    engine = create_async_engine(through(proxy, backend.async_url), pool_size=10)
+    try:
+        ledger = AsyncLedger(engine, table_name=table)
+        await ledger.create_schema()
+        sender = FakeSender()
+        batch = [Notification(n, CYCLE, Message("hi")) for n in range(1000)]
+        notifier = Notifier(ledger, sender, mode=mode, concurrency=32)
+        drop_the_writes_answer(proxy, backend)
+        report = await notifier.send_many("news", batch)
+        assert 1 == proxy.cut
+        assert {Outcome.SENT: 1000} == {k: v for k, v in report.counts.items() if v}
+        assert {"sent": 1000} == statuses(backend, table)
         assert sorted(r.recipient for r in sender.sent) == sorted(str(n) for n in range(1000))
     finally:
         await engine.dispose()

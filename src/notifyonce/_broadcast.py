@@ -615,6 +615,8 @@ class Broadcast:
             try:
                 note = await cancel_requested(self.notifier.ledger, self.action, self.campaign)
             except LedgerError as exc:
+                if self._run is not None and self._run.outage.away:
+                    continue  # the run said once that the database is away
                 logger.warning(
                     "campaign %s/%s: its cancel request could not be read (%s)",
                     self.action,

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from notifyonce._drivers.errors import database_detail
+from notifyonce._drivers.errors import DATABASE_ERRORS, database_detail
 from notifyonce._errors import LedgerError, ValidationError
 from notifyonce._keys import SlotKey, make_key
 from notifyonce._ledger.table import SlotStatus
@@ -164,7 +164,7 @@ async def check_message(
                 await conn.execute(
                     sa.update(table).where(where).values(message_id=wanted, updated_at=ledger.now())
                 )
-    except SQLAlchemyError as exc:
+    except (SQLAlchemyError, *DATABASE_ERRORS) as exc:
         raise LedgerError(
             f"the campaign's message could not be checked ({database_detail(exc)})"
         ) from exc
@@ -221,7 +221,7 @@ async def record_total(ledger: AsyncLedger, action: str, campaign: str, total: i
     try:
         async with ledger.engine.begin() as conn:
             await conn.execute(sa.update(table).where(where).values(token=max(total, 0)))
-    except SQLAlchemyError as exc:
+    except (SQLAlchemyError, *DATABASE_ERRORS) as exc:
         logger.warning(
             "campaign %s/%s: its number of recipients could not be recorded (%s)",
             action,
@@ -243,7 +243,7 @@ async def progress_message(
         async with ledger.engine.connect() as conn:
             query = sa.select(ledger.table.c.message_id).where(where)
             value = (await conn.execute(query)).scalar_one_or_none()
-    except SQLAlchemyError as exc:
+    except (SQLAlchemyError, *DATABASE_ERRORS) as exc:
         logger.warning(
             "campaign %s/%s: its progress message could not be looked up (%s)",
             action,
@@ -274,7 +274,7 @@ async def keep_progress_message(
                 await conn.execute(
                     sa.update(table).where(where).values(message_id=value, updated_at=now)
                 )
-    except SQLAlchemyError as exc:
+    except (SQLAlchemyError, *DATABASE_ERRORS) as exc:
         logger.warning(
             "campaign %s/%s: its progress message could not be recorded (%s)",
             action,
@@ -347,7 +347,7 @@ async def cancel_requested(ledger: AsyncLedger, action: str, campaign: str) -> s
     try:
         async with ledger.engine.connect() as conn:
             value = (await conn.execute(cancel_query(ledger.table, action, campaign))).scalar()
-    except SQLAlchemyError as exc:
+    except (SQLAlchemyError, *DATABASE_ERRORS) as exc:
         raise LedgerError(
             f"the campaign's cancel request could not be read ({database_detail(exc)})"
         ) from exc
@@ -359,7 +359,7 @@ async def _update(ledger: AsyncLedger, action: str, campaign: str, *, cancel: bo
     try:
         async with ledger.engine.begin() as conn:
             result = await conn.execute(statement)
-    except SQLAlchemyError as exc:
+    except (SQLAlchemyError, *DATABASE_ERRORS) as exc:
         what = "set" if cancel else "cleared"
         raise LedgerError(
             f"the campaign's cancel request could not be {what} ({database_detail(exc)})"

@@ -48,6 +48,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Se
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from notifyonce._drivers.outage import Outage
 from notifyonce._errors import (
     FloodWaitError,
     LedgerError,
@@ -228,6 +229,8 @@ class Policy:
     min_spacing: dt.timedelta | None = None
     quiet_hours: QuietHours | None = None
     dry_run: bool = False
+    #: Seconds the run waits for its database to come back (0: it ends at the failure).
+    outage_patience: float = 0.0
 
     @property
     def take_expired(self) -> bool:
@@ -330,6 +333,8 @@ class Run:
         # Connections the run keeps for its statements, one per lane, where the ledger
         # allows (given back when the run is settled).
         self.keepers = ledger._keepers(ledger._claim_lanes) or []
+        # The database going away pauses the run (see notifyonce._drivers.outage).
+        self.outage = Outage(ledger.engine, policy.outage_patience, self._let_keepers_go)
         turn = parts.sender.turn if isinstance(parts.sender, SupportsTurn) else None
         self.turn: Callable[[str], contextlib.AbstractAsyncContextManager[Any]] | None = (
             turn if callable(turn) else None
@@ -402,8 +407,17 @@ class Run:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
+            await self.outage.close()
+            told = self.outage.told()
+            if told is not None:
+                logger.warning(told)
             if self.keepers:
                 await self.ledger._release(self.keepers)
+
+    async def _let_keepers_go(self) -> None:
+        """The database is back: the connections the claim lanes kept were cut."""
+        if self.keepers:
+            await self.ledger._drop(self.keepers)
 
     async def _drain(self) -> None:
         await asyncio.wait(self.tasks)
@@ -481,7 +495,10 @@ class Run:
         todo = await self._spacing(todo)
         if not todo:
             return []
-        taken = await self.ledger._not_claimable_keys([i.key for i in todo], self.options)
+        taken = await self.ledger._not_claimable_keys(
+            [i.key for i in todo], self.options, self.outage
+        )
+        self.outage.armed = True  # the database answered: from now on it may go away
         finished = {slot(k) for k in taken}
         ready: list[_Item] = []
         for item in todo:
@@ -500,7 +517,13 @@ class Run:
         check = self.parts.audience
         if check is None or not todo:
             return todo
-        skips = await check.skips([item.notification.target for item in todo])
+        targets = [item.notification.target for item in todo]
+        while True:
+            try:
+                skips = await check.skips(targets)
+                break
+            except LedgerUnavailableError as exc:
+                await self.outage.wait(exc)
         if not skips:
             return todo
         kept: list[_Item] = []
@@ -758,9 +781,12 @@ class Run:
             try:
                 await self.ledger.renew(due)
             except LedgerError as exc:
-                logger.warning(
-                    "could not renew %d leases (%s)", len(due), type(exc.__cause__ or exc).__name__
-                )
+                if not self.outage.away:  # an outage says so once, for every statement
+                    logger.warning(
+                        "could not renew %d leases (%s)",
+                        len(due),
+                        type(exc.__cause__ or exc).__name__,
+                    )
                 continue
             for claim in due:
                 if claim.id in self.active:
@@ -940,12 +966,18 @@ class _Writer:
         landed: list[bool | None]
         if not keys:
             return await self._record(entries, keeper), []
+        epoch = run.outage.epoch
         try:
             if entries:
-                both = await run.ledger._write(_marks(entries), keys, run.options, keeper)
+                both = await run.ledger._write(
+                    _marks(entries), keys, run.options, keeper, run.outage
+                )
                 landed, outcome = list(both[0]), both[1]
             else:
-                landed, outcome = [], await run.ledger._claim_keys(keys, run.options, keeper)
+                landed, outcome = (
+                    [],
+                    await run.ledger._claim_keys(keys, run.options, keeper, run.outage),
+                )
         except LedgerUnavailableError as exc:
             # The database went away: the claims fail as a claim alone would (their rows
             # released by token, if they were won); the outcomes get the recorder's retry.
@@ -960,6 +992,8 @@ class _Writer:
                 outcome = await run.ledger._claim_keys(keys, run.options, keeper)
             except Exception as again:
                 outcome = again
+        if run.outage.epoch != epoch:
+            run.outage.kept += len(entries)
         if hooks is not None and not isinstance(outcome, Exception):
             seconds = _clock() - started
             hooks.call("claimed", run.action, seconds, len(live), len(outcome))
@@ -1007,8 +1041,15 @@ class _Writer:
         if not batch:
             return []
         marks = _marks(batch)
+        outage = self.run.outage
+        epoch = outage.epoch
         try:
-            return list(await self.run.ledger._mark_checked(marks, keeper))
+            written: list[bool | None] = list(
+                await self.run.ledger._mark_checked(marks, keeper, outage)
+            )
+            if outage.epoch != epoch:
+                outage.kept += len(batch)
+            return written
         except LedgerUnavailableError as exc:
             if not retried:
                 await asyncio.sleep(0.25)  # a blip (failover, a dropped connection)

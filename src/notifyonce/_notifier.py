@@ -144,6 +144,13 @@ class Notifier:
         skip_gone: Skip the recipients known to be gone (the default). False sends to
             them anyway (a refusal is learned again); ``send_many(skip_gone=...)`` says
             it for one run. Opt-outs are kept either way, except for transactional runs.
+        outage_patience: How long a run waits for its database when it goes away
+            mid-run (a restart, a failover): sends pause, their outcomes wait in memory,
+            and the run goes on when the database answers again; one log line says it
+            went away, one that it is back. Past this long the run stops, raising
+            [`LedgerUnavailableError`][notifyonce.LedgerUnavailableError]. ``timedelta(0)``
+            stops at the first failure. A database that never answered in the run is
+            not waited for (a wrong URL is not an outage).
 
     Examples:
         >>> import asyncio
@@ -181,6 +188,7 @@ class Notifier:
         observer: Observer | None = None,
         audience: AsyncAudience | None = None,
         skip_gone: bool = True,
+        outage_patience: dt.timedelta = dt.timedelta(minutes=1),
     ) -> None:
         if not isinstance(mode, DeliveryMode):
             raise ValidationTypeError("mode", f"must be a DeliveryMode, got {type(mode).__name__}")
@@ -193,6 +201,8 @@ class Notifier:
                 raise ValidationTypeError(name, f"must be an int, got {type(value).__name__}")
             if value < 1:
                 raise ValidationError(name, f"must be at least 1, got {value}")
+        if not isinstance(outage_patience, dt.timedelta) or outage_patience < dt.timedelta(0):
+            raise ValidationError("outage_patience", "must be a timedelta of 0 or more")
         for name, interval in (("min_spacing", min_spacing), ("sweep_every", sweep_every)):
             if interval is not None and (
                 not isinstance(interval, dt.timedelta) or interval <= dt.timedelta(0)
@@ -233,6 +243,7 @@ class Notifier:
         self.min_spacing = min_spacing
         self.quiet_hours = quiet_hours
         self.sweep_every = sweep_every
+        self.outage_patience = outage_patience
         self.dry_run = dry_run
         self.keep_results = keep_results
         self.on_result = on_result
@@ -529,6 +540,7 @@ class Notifier:
             min_spacing=self.min_spacing,
             quiet_hours=self.quiet_hours,
             dry_run=self.dry_run,
+            outage_patience=self.outage_patience.total_seconds(),
         )
 
     def _parts(self, audience: AudienceCheck | None = None) -> Parts:

@@ -30,7 +30,7 @@ from sqlalchemy.engine import Connection
 from notifyonce._drivers import Driver
 from notifyonce._drivers.errors import DATABASE_ERRORS, is_retryable, translate
 from notifyonce._drivers.execute import ConnectionLink, Link, is_observed, wrap_dbapi_error
-from notifyonce._errors import LedgerError, ValidationError
+from notifyonce._errors import LedgerError, LedgerUnavailableError, ValidationError
 from notifyonce._keys import SlotKey
 from notifyonce._ledger.checks import ClaimOptions, check_bool, check_lease, check_positive_int
 from notifyonce._ledger.claim import Claim
@@ -172,6 +172,14 @@ class Held:
         pooled = self.take()
         if pooled is not None:
             pooled.close()
+
+    def drop(self) -> None:
+        """Discard the connection, which was cut (in a greenlet: closing may await): given
+        back, the pool would try to roll it back and log the failure."""
+        pooled = self.take()
+        if pooled is not None and pooled.dbapi_connection is not None:
+            with contextlib.suppress(Exception):
+                pooled.invalidate()
 
 
 class Spare(Held):
@@ -407,13 +415,16 @@ class LedgerCore:
         switch = autocommit and driver.switches_to_autocommit()
         link = driver.link(pooled, autocommit)
         done = False
+        cut = False  # the database is unreachable on this connection: drop, never reuse it
         try:
             if self.clock_due:
                 try:
                     self.sync_clock(link)
                     pooled.rollback()
                 except DATABASE_ERRORS as exc:
-                    raise self.translate(exc) from exc
+                    error = self.translate(exc)
+                    cut = isinstance(error, LedgerUnavailableError)
+                    raise error from exc
             if switch:
                 sa_dialect.set_isolation_level(dbapi_connection, "AUTOCOMMIT")
             attempt = 1
@@ -436,13 +447,21 @@ class LedgerCore:
                     if attempt < self.retries and self.is_retryable(exc):
                         attempt += 1
                         continue
-                    raise self.translate(exc) from exc
+                    error = self.translate(exc)
+                    cut = isinstance(error, LedgerUnavailableError)
+                    raise error from exc
         finally:
             with contextlib.suppress(Exception):
                 link.close()
-                if switch and pooled.is_valid:
+                if switch and pooled.is_valid and not cut:
                     sa_dialect.reset_isolation_level(dbapi_connection)
-            if not (done and spare is not None and pooled.is_valid and spare.give(pooled)):
+            if cut:
+                # Given back, the pool would roll it back first and log that failure with
+                # its traceback; discarded, it is closed without a word.
+                with contextlib.suppress(Exception):
+                    if pooled.dbapi_connection is not None:  # None: closed with its link
+                        pooled.invalidate()
+            elif not (done and spare is not None and pooled.is_valid and spare.give(pooled)):
                 pooled.close()
 
     def is_retryable(self, exc: BaseException) -> bool:
@@ -605,6 +624,24 @@ class LedgerCore:
             claim.id, claim.token, status.value, detail, self.now(), attempt
         )
         return self.dialect.mark_one(link, columns, params)
+
+    def marked(self, conn: Connection, results: Sequence[Mark]) -> set[int]:
+        """The row ids of ``results`` whose row holds the claim's token and the mark's
+        status: the marks that landed (by an earlier run of the same write)."""
+        t = self.table
+        wanted = {mark[0].id: (mark[0].token, mark[1].value) for mark in results}
+        found: set[int] = set()
+        ids = sorted(wanted)
+        for start in range(0, len(ids), MARK_CHUNK):
+            query = sa.select(t.c.id, t.c.token, t.c.status).where(
+                t.c.id.in_(ids[start : start + MARK_CHUNK])
+            )
+            found |= {
+                row_id
+                for row_id, token, status in conn.execute(query)
+                if wanted[row_id] == (token, status)
+            }
+        return found
 
     def mark_many(self, link: Link, results: Sequence[Mark]) -> list[bool]:
         """Mark many claims (distinct rows) in one transaction; one bool per result.

@@ -21,7 +21,8 @@ from sqlalchemy.util import greenlet_spawn
 
 from notifyonce._drivers import driver_for
 from notifyonce._drivers.execute import Link
-from notifyonce._errors import LedgerError
+from notifyonce._drivers.outage import Outage
+from notifyonce._errors import LedgerError, LedgerUnavailableError
 from notifyonce._keys import (
     Cycle,
     SlotKey,
@@ -482,16 +483,51 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         *,
         connection: AsyncConnection | None = None,
         keeper: Keeper | None = None,
+        outage: Outage | None = None,
     ) -> T:
+        """Run ``plan`` on ``connection`` or on one of its own; with ``outage``, a database
+        that went away is waited for and ``plan`` run again (see `_rerun`)."""
         if connection is not None:
             return await connection.run_sync(self._core.run, plan, owned=False)
         try:
             return await self._run_owned(plan, keeper)
+        except LedgerUnavailableError as exc:
+            if outage is None:
+                await self._undo(plan)
+                raise
+            return await self._rerun(plan, exc, outage)
         except LedgerError:
-            if plan.undo is not None:
-                with contextlib.suppress(Exception):  # the failure is what the caller sees
-                    await self._run_owned(plan.undo, None)
+            await self._undo(plan)
             raise
+
+    async def _undo(self, plan: Plan[Any]) -> None:
+        """Undo what a failed ``plan`` may have committed: a best effort."""
+        if plan.undo is not None:
+            with contextlib.suppress(Exception):  # the failure is what the caller sees
+                await self._run_owned(plan.undo, None)
+
+    async def _rerun(self, plan: Plan[T], exc: LedgerUnavailableError, outage: Outage) -> T:
+        """Run ``plan`` again once its database is back (see ``notifyonce._drivers.outage``).
+
+        The failed run may have committed before its connection was cut: its undo (the
+        claims it may have won, released by their tokens) runs first, on the database
+        that is back, so the claims are won again instead of held by tokens nobody has.
+        """
+        while True:
+            try:
+                await outage.wait(exc)
+            except LedgerError:
+                await self._undo(plan)
+                raise
+            try:
+                if plan.undo is not None:
+                    await self._run_owned(plan.undo, None)
+                return await self._run_owned(plan, None)
+            except LedgerUnavailableError as again:
+                exc = again
+            except LedgerError:
+                await self._undo(plan)
+                raise
 
     async def _run_owned(self, plan: Plan[T], keeper: Keeper | None) -> T:
         # The whole call (checkout, statements, commit, checkin) as one piece of sync work,
@@ -537,19 +573,28 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         for keeper in keepers:
             await greenlet_spawn(keeper.close)
 
+    async def _drop(self, keepers: Sequence[Held]) -> None:
+        """Discard what ``keepers`` hold: the database went away and cut it."""
+        for keeper in keepers:
+            await greenlet_spawn(keeper.drop)
+
     async def _claim_keys(
-        self, keys: list[SlotKey], options: ClaimOptions, keeper: Keeper | None = None
+        self,
+        keys: list[SlotKey],
+        options: ClaimOptions,
+        keeper: Keeper | None = None,
+        outage: Outage | None = None,
     ) -> list[Claim]:
         """``claim_many`` of checked, distinct keys of one action, in one statement."""
         if not keys:
             return []
-        return await self._run(self._plan_claim_keys(keys, options), keeper=keeper)
+        return await self._run(self._plan_claim_keys(keys, options), keeper=keeper, outage=outage)
 
     async def _not_claimable_keys(
-        self, keys: list[SlotKey], options: ClaimOptions
+        self, keys: list[SlotKey], options: ClaimOptions, outage: Outage | None = None
     ) -> list[SlotKey]:
         """``not_claimable`` of checked keys."""
-        return await self._run(self._plan_lookup_keys(keys, options))
+        return await self._run(self._plan_lookup_keys(keys, options), outage=outage)
 
     async def _write(
         self,
@@ -557,17 +602,40 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         keys: list[SlotKey],
         options: ClaimOptions,
         keeper: Keeper | None = None,
+        outage: Outage | None = None,
     ) -> tuple[list[bool], list[Claim]]:
         """`_mark_checked` of ``results`` and `_claim_keys` of ``keys`` in one round trip
         where the database allows (one transaction elsewhere)."""
-        return await self._run(self._plan_write(results, keys, options), keeper=keeper)
+        epoch = outage.epoch if outage is not None else 0
+        plan = self._plan_write(results, keys, options)
+        landed, claims = await self._run(plan, keeper=keeper, outage=outage)
+        if outage is not None and outage.epoch != epoch:
+            landed = await self._confirm(results, landed)
+        return landed, claims
 
     async def _mark_checked(
-        self, results: Sequence[Mark], keeper: Keeper | None = None
+        self, results: Sequence[Mark], keeper: Keeper | None = None, outage: Outage | None = None
     ) -> list[bool]:
         """``mark_many`` of results the Notifier made (valid claims, statuses, details, and
         whether each attempt counts)."""
-        return await self._run(self._plan_marks(results, checked=True), keeper=keeper)
+        epoch = outage.epoch if outage is not None else 0
+        plan = self._plan_marks(results, checked=True)
+        landed = await self._run(plan, keeper=keeper, outage=outage)
+        if outage is not None and outage.epoch != epoch:
+            landed = await self._confirm(results, landed)
+        return landed
+
+    async def _confirm(self, results: Sequence[Mark], landed: list[bool]) -> list[bool]:
+        """``landed`` with the marks that a write cut by an outage committed before it
+        was run again: that run found the row no longer claimed (by its own first run),
+        so its row, holding the claim's token and the mark's status, says it landed."""
+        doubtful = [mark for mark, ok in zip(results, landed, strict=True) if not ok]
+        if not doubtful:
+            return landed
+        found = await self._run(
+            Plan(partial(self._core.marked, results=doubtful), Shape.READ, on_link=False)
+        )
+        return [ok or mark[0].id in found for mark, ok in zip(results, landed, strict=True)]
 
     async def create_schema(self) -> None:
         """Create the table and its indexes unless they exist (for quick starts and tests),

@@ -1,0 +1,221 @@
+"""A run whose database goes away mid-run waits for it, then goes on: nothing twice, nothing lost.
+
+The cut is made where it hurts most: right after a statement committed, before its answer
+came back (a claim won, an outcome written, both in one write), so the run does not know
+what landed. The database itself stays up here, so the run's probe finds it back at once;
+tests/test_database_restarts.py restarts a real server under ``notifyonce broadcast``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from notifyonce import (
+    AsyncLedger,
+    LedgerUnavailableError,
+    Message,
+    Notification,
+    Notifier,
+    Outcome,
+    ValidationError,
+)
+from notifyonce._drivers.outage import Outage
+from notifyonce._ledger.core import Plan
+from notifyonce.testing import FakeSender
+
+from ._clocks import WallClock
+
+UTC = dt.timezone.utc
+CYCLE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
+ACTION = "trial_6h"
+
+
+def items(count: int) -> list[Notification]:
+    return [Notification(s, CYCLE, Message("reminder")) for s in range(count)]
+
+
+def _statement(plan: Plan[Any]) -> str:
+    """Which of the run's statements ``plan`` is: claim_keys, write, mark_many, lookup..."""
+    body = plan.body
+    name = getattr(getattr(body, "func", body), "__name__", "")
+    return "lookup" if name == "body" else name
+
+
+class CutLedger(AsyncLedger):
+    """A database whose connection is cut after the chosen statements ran (committed, for
+    a write), ``times`` times in all: the caller gets LedgerUnavailableError."""
+
+    def __init__(self, *args: Any, cut: set[str], times: int, skip: int = 0, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.cut, self.times, self.skip = cut, times, skip
+        self.cuts: Counter[str] = Counter()
+
+    async def _run_owned(self, plan: Plan[Any], keeper: Any) -> Any:
+        result = await super()._run_owned(plan, keeper)
+        name = _statement(plan)
+        if name in self.cut and self.times:
+            if self.skip:
+                self.skip -= 1
+                return result
+            self.times -= 1
+            self.cuts[name] += 1
+            raise LedgerUnavailableError(
+                "database unavailable (OSError: connection reset)"
+            ) from OSError("connection reset")
+        return result
+
+
+async def statuses(ledger: AsyncLedger) -> Counter[str]:
+    async with ledger.engine.connect() as conn:
+        rows = await conn.execute(sa.select(ledger.table.c.status))
+        return Counter(row.status for row in rows)
+
+
+def _said(caplog: pytest.LogCaptureFixture, words: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if words in r.getMessage()]
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        pytest.param({"claim_keys", "write"}, id="claims"),
+        pytest.param({"mark_many", "write"}, id="outcomes"),
+        pytest.param({"lookup"}, id="look-ups"),
+    ],
+)
+async def test_a_statement_cut_after_it_committed_is_run_again_once_the_database_is_back(
+    ledger: AsyncLedger, clock: WallClock, caplog: pytest.LogCaptureFixture, cut: set[str]
+) -> None:
+    """Claims won and outcomes written by a statement whose answer was lost are neither
+    lost nor doubled: every recipient gets one send, every row ends sent, nothing is
+    reported lease lost, and the run says once that the database went away."""
+    cutting = CutLedger(
+        ledger.engine, table_name=ledger.table_name, clock=clock, cut=cut, times=3, skip=2
+    )
+    sender = FakeSender()
+    caplog.set_level(logging.WARNING, logger="notifyonce")
+    notifier = Notifier(cutting, sender, concurrency=4, batch_size=10)
+    report = await notifier.send_many(ACTION, items(60))
+
+    assert 3 == sum(cutting.cuts.values()), cutting.cuts
+    assert {Outcome.SENT: 60} == {k: v for k, v in report.counts.items() if v}
+    assert {"sent": 60} == dict(await statuses(ledger))
+    assert Counter({str(s): 1 for s in range(60)}) == Counter(r.recipient for r in sender.records)
+    assert 3 == len(_said(caplog, "the database is away"))
+    assert 3 == len(_said(caplog, "the database is back"))
+    assert 1 == len(_said(caplog, "the database was away 3 times"))
+
+
+async def test_outcomes_answered_while_the_database_is_away_are_kept_and_written(
+    ledger: AsyncLedger, clock: WallClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The writes of outcomes fail for a while (the probe finds the database away twice):
+    the sends under way finish, their outcomes wait in memory, and are written when it
+    is back, none turned unknown; the run's last line says how many were kept."""
+    away = {"probes": 0}
+    cutting = CutLedger(
+        ledger.engine,
+        table_name=ledger.table_name,
+        clock=clock,
+        cut={"mark_many", "write"},
+        times=1,
+        skip=1,
+    )
+    caplog.set_level(logging.WARNING, logger="notifyonce")
+    with pytest.MonkeyPatch.context() as patch:
+        original = Outage._probe_once
+        patch.setattr(Outage, "_probe_once", lambda self: _probe(self, away, original))
+        report = await Notifier(cutting, FakeSender(), concurrency=4).send_many(ACTION, items(40))
+    assert 3 == away["probes"]
+    assert 40 == report.counts[Outcome.SENT]
+    assert {"sent": 40} == dict(await statuses(ledger))
+    [told] = _said(caplog, "outcomes answered meanwhile were kept")
+    kept = int(told.split("; ")[1].split(" ")[0].replace(",", ""))
+    assert kept >= 1, told
+
+
+async def _probe(self: Outage, away: dict[str, int], original: Any) -> None:
+    """The first two probes find the database away; the third asks it."""
+    away["probes"] += 1
+    if away["probes"] <= 2:
+        raise OSError("connection refused")
+    await original(self)
+
+
+async def test_a_database_away_past_the_patience_stops_the_run(
+    ledger: AsyncLedger, clock: WallClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A database that does not come back within ``outage_patience`` ends the run with
+    LedgerUnavailableError naming the patience, in about that time."""
+    cutting = CutLedger(
+        ledger.engine,
+        table_name=ledger.table_name,
+        clock=clock,
+        cut={"claim_keys", "write"},
+        times=1_000_000,
+        skip=1,
+    )
+    caplog.set_level(logging.WARNING, logger="notifyonce")
+
+    async def never(self: Outage) -> None:
+        raise OSError("connection refused")
+
+    notifier = Notifier(
+        cutting, FakeSender(), concurrency=2, outage_patience=dt.timedelta(seconds=1)
+    )
+    started = time.monotonic()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Outage, "_probe_once", never)
+        with pytest.raises(LedgerUnavailableError, match="the run's patience"):
+            await notifier.send_many(ACTION, items(20))
+    assert time.monotonic() - started < 30
+    assert 1 == len(_said(caplog, "the database is away"))
+    assert [] == _said(caplog, "the database is back")
+
+
+async def test_a_database_that_never_answered_is_not_waited_for(
+    ledger: AsyncLedger, clock: WallClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The run's first statement fails: a wrong URL or a missing table, not an outage;
+    the run ends at once, without waiting its patience."""
+    cutting = CutLedger(
+        ledger.engine, table_name=ledger.table_name, clock=clock, cut={"lookup"}, times=1
+    )
+    caplog.set_level(logging.WARNING, logger="notifyonce")
+    notifier = Notifier(cutting, FakeSender(), outage_patience=dt.timedelta(minutes=10))
+    with pytest.raises(LedgerUnavailableError):
+        await notifier.send_many(ACTION, items(5))
+    assert [] == _said(caplog, "the database is away")
+
+
+async def test_patience_zero_stops_at_the_first_failure(
+    ledger: AsyncLedger, clock: WallClock
+) -> None:
+    """``outage_patience=timedelta(0)``: the first failure ends the run, as before."""
+    cutting = CutLedger(
+        ledger.engine,
+        table_name=ledger.table_name,
+        clock=clock,
+        cut={"claim_keys", "write"},
+        times=1,
+        skip=1,
+    )
+    notifier = Notifier(cutting, FakeSender(), concurrency=1, outage_patience=dt.timedelta(0))
+    with pytest.raises(LedgerUnavailableError):
+        await notifier.send_many(ACTION, items(10))
+
+
+@pytest.mark.parametrize("value", [dt.timedelta(seconds=-1), 60, None])
+def test_outage_patience_must_be_a_timedelta_of_zero_or_more(
+    ledger: AsyncLedger, value: object
+) -> None:
+    """A negative or non-timedelta patience is refused, naming the field."""
+    with pytest.raises(ValidationError, match="outage_patience"):
+        Notifier(ledger, FakeSender(), outage_patience=value)  # type: ignore[arg-type]
