@@ -181,6 +181,14 @@ def add_parser(
     )
     parser.add_argument("--concurrency", type=int, default=16, help="sends in flight at most")
     parser.add_argument(
+        "--database-patience",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="when the database goes away mid-run (a restart, a failover), pause and wait "
+        "this long for it before stopping (default 60; 0: stop at once)",
+    )
+    parser.add_argument(
         "--rate",
         type=float,
         default=None,
@@ -422,6 +430,7 @@ async def _broadcast(
             max_attempts=args.max_attempts,
             concurrency=args.concurrency,
             dry_run=args.dry_run,
+            outage_patience=dt.timedelta(seconds=args.database_patience),
         )
         if args.recipients_file:
             source = recipients_from_file(args.recipients_file)
@@ -491,6 +500,8 @@ def _telegram(args: argparse.Namespace, token: str) -> Callable[[AsyncEngine], S
     rate = args.rate if args.rate is not None else (1000.0 if args.paid else 30.0)
     if rate < 0:
         raise UsageError("--rate must be 0 (no limit) or positive")
+    if not 0 <= args.database_patience < 86_400:
+        raise UsageError("--database-patience must be 0 (stop at once) up to a day, in seconds")
     limit = RateLimit(bot_per_second=rate) if rate > 0 else None
     _check_token(args.base_url, token, args.token_env)
 
@@ -640,6 +651,12 @@ class _Display(logging.Handler):
         self.live: Live | None = None  # started by the first progress shown
         self.logger = logging.getLogger("notifyonce")
         self.logger.addHandler(self)
+        # A connection cut by a database restart fails the rollback its pool gives it on
+        # the way back, and SQLAlchemy logs that with a traceback (through Python's last
+        # resort handler: the command configures no other) after the run said once that
+        # the database is away. A failure that matters reaches the run as a ledger error.
+        self.pool_log = logging.NullHandler()
+        logging.getLogger("sqlalchemy.pool").addHandler(self.pool_log)
 
     def show(self, progress: BroadcastProgress) -> None:
         if self.tty and self.live is None:
@@ -672,6 +689,7 @@ class _Display(logging.Handler):
 
     def close(self) -> None:
         self.logger.removeHandler(self)
+        logging.getLogger("sqlalchemy.pool").removeHandler(self.pool_log)
         if self.live is not None:
             self.live.stop()  # the last progress stays on screen
         super().close()
