@@ -145,8 +145,10 @@ def add_parser(
         "--buttons-file",
         metavar="PATH",
         help="inline buttons under the message: a JSON list of rows, each a list of "
-        '{"text": ..., "url": ...} or {"text": ..., "callback_data": ...}; checked before '
-        "anything is claimed",
+        'buttons such as {"text": ..., "url": ...}, with one action of any kind Telegram '
+        "gives bots (url, callback_data, web_app, login_url, switch_inline_query, "
+        "switch_inline_query_current_chat, switch_inline_query_chosen_chat, copy_text); "
+        "checked before anything is claimed",
     )
     parser.add_argument(
         "--parse-mode",
