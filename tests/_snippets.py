@@ -78,6 +78,35 @@ def parse_blocks(page: Path, text: str) -> list[Block]:
     return blocks
 
 
+def shell_blocks(text: str, heading: str) -> list[str]:
+    """The ```bash blocks of a page's section: from the line ``heading`` to the next
+    heading of its level or above."""
+    level = len(heading) - len(heading.lstrip("#"))
+    lines = text.splitlines()
+    start = lines.index(heading) + 1
+    end = next(
+        (
+            n
+            for n in range(start, len(lines))
+            if lines[n].startswith("#") and len(lines[n]) - len(lines[n].lstrip("#")) <= level
+        ),
+        len(lines),
+    )
+    blocks: list[str] = []
+    index = start
+    while index < end:
+        match = FENCE.match(lines[index])
+        close = index + 1
+        if match:
+            while close < len(lines) and lines[close].strip() != "```":
+                close += 1
+            if match["info"].strip() == "bash":
+                blocks.append("\n".join(lines[index + 1 : close]))
+            close += 1
+        index = close
+    return blocks
+
+
 def _norun_reason(page: Path, lines: list[str], fence: int) -> str | None:
     before = fence - 1
     while before >= 0 and not lines[before].strip():

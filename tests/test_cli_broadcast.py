@@ -690,12 +690,34 @@ def test_buttons_file_puts_the_keyboard_under_every_message(
     assert all({"inline_keyboard": rows} == d.params["reply_markup"] for d in server.deliveries)
 
 
+def test_buttons_file_takes_every_kind_of_button_telegram_gives_bots(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """A --buttons-file with a web_app, a login_url, the switch_inline_query kinds and a
+    copy_text button reaches the Bot API as the JSON written, under every message."""
+    rows = [
+        [{"text": "App", "web_app": {"url": "https://example.com/app"}}],
+        [{"text": "Log in", "login_url": {"url": "https://example.com/login"}}],
+        [
+            {"text": "Share", "switch_inline_query": "tariff"},
+            {"text": "Here", "switch_inline_query_current_chat": ""},
+        ],
+        [{"text": "Pick", "switch_inline_query_chosen_chat": {"allow_group_chats": True}}],
+        [{"text": "Copy", "copy_text": {"text": "PROMO-2026"}}],
+    ]
+    (workdir / "chats.txt").write_text("1\n2\n3\n")
+    (workdir / "buttons.json").write_text(json.dumps(rows))
+    done = run(command(workdir, server, "--buttons-file", str(workdir / "buttons.json")))
+    assert 0 == done.returncode, done.stderr
+    assert 3 * [{"inline_keyboard": rows}] == [d.params["reply_markup"] for d in server.deliveries]
+
+
 @pytest.mark.parametrize(
     ("rows", "problem"),
     [
         (
             [[{"text": "Shop", "url": "https://e.x"}], [{"text": "Bare"}]],
-            "row 2, column 1: has neither",
+            "row 2, column 1: has no action",
         ),
         (
             [[{"text": "A", "url": "https://e.x"}, {"url": "https://e.x"}]],
@@ -703,7 +725,10 @@ def test_buttons_file_puts_the_keyboard_under_every_message(
         ),
         ([[{"text": "A", "url": "ftp://e.x"}]], "row 1, column 1: the url must start"),
         ([[{"text": "A", "callback_data": "x" * 65}]], "row 1, column 1: callback_data must be"),
-        ([[{"text": "A", "url": "https://e.x", "callback_data": "a"}]], "has both"),
+        ([[{"text": "A", "url": "https://e.x", "callback_data": "a"}]], "has 2 actions"),
+        ([[{"text": "Pay", "pay": True}]], "row 1, column 1: pay: a Pay button goes only first"),
+        ([[{"text": "A", "web_app": {"url": "http://e.x"}}]], "web_app: url must be an https"),
+        ([[{"text": "A", "copy_text": {"text": "c" * 257}}]], "copy_text: text must be 1-256"),
         ([], "has no rows"),
         ({"rows": []}, "only 'inline_keyboard'"),
     ],
@@ -715,7 +740,8 @@ def test_a_bad_button_is_named_by_row_and_column_before_anything_is_claimed(
     rows: object,
     problem: str,
 ) -> None:
-    """A button without a url or callback_data (and the like) exits 2 naming its row and
+    """A button without an action, with two, a pay button under a plain message, a web_app
+    that is not https, a copy_text too long (and the like) exits 2 naming its row and
     column; nothing is claimed or sent."""
     (workdir / "buttons.json").write_text(json.dumps(rows))
     args = command(workdir, server, "--buttons-file", str(workdir / "buttons.json"))[3:]

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
+import os
+import signal
 import subprocess
 import sys
 import types
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +35,9 @@ from ._snippets import (
     parse_blocks,
     prepare,
     run_block,
+    shell_blocks,
 )
+from .test_cli_serve import Lines, free_port, serve
 
 TOKEN = "123456:TEST-token"
 MODULE_HEADER = "# file: "  # a block whose first line names a module: importable as such
@@ -235,3 +241,61 @@ def test_testing_guide_needs_its_asyncio_mode(tmp_path: Path) -> None:
     """Without the page's asyncio_mode line the same tests do not pass (the line matters)."""
     result = run_pytest(guide_test_file(tmp_path, with_config=False))
     assert 0 != result.returncode
+
+
+def test_the_broadcast_guide_commands_run_as_written_against_the_test_server(
+    tmp_path: Path,
+) -> None:
+    """The bash blocks of the broadcast guide's command-line section (migrate, a text to
+    the users query, a photo, an album, a copy of a channel post put on the server with
+    POST /post) run as written, in order, against `notifyonce serve-test-api`; only the
+    database URL is a SQLite file's, and the pictures are the reader's own files."""
+    page = ROOT / "docs" / "guides" / "broadcast.md"
+    blocks = shell_blocks(page.read_text(encoding="utf-8"), "## From the command line")
+    db = tmp_path / "app.db"
+    engine = sa.create_engine(f"sqlite:///{db}")
+    create_app_tables(engine)  # the quick start's users: 42, 43 and 44
+    engine.dispose()
+    for name in ("tariff.png", "front.jpg", "back.jpg", "tour.mp4"):
+        (tmp_path / name).write_bytes(name.encode() * 100)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "notifyonce"
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m notifyonce "$@"\n')
+    shim.chmod(0o755)
+    script = "set -eu\n" + "\n".join(blocks).replace("postgresql://app@db/app", f"sqlite:///{db}")
+    port = free_port()
+    with serve(port) as server:
+        try:
+            Lines(server.stdout).until("Ctrl-C stops it")
+            url = f"http://127.0.0.1:{port}"
+            env = {
+                **os.environ,
+                "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+                "PYTHONPATH": str(ROOT / "src"),
+                "NOTIFYONCE_BOT_API_URL": url,
+            }
+            done = subprocess.run(
+                ["bash", "-c", script],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            with urllib.request.urlopen(f"{url}/received", timeout=5) as answer:
+                received = json.loads(answer.read())["result"]
+        finally:
+            server.send_signal(signal.SIGINT)
+            server.wait(10)
+    assert 0 == done.returncode, done.stdout + done.stderr
+    assert 4 <= len(blocks)
+    copies = [
+        (d["chat_id"], d["text"]) for d in received["deliveries"] if d["method"] == "copyMessage"
+    ]
+    assert [("42", "Our new tariff is out"), ("43", "Our new tariff is out")] == sorted(copies)
+    assert {"sendMessage", "sendPhoto", "sendMediaGroup", "copyMessage"} == {
+        d["method"] for d in received["deliveries"]
+    }
+    assert all(r["delivered"] for r in received["requests"])

@@ -6,6 +6,7 @@ import asyncio
 import json
 import urllib.error
 import urllib.request
+from typing import Any
 
 import pytest
 
@@ -255,6 +256,133 @@ def test_a_fixed_port_and_updates_queued_over_http() -> None:
         status, body = _post(f"{server.url}/bot1:a/getUpdates", {"timeout": 0})
         assert "/start" == body["result"][0]["message"]["text"]
         assert 400 == _post(f"{server.url}/user_says", {"text": "no chat"})[0]
+
+
+def _get(url: str) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_a_post_made_over_http_is_copied_and_deleted_over_http(
+    bot_api_server: BotAPIServer,
+) -> None:
+    """POST /post puts a message in a channel and answers its message_id (or the one
+    asked for), which copyMessage copies; POST /delete_message removes it, and copying it
+    is then refused as Telegram refuses it."""
+    url = bot_api_server.url
+    status, body = _post(f"{url}/post", {"chat_id": -1001234567890, "text": "secret-post"})
+    assert 200 == status
+    first = body["result"]
+    assert isinstance(first, dict)
+    chosen = _post(f"{url}/post", {"chat_id": "-1001234567890", "message_id": 42, "text": "b"})
+    assert (200, {"message_id": 42}) == (chosen[0], chosen[1]["result"])
+    copy = f"{url}/bot1:a/copyMessage"
+    for message_id in (first["message_id"], 42):
+        status, _ = _post(
+            copy, {"chat_id": 7, "from_chat_id": -1001234567890, "message_id": message_id}
+        )
+        assert 200 == status
+    assert ["secret-post", "b"] == [d.text for d in bot_api_server.deliveries]
+    deleted = _post(f"{url}/delete_message", {"chat_id": -1001234567890, "message_id": 42})
+    status, body = _post(copy, {"chat_id": 7, "from_chat_id": -1001234567890, "message_id": 42})
+    assert ((200, True), 400, "Bad Request: message to copy not found") == (
+        (deleted[0], deleted[1]["result"]),
+        status,
+        body["description"],
+    )
+    assert 400 == _post(f"{url}/post", {"text": "no chat"})[0]
+    assert "chat_id" in _post(f"{url}/delete_message", {"chat_id": 5})[1]["description"]
+
+
+@pytest.mark.parametrize(
+    ("script", "status", "description", "parameters"),
+    [
+        ({"reply": "blocked"}, 403, "Forbidden: bot was blocked by the user", None),
+        ({"reply": "chat_not_found"}, 400, "Bad Request: chat not found", None),
+        (
+            {"reply": "flood", "retry_after": 7},
+            429,
+            "Too Many Requests: retry after 7",
+            {"retry_after": 7},
+        ),
+        (
+            {"reply": "migrate", "new_chat_id": -1009},
+            400,
+            "Bad Request: group chat was upgraded to a supergroup chat",
+            {"migrate_to_chat_id": -1009},
+        ),
+        (
+            {"reply": "error", "status": 400, "description": "Bad Request: PEER_ID_INVALID"},
+            400,
+            "Bad Request: PEER_ID_INVALID",
+            None,
+        ),
+    ],
+)
+def test_an_error_scripted_over_http_answers_the_next_sends_to_that_chat(
+    bot_api_server: BotAPIServer,
+    script: dict[str, object],
+    status: int,
+    description: str,
+    parameters: dict[str, object] | None,
+) -> None:
+    """POST /script with a chat_id, a reply (blocked, chat_not_found, flood, migrate,
+    error) and times answers that many sends to the chat so; then they are delivered."""
+    url = bot_api_server.url
+    assert 200 == _post(f"{url}/script", {"chat_id": 5, "times": 2, **script})[0]
+    send = f"{url}/bot1:a/sendMessage"
+    answers = [_post(send, {"chat_id": 5, "text": "hi"}) for _ in range(3)]
+    expected = {"ok": False, "error_code": status, "description": description}
+    if parameters is not None:
+        expected["parameters"] = parameters
+    assert [(status, expected), (status, expected)] == answers[:2]
+    assert (200, True) == (answers[2][0], answers[2][1]["ok"])
+    assert ["5"] == [d.chat_id for d in bot_api_server.deliveries]
+
+
+@pytest.mark.parametrize(
+    "script",
+    [{"reply": "teapot"}, {"reply": "flood"}, {"reply": "blocked", "times": 0}, {"chat_id": 5}],
+)
+def test_a_script_the_server_cannot_read_is_a_400_naming_what_it_takes(
+    bot_api_server: BotAPIServer, script: dict[str, object]
+) -> None:
+    """An unknown reply, a flood without retry_after, times below 1 or no reply is
+    answered 400 with what /script takes, and scripts nothing."""
+    status, body = _post(f"{bot_api_server.url}/script", script)
+    assert 400 == status
+    assert "/script takes" in str(body["description"])
+    status, _ = _post(f"{bot_api_server.url}/bot1:a/sendMessage", {"chat_id": 5, "text": "x"})
+    assert 200 == status
+
+
+def test_what_the_server_received_is_read_as_json(bot_api_server: BotAPIServer) -> None:
+    """GET /received lists every delivery (chat, message id, method, text, parameters such
+    as reply_markup) and every send refused, with its status, as JSON."""
+    url = bot_api_server.url
+    keyboard = {"inline_keyboard": [[{"text": "Copy", "copy_text": {"text": "PROMO"}}]]}
+    _post(f"{url}/bot1:a/sendMessage", {"chat_id": 4, "text": "hi", "reply_markup": keyboard})
+    _post(f"{url}/script", {"chat_id": 5, "reply": "blocked"})
+    _post(f"{url}/bot1:a/sendMessage", {"chat_id": 5, "text": "hi"})
+    status, body = _get(f"{url}/received")
+    assert 200 == status
+    result = body["result"]
+    (delivery,) = result["deliveries"]
+    assert {
+        "chat_id": "4",
+        "message_id": bot_api_server.deliveries[0].message_id,
+        "method": "sendMessage",
+        "text": "hi",
+        "file_id": None,
+    } == {k: delivery[k] for k in ("chat_id", "message_id", "method", "text", "file_id")}
+    assert keyboard == delivery["params"]["reply_markup"]
+    assert [
+        {"method": "sendMessage", "chat_id": "4", "status": 200, "delivered": True},
+        {"method": "sendMessage", "chat_id": "5", "status": 403, "delivered": False},
+    ] == result["requests"]
 
 
 def test_public_names() -> None:

@@ -89,14 +89,15 @@ class Message:
             message_id: Its id there (aiogram's ``message.message_id``); at least 1.
             caption: A caption instead of the message's own (None keeps its own).
             parse_mode: How Telegram reads ``caption``'s formatting.
-            buttons: Rows of inline buttons, each a mapping with ``text`` and ``url`` or
-                ``callback_data`` (see [`inline_keyboard`][notifyonce.inline_keyboard]).
+            buttons: Rows of inline buttons, each a mapping with ``text`` and one action
+                (``url``, ``callback_data``, ``web_app``, ``copy_text``, ...; see
+                [`inline_keyboard`][notifyonce.inline_keyboard]).
             silent: Deliver without a notification sound.
             options: Further ``copyMessage`` parameters, passed through as is.
 
         Raises:
             ValidationError: A field is malformed (a chat id of 0, a message id below 1,
-                a button without a url or callback_data); the error names it, and
+                a button without an action or with two); the error names it, and
                 nothing is claimed or sent.
 
         Examples:

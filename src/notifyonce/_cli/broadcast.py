@@ -29,7 +29,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -53,7 +53,7 @@ from notifyonce._cli.common import (
 )
 from notifyonce._errors import SenderConfigError, ValidationError
 from notifyonce._ledger.ledger import AsyncLedger
-from notifyonce._media import Copy, Document, Media, Photo, Video
+from notifyonce._media import Album, Copy, Document, Media, Photo, Video
 from notifyonce._message import Message, Receipt, Sender
 from notifyonce._notifier import Notifier
 from notifyonce._outcome import DeliveryMode
@@ -90,7 +90,8 @@ def add_parser(
         description="Send the text of --text-file to every chat id of --recipients-file or "
         "--recipients-sql, once per (--action, --campaign): running the same command "
         "again after a crash or Ctrl-C sends only to the chats not handled yet. With "
-        "--photo, --document or --video the file is sent with the text as its caption; "
+        "--photo, --document or --video the file is sent with the text as its caption, "
+        "with --album (or --photo and --video repeated) 2-10 photos and videos as one album; "
         "it is uploaded once and sent by Telegram's file_id after that, also by a "
         "resumed run. With --copy-from a message already in Telegram (an admin's post) "
         "is copied to every chat. The bot token is read from "
@@ -111,9 +112,25 @@ def add_parser(
         help="the message text (required without media; with media, the caption)",
     )
     media = parser.add_mutually_exclusive_group()
-    media.add_argument("--photo", metavar="PATH", help="send this image (up to 10 MB)")
+    # --photo and --video repeat (an album, in the order given), so they are checked
+    # against the others by hand, in _media: argparse's group refuses a second kind.
+    for kind, what in (("photo", "image (up to 10 MB)"), ("video", "video (up to 50 MB)")):
+        parser.add_argument(
+            f"--{kind}",
+            metavar="PATH",
+            dest="media_files",
+            action=_InOrder,
+            const=kind,
+            help=f"send this {what}; --photo and --video repeated (2-10 in all) send an album",
+        )
     media.add_argument("--document", metavar="PATH", help="send this file (up to 50 MB)")
-    media.add_argument("--video", metavar="PATH", help="send this video (up to 50 MB)")
+    media.add_argument(
+        "--album",
+        metavar="FILE",
+        nargs="+",
+        help="send these 2-10 photos (.jpg, .jpeg, .png, .webp) and videos (.mp4, .m4v, "
+        ".mov) as one album (sendMediaGroup), the caption under the first",
+    )
     media.add_argument(
         "--copy-from",
         metavar="CHAT:MESSAGE_ID",
@@ -129,8 +146,10 @@ def add_parser(
         "--buttons-file",
         metavar="PATH",
         help="inline buttons under the message: a JSON list of rows, each a list of "
-        '{"text": ..., "url": ...} or {"text": ..., "callback_data": ...}; checked before '
-        "anything is claimed",
+        'buttons such as {"text": ..., "url": ...}, with one action of any kind Telegram '
+        "gives bots (url, callback_data, web_app, login_url, switch_inline_query, "
+        "switch_inline_query_current_chat, switch_inline_query_chosen_chat, copy_text); "
+        "checked before anything is claimed",
     )
     parser.add_argument(
         "--parse-mode",
@@ -239,6 +258,26 @@ def add_parser(
     )
 
 
+class _InOrder(argparse.Action):
+    """--photo and --video: each use adds ``(kind, path)`` to one list, so a repeated mix
+    keeps the order it was given in (the album's order)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("default", [])
+        super().__init__(*args, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        # A new list each time: the default one is shared by every parse.
+        found = [*getattr(namespace, self.dest), (self.const, values)]
+        setattr(namespace, self.dest, found)
+
+
 def _start_time(value: str) -> dt.datetime:
     """--at: an ISO 8601 time with its UTC offset (``Z`` for UTC)."""
     text = value.strip()
@@ -309,14 +348,19 @@ def _start_line(at: dt.datetime) -> str:
 def _message(args: argparse.Namespace) -> Message:
     media = _media(args)
     if media is None and args.caption_file:
-        raise UsageError("--caption-file: needs --photo, --document, --video or --copy-from")
+        raise UsageError(
+            "--caption-file: needs --photo, --document, --video, --album or --copy-from"
+        )
+    if isinstance(media, Album) and args.buttons_file is not None:
+        raise UsageError("--buttons-file: Telegram sends no buttons under an album")
     if media is not None and args.caption_file and args.text_file:
         raise UsageError("--caption-file: give the caption once, not also as --text-file")
     option = "--caption-file" if args.caption_file else "--text-file"
     path = args.caption_file or args.text_file
     if path is None and media is None:
         raise UsageError(
-            "--text-file: required (or send media: --photo, --document, --video, --copy-from)"
+            "--text-file: required (or send media: --photo, --document, --video, --album, "
+            "--copy-from)"
         )
     if media is not None and media.kind == "copy" and args.text_file:
         raise UsageError(
@@ -359,19 +403,77 @@ def _read_text(option: str, path: str) -> str:
         raise UsageError(f"{option}: cannot read it ({type(exc).__name__})") from None
 
 
-def _media(args: argparse.Namespace) -> Media | Copy | None:
-    """The --photo, --document or --video file, checked (exists, readable, size), or the
-    --copy-from message."""
+def _media(args: argparse.Namespace) -> Media | Album | Copy | None:
+    """The --photo, --document or --video file, or the album of --album or of --photo and
+    --video repeated, checked (each file exists, is readable, within its size; the album's
+    kinds and size), or the --copy-from message."""
+    files: list[tuple[str, str]] = args.media_files
+    given = next((f"--{kind}" for kind, _ in files), None)
+    other = next(
+        (f"--{name.replace('_', '-')}" for name in _ALONE if getattr(args, name) is not None),
+        None,
+    )
+    if other is not None and given is not None:
+        if other == "--album":
+            raise UsageError(
+                "--album: give the album either as --album FILE... or as --photo and "
+                "--video repeated, not both"
+            )
+        raise UsageError(f"{other}: not allowed with {given}: it is sent alone")
     if args.copy_from is not None:
         return _copy_from(args.copy_from)
-    for option, kind in (("photo", Photo), ("document", Document), ("video", Video)):
-        path = getattr(args, option)
-        if path is not None:
-            try:
-                return kind(Path(path))
-            except ValidationError as exc:
-                raise UsageError(f"--{option}: {exc.problem}") from None
+    if args.document is not None:
+        return _file("--document", Document, args.document)
+    if args.album is not None:
+        items = [
+            _file(f"--album: item {number}", _album_kind(number, path), path)
+            for number, path in enumerate(args.album, 1)
+        ]
+        return _album("--album", items)
+    if len(files) == 1:
+        kind, path = files[0]
+        return _file(f"--{kind}", _KINDS[kind], path)
+    if files:
+        items = [_file(f"--{kind}", _KINDS[kind], path) for kind, path in files]
+        return _album("--photo/--video", items)
     return None
+
+
+# The media options that go alone: with one of them, no --photo or --video.
+_ALONE = ("copy_from", "document", "album")
+_KINDS: dict[str, type[Photo] | type[Video]] = {"photo": Photo, "video": Video}
+# What --album reads as a photo and as a video: the formats sendMediaGroup takes as such.
+_PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
+_VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov")
+
+
+def _album_kind(number: int, path: str) -> type[Photo] | type[Video]:
+    """Photo or Video, by the file's extension; a usage error for any other file."""
+    suffix = Path(path).suffix.lower()
+    if suffix in _PHOTO_SUFFIXES:
+        return Photo
+    if suffix in _VIDEO_SUFFIXES:
+        return Video
+    raise UsageError(
+        f"--album: item {number} ({Path(path).name}) is not a photo or a video: an album "
+        f"takes photos ({', '.join(_PHOTO_SUFFIXES)}) and videos ({', '.join(_VIDEO_SUFFIXES)})"
+    )
+
+
+def _file(option: str, kind: type[Media], path: str) -> Media:
+    """The file as ``kind``, checked (exists, readable, within the upload limit)."""
+    try:
+        return kind(Path(path))
+    except ValidationError as exc:
+        raise UsageError(f"{option}: {exc.problem}") from None
+
+
+def _album(option: str, items: list[Media]) -> Album:
+    """The files as one album, checked (2 to 10 items)."""
+    try:
+        return Album(items)
+    except ValidationError as exc:
+        raise UsageError(f"{option}: {exc.problem}") from None
 
 
 def _copy_from(value: str) -> Copy:

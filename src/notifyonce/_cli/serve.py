@@ -43,7 +43,11 @@ def add_parser(
         "/user_unblocks (chat_id) block and unblock the bot for a user (/block and /unblock "
         "without the update), /bot_removed and "
         "/bot_added (chat_id, status) take it out of a group and back, /user_presses "
-        "(chat_id, data) presses an inline button. Ctrl-C stops it.",
+        "(chat_id, data) presses an inline button. POST /post (chat_id, text, optional "
+        "message_id) puts a post in a channel, answering its message_id (to --copy-from), "
+        "/delete_message (chat_id, message_id) deletes it, /script (chat_id, reply: "
+        "blocked, chat_not_found, flood with retry_after, ...; times) makes the next sends "
+        "to a chat fail; GET /received answers what it received, as JSON. Ctrl-C stops it.",
     )
     parser.add_argument(
         "--port",

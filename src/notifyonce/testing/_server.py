@@ -629,7 +629,11 @@ class BotAPIServer(LocalServer):
     ([`bot_removed`][notifyonce.testing.BotAPIServer.bot_removed]) is refused with
     Telegram's 403 on every send until it is unblocked or the bot added back; a press of
     an inline button is [`user_presses`][notifyonce.testing.BotAPIServer.user_presses].
-    Each of these has its ``POST /<name>`` route too. Every call, in order, is in
+    Each of these has its ``POST /<name>`` route too, and so do
+    [`post`][notifyonce.testing.BotAPIServer.post], ``delete_message`` and
+    [`script`][notifyonce.testing.BotAPIServer.script] (``POST /script``);
+    ``GET /received`` answers [`received`][notifyonce.testing.BotAPIServer.received].
+    Every call, in order, is in
     [`calls`][notifyonce.testing.BotAPIServer.calls]. Use it as a context manager (sync or
     async) or through the ``bot_api_server`` pytest fixture.
 
@@ -699,7 +703,8 @@ class BotAPIServer(LocalServer):
     def script(self, chat_id: str | None, replies: Iterable[Reply]) -> None:
         """Queue replies for requests to ``chat_id`` (None: the next requests to any chat).
 
-        When a queue is used up the server delivers and answers ok again.
+        When a queue is used up the server delivers and answers ok again. Over HTTP:
+        ``POST /script`` (see the testing guide).
         """
         with self._lock:
             self._scripts.add(None if chat_id is None else str(chat_id), replies)
@@ -777,17 +782,27 @@ class BotAPIServer(LocalServer):
             self._updates.append({"update_id": update_id, "message": message})
         return update_id
 
-    def post(self, chat_id: int | str, text: str) -> int:
+    def post(self, chat_id: int | str, text: str, *, message_id: int | None = None) -> int:
         """A message someone posted in ``chat_id`` (an admin's post to copy): its
-        ``message_id``. No update is queued; ``copyMessage`` can copy it."""
+        ``message_id``, a new one unless ``message_id`` is given (a guide's ``42``; a
+        message of the chat with that id is replaced). No update is queued;
+        ``copyMessage`` can copy it. Over HTTP: ``POST /post``.
+
+        Raises:
+            ValueError: A ``message_id`` below 1.
+        """
+        if message_id is not None and message_id < 1:
+            raise ValueError(f"message_id must be at least 1, got {message_id}")
         with self._lock:
-            message_id = next(self._message_ids)
+            if message_id is None:
+                message_id = next(self._message_ids)
             self._messages[(str(chat_id), message_id)] = text
         return message_id
 
     def delete_message(self, chat_id: int | str, message_id: int) -> None:
         """The message is gone (its author deleted it): copying it is refused with
-        "message to copy not found", as Telegram refuses it."""
+        "message to copy not found", as Telegram refuses it. Over HTTP:
+        ``POST /delete_message``."""
         with self._lock:
             self._messages.pop((str(chat_id), message_id), None)
 
@@ -1014,6 +1029,9 @@ class BotAPIServer(LocalServer):
 
         if verb == "POST" and path in _CONTROLS:
             return await self._control_over_http(path, writer, headers, body, keep_alive)
+        if verb == "GET" and path == "/received":
+            answer = {"ok": True, "result": self.received()}
+            return await self._answer(writer, 200, json.dumps(answer).encode(), keep_alive)
         if not api_path:
             return await self._refuse(writer, 404, path, received, connection, token, keep_alive)
         if self.token is not None and token != self.token:
@@ -1142,6 +1160,35 @@ class BotAPIServer(LocalServer):
         )
         return await self._answer(writer, reply.status, body_out, keep_alive, reply.content_type)
 
+    def received(self) -> dict[str, list[dict[str, Any]]]:
+        """What the server received, as JSON-ready data (``GET /received`` answers it):
+        ``deliveries``, each with its ``chat_id``, ``message_id``, ``method``, ``text``,
+        ``file_id`` and ``params`` (``reply_markup`` and the rest, as Telegram reads
+        them), and ``requests``, every send with its ``method``, ``chat_id``, ``status``
+        and whether it ``delivered``."""
+        deliveries = [
+            {
+                "chat_id": d.chat_id,
+                "message_id": d.message_id,
+                "method": d.method,
+                "text": d.text,
+                "file_id": d.file_id,
+                # What a form held is text or decoded JSON; anything else is shown as text.
+                "params": json.loads(json.dumps(d.params, default=str)),
+            }
+            for d in self.deliveries
+        ]
+        requests = [
+            {
+                "method": r.method,
+                "chat_id": r.chat_id,
+                "status": r.reply.status,
+                "delivered": r.reply.delivers,
+            }
+            for r in self.requests
+        ]
+        return {"deliveries": deliveries, "requests": requests}
+
     def message_text(self, chat_id: int | str, message_id: int) -> str | None:
         """The text the server holds for a message now (after its edits), or None."""
         with self._lock:
@@ -1267,18 +1314,19 @@ class BotAPIServer(LocalServer):
     ) -> bool:
         """``POST /user_says`` (``chat_id``, ``text``), ``/user_blocks``, ``/user_unblocks``,
         ``/block``, ``/unblock`` (``chat_id``), ``/bot_removed``, ``/bot_added``
-        (``chat_id``, optional ``status``) and ``/user_presses`` (``chat_id``, ``data``), as
-        a form or JSON: do what the method of that name does, for a bot polling this
-        server from another process. The answer's result is the queued update's id, or
-        True when none was queued."""
+        (``chat_id``, optional ``status``), ``/user_presses`` (``chat_id``, ``data``),
+        ``/post`` (``chat_id``, ``text``, optional ``message_id``), ``/delete_message``
+        (``chat_id``, ``message_id``) and ``/script`` (see `_script_over_http`), as a form
+        or JSON: do what the method of that name does, for a bot or a command using this
+        server from another process. The answer's result is the queued update's id, the
+        posted message's id, or True when there is nothing to say."""
         takes, control = _CONTROLS[path]
         try:
             params = parse_form(headers.get("content-type", ""), body)[0]
-            update_id = control(self, params)
+            result = control(self, params)
         except (ValueError, KeyError, TypeError):
             bad = _api_error(400, f"Bad Request: {path} takes {takes}")
             return await self._answer(writer, 400, bad, keep_alive)
-        result = True if update_id is None else {"update_id": update_id}
         answer = {"ok": True, "result": result}
         return await self._answer(writer, 200, json.dumps(answer).encode(), keep_alive)
 
@@ -1366,22 +1414,81 @@ class BotAPIServer(LocalServer):
             await asyncio.sleep(0.02)
 
 
-def _with_chat(name: str) -> Callable[[BotAPIServer, dict[str, Any]], int | None]:
+_Control = Callable[["BotAPIServer", dict[str, Any]], object]
+
+
+def _update(update_id: int | None) -> object:
+    """A control route's result: the queued update's id, or True when none was queued."""
+    return True if update_id is None else {"update_id": update_id}
+
+
+def _with_chat(name: str) -> _Control:
     """The server's method ``name``, given the ``chat_id`` of a control route."""
-    return lambda server, p: getattr(server, name)(_chat_id_param(p["chat_id"]))
+    return lambda server, p: _update(getattr(server, name)(_chat_id_param(p["chat_id"])))
+
+
+# The replies POST /script can queue: its ``reply`` -> the Reply, from the other fields.
+_SCRIPTED: dict[str, Callable[[dict[str, Any]], Reply]] = {
+    "ok": lambda p: Reply.ok(delay=float(p.get("delay") or 0.0)),
+    "blocked": lambda p: Reply.blocked(),
+    "chat_not_found": lambda p: Reply.chat_not_found(),
+    "flood": lambda p: Reply.flood(int(p["retry_after"])),
+    "migrate": lambda p: Reply.migrate(int(p["new_chat_id"])),
+    "error": lambda p: Reply.error(_error_status(p["status"]), str(p["description"])),
+    "html": lambda p: Reply.html(_error_status(p.get("status") or 500)),
+    "drop_after_delivery": lambda p: Reply.drop_after_delivery(),
+}
+_SCRIPT_TAKES = (
+    f"reply ({', '.join(_SCRIPTED)}), chat_id (none: the next sends to any chat), times "
+    "(default 1), and retry_after for flood, new_chat_id for migrate, status and "
+    "description for error"
+)
+
+
+def _error_status(value: object) -> int:
+    status = int(str(value))
+    if not 400 <= status <= 599:
+        raise ValueError(f"an error's status is 400-599, got {status}")
+    return status
+
+
+def _script_over_http(server: BotAPIServer, params: dict[str, Any]) -> object:
+    """``POST /script``: queue ``times`` replies of the kind ``reply`` names for the sends
+    to ``chat_id`` (or to any chat), as `script` does."""
+    reply = _SCRIPTED[str(params["reply"])](params)
+    times = int(params.get("times", 1))
+    if times < 1:
+        raise ValueError("times must be at least 1")
+    chat = params.get("chat_id")
+    server.script(None if chat is None else str(_chat_id_param(chat)), [reply] * times)
+    return True
+
+
+def _post_over_http(server: BotAPIServer, params: dict[str, Any]) -> object:
+    given = params.get("message_id")
+    message_id = server.post(
+        _chat_id_param(params["chat_id"]),
+        str(params["text"]),
+        message_id=None if given is None else int(given),
+    )
+    return {"message_id": message_id}
+
+
+def _delete_over_http(server: BotAPIServer, params: dict[str, Any]) -> object:
+    server.delete_message(_chat_id_param(params["chat_id"]), int(params["message_id"]))
+    return True
 
 
 def _status(params: dict[str, Any], default: str) -> str:
     return str(params.get("status") or default)
 
 
-# The routes a test (or `notifyonce serve-test-api`'s user) drives the server's users with:
-# path -> (what it takes, for the 400 answer; what it does, returning the update's id, or
-# None when it queues none).
-_CONTROLS: dict[str, tuple[str, Callable[[BotAPIServer, dict[str, Any]], int | None]]] = {
+# The routes a test (or `notifyonce serve-test-api`'s user) drives the server with:
+# path -> (what it takes, for the 400 answer; what it does, returning the answer's result).
+_CONTROLS: dict[str, tuple[str, _Control]] = {
     "/user_says": (
         "chat_id (an int) and text",
-        lambda server, p: server.user_says(int(p["chat_id"]), str(p["text"])),
+        lambda server, p: _update(server.user_says(int(p["chat_id"]), str(p["text"]))),
     ),
     # The routes that take a chat alone: a user's private chat for user_blocks and
     # user_unblocks (any other is a 400), any chat for block and unblock.
@@ -1391,20 +1498,26 @@ _CONTROLS: dict[str, tuple[str, Callable[[BotAPIServer, dict[str, Any]], int | N
     },
     "/bot_removed": (
         "chat_id (a group's id or @channel) and status (left or kicked)",
-        lambda server, p: server.bot_removed(
-            _chat_id_param(p["chat_id"]), status=_status(p, "kicked")
+        lambda server, p: _update(
+            server.bot_removed(_chat_id_param(p["chat_id"]), status=_status(p, "kicked"))
         ),
     ),
     "/bot_added": (
         "chat_id (a group's id or @channel) and status (member or administrator)",
-        lambda server, p: server.bot_added(
-            _chat_id_param(p["chat_id"]), status=_status(p, "member")
+        lambda server, p: _update(
+            server.bot_added(_chat_id_param(p["chat_id"]), status=_status(p, "member"))
         ),
     ),
     "/user_presses": (
         "chat_id (an int) and data",
-        lambda server, p: server.user_presses(int(p["chat_id"]), str(p["data"])),
+        lambda server, p: _update(server.user_presses(int(p["chat_id"]), str(p["data"]))),
     ),
+    "/post": (
+        "chat_id (a chat's id or @channel), text, and message_id (optional)",
+        _post_over_http,
+    ),
+    "/delete_message": ("chat_id (a chat's id or @channel) and message_id", _delete_over_http),
+    "/script": (_SCRIPT_TAKES, _script_over_http),
 }
 
 
