@@ -49,6 +49,9 @@ PAGES = [
     "/recipients",
     "/recipients?recipient=3",
     "/recipients?kind=gone&reason=deactivated&after=400",
+    "/search?by=error&q=Unauthorized",
+    "/search?by=campaign&q=sale",
+    "/subject?subject=3&after=1",
 ]
 
 
@@ -863,8 +866,8 @@ async def test_the_overview_redraws_itself(console: Console) -> None:
 
 async def test_search_by_campaign_subject_and_error(console: Console) -> None:
     """One box: campaigns by a part of their id or action (any case), a subject to its
-    own page, slots by a part of their error; a query shown escaped, a LIKE wildcard
-    taken as itself."""
+    own page, slots by a part of their error as shown (never by a hidden bot token); a
+    query shown escaped, a LIKE wildcard taken as itself."""
     async with console.client() as client:
         by_id = (await client.get("/search", params={"by": "campaign", "q": "SALE"})).text
         by_action = (await client.get("/search", params={"by": "campaign", "q": "news"})).text
@@ -873,6 +876,7 @@ async def test_search_by_campaign_subject_and_error(console: Console) -> None:
         errors = (await client.get("/search", params={"by": "error", "q": "forbidden"})).text
         evil = (await client.get("/search", params={"by": "error", "q": EVIL_SUBJECT})).text
         bad = await client.get("/search", params={"by": "message", "q": "x"})
+        token = (await client.get("/search", params={"by": "error", "q": BOT_TOKEN[:12]})).text
         overview = (await client.get("/")).text
     assert {"2026-11-sale", "2026-12-sale"} == set(_states(by_id))
     assert {"n-scheduled", "n-never", "n-stopped", "n-cancelled"} == set(_states(by_action))
@@ -888,6 +892,7 @@ async def test_search_by_campaign_subject_and_error(console: Console) -> None:
         bad.text.strip().split(", got")[0],
     )
     assert 'id="search"' in overview
+    assert 0 == token.count('<tr class="st-')  # the token the page hides is not searchable
 
 
 async def _pages(client: Any, url: str, found: str) -> tuple[list[str], int]:

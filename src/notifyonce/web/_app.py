@@ -433,7 +433,11 @@ async def search_page(console: Console, request: Request, session: Session) -> R
     elif text and by == "error":
         t, after = console.table, _after(request)
         rows = await console.read(lambda conn: q.error_slots(conn, t, text, q.PAGE + 1, after))
-        context["slots"], context["more"] = _paged(rows, q.PAGE, lambda r: r.id)
+        page, context["more"] = _paged(rows, q.PAGE, lambda r: r.id)
+        # The text must be in the error as shown: a search must not find a bot token the
+        # page hides, one letter at a time.
+        wanted = text.casefold()
+        context["slots"] = [r for r in page if wanted in scrub(r.last_error).casefold()]
     return console.respond(request, session, "search.html", context)
 
 
