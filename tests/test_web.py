@@ -686,6 +686,7 @@ async def test_async_engine_and_mounting_under_a_path(backend: Backend) -> None:
             await engine.dispose()
     assert 'href="/ops/problems"' in page
     assert 'href="/ops/static/console.css"' in page
+    assert 'href="/ops/favicon.svg"' in page
     assert 200 == problems.status_code
     assert "read timeout" in problems.text
     assert 'href="/ops/recipients"' in page
@@ -820,7 +821,8 @@ async def test_a_finished_or_cancelled_campaign_shows_no_rate_eta_or_cancel(
 async def test_a_campaigns_state_follows_its_rows(console: Console) -> None:
     """The derivation, row by row: a claim whose lease ran out is no run (stopped); a send
     in the last 30 seconds is one (running); a start time past with no slot is never
-    started; a finished campaign whose counts stop at the cap is still finished."""
+    started; a finished campaign whose counts stop at the cap is still finished, and
+    stopped again once a requeue gives it a chat to try."""
     t, ledger = console.ledger.table, console.ledger
     now = ledger.now()
 
@@ -852,6 +854,11 @@ async def test_a_campaigns_state_follows_its_rows(console: Console) -> None:
     with console.engine.connect() as conn:
         capped = queries.campaign_summaries(conn, t, ledger.now(), cap=1)
     assert "finished" == {c.campaign: c.state for c in capped}["2026-11-sale"]
+    # A requeue gives it a chat to try again: stopped, though it was found finished.
+    assert 1 == len(console.ledger.requeue("promo", status="failed", cycle="2026-11-sale"))
+    with console.engine.connect() as conn:
+        capped = queries.campaign_summaries(conn, t, ledger.now(), cap=1)
+    assert "stopped" == {c.campaign: c.state for c in capped}["2026-11-sale"]
 
 
 async def test_the_overview_redraws_itself(console: Console) -> None:

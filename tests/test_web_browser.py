@@ -221,6 +221,7 @@ FITTED = [
     "/recipients",
     "/search?by=error&q=forbidden",
     "/campaign?action=promo&campaign=no-such",
+    "/campaign/cancel?action=promo&campaign=2026-12-sale",
 ]
 
 

@@ -343,12 +343,13 @@ def action_summaries(
 #: Campaigns found finished by a count past the cap, so the overview (redrawn every few
 #: seconds) counts a big finished campaign's rows once per process, not at every redraw.
 #: A finished campaign stays finished: a requeue or a new claim makes a slot left to try
-#: (checked before this), a cancel is checked first, and a purge removes its row.
-_FINISHED: dict[tuple[str, str, str, int], None] = {}
+#: (checked before this), a cancel is checked first, and a purge removes its row (a new
+#: run of the same id after that has a row of another id and time: another key).
+_FINISHED: dict[tuple[object, ...], None] = {}
 _FINISHED_MAX = 10_000
 
 
-def _remember_finished(key: tuple[str, str, str, int]) -> None:
+def _remember_finished(key: tuple[object, ...]) -> None:
     if len(_FINISHED) >= _FINISHED_MAX:
         _FINISHED.clear()
     _FINISHED[key] = None
@@ -365,8 +366,10 @@ def _campaign_state(
     total: int | None,
     cancel: str | None,
     scheduled_at: dt.datetime | None,
+    row: tuple[int, dt.datetime] | None,
 ) -> str:
-    """The campaign's state (see ``CampaignState``), from its counts and its own keys."""
+    """The campaign's state (see ``CampaignState``), from its counts and its own keys;
+    ``row`` is its campaign row's id and creation time, when it has one."""
     if cancel is not None:
         return CampaignState.CANCELLED
     if not any(c.value for c in counts.values()):
@@ -383,7 +386,7 @@ def _campaign_state(
         # No slot left to try: finished when every recipient has its row. When a capped
         # count cannot tell, its own rows are counted through the key, up to the total.
         done = _done(counts)
-        key = (str(t.fullname), action, campaign, total)
+        key = (str(t.fullname), action, campaign, row, total)
         if done.capped and key not in _FINISHED:
             done = _capped(conn, own, total)
         if done.value >= total or key in _FINISHED:
@@ -442,6 +445,7 @@ def campaign_summaries(
             total=total,
             cancel=cancel,
             scheduled_at=row.cycle_at,
+            row=(row.id, row.created_at),
         )
         campaigns.append(
             CampaignSummary(
@@ -463,9 +467,9 @@ def campaign_progress(
     conn: Connection, t: sa.Table, action: str, campaign: str, now: dt.datetime
 ) -> CampaignProgress:
     """One campaign's exact counts (its own rows only), rate over 5 minutes, ETA."""
-    started_at, total, cancel, scheduled_at = None, None, None, None
+    started_at, total, cancel, scheduled_at, own_row = None, None, None, None, None
     row = conn.execute(
-        sa.select(t.c.created_at, t.c.token, t.c.last_error, t.c.cycle_at).where(
+        sa.select(t.c.id, t.c.created_at, t.c.token, t.c.last_error, t.c.cycle_at).where(
             t.c.action == CAMPAIGN_ACTION, t.c.cycle == campaign, t.c.subject == action
         )
     ).first()
@@ -475,6 +479,7 @@ def campaign_progress(
         total = int(row.token) or None
         cancel = cancel_note(row.last_error)
         scheduled_at = row.cycle_at
+        own_row = (row.id, row.created_at)
     counts = _status_counts(conn, t, action, campaign, None)
     # This campaign's sends: the action's last hour from the (action, sent_at) index, each
     # row's cycle checked (never a walk through every row the campaign ever sent).
@@ -503,6 +508,7 @@ def campaign_progress(
         total=total,
         cancel=cancel,
         scheduled_at=scheduled_at,
+        row=own_row,
     )
     return CampaignProgress(
         action,
