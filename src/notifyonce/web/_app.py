@@ -5,6 +5,12 @@ Pages read through ``_queries`` on a sync ``Engine`` (in Starlette's thread pool
 own API, so it counts what `notifyonce recipients` counts. The actions go through the
 ledger's own code, so a requeue here follows exactly the rules of ``notifyonce requeue``,
 and a cancel writes the request a running broadcast reads (``_campaign.cancel_statement``).
+The console starts no campaign (it never sees a message or a recipients list): a stopped
+one's page shows the command line that resumes it instead.
+
+Long lists go a page at a time: a page reads one row more than it shows, and its *next
+page* link names the last row's id (``after``), so the next read starts there through an
+index, never with an ``OFFSET`` that would read every row before it.
 """
 
 from __future__ import annotations
