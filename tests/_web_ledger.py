@@ -1,6 +1,7 @@
 """A ledger an operator would look at: a reminder action, a finished campaign and a running
-one, with unknown, failed, released and held slots, and an audience of gone and opted-out
-chats beside it; for the console's tests."""
+one, with unknown, failed, released and held slots, campaigns in every other state (of the
+action ``news``: scheduled, never started, stopped, cancelled), and an audience of gone and
+opted-out chats beside it; for the console's tests."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import datetime as dt
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from notifyonce import AsyncAudience, AsyncLedger, GoneReason, Message
+from notifyonce import AsyncAudience, AsyncLedger, GoneReason, Ledger, Message
 from notifyonce._campaign import check_message
 
 from ._databases import Backend, drop_table
@@ -36,6 +38,12 @@ class Seeded:
     finished: str = "2026-11-sale"
     running: str = "2026-12-sale"
     running_total: int = 10
+    #: Campaigns of the action ``news``, one per state, by the state they are in.
+    news: str = "news"
+    scheduled: str = "n-scheduled"
+    never_started: str = "n-never"
+    stopped: str = "n-stopped"
+    cancelled: str = "n-cancelled"
     #: Chats imported as gone (deactivated): more than one page of the recipients page.
     imported: range = range(300, 530)
 
@@ -104,6 +112,9 @@ async def _fill(ledger: AsyncLedger, s: Seeded) -> None:
             await ledger.mark_failed(claim, "[400] Bad Request: chat not found")
         else:
             await ledger.mark_sent(claim)
+    # Its total is known and its sends are minutes old: no run is sending it.
+    await _record_total(ledger, s.broadcast, s.finished, 6)
+    await _age_sends(ledger, s.broadcast, s.finished, dt.timedelta(minutes=2))
     # The running campaign: some sent, one released after a 429, some held.
     await check_message(ledger, s.broadcast, s.running, message, allow_changed=False, dry_run=False)
     await _record_total(ledger, s.broadcast, s.running, s.running_total)
@@ -117,6 +128,44 @@ async def _fill(ledger: AsyncLedger, s: Seeded) -> None:
             await ledger.release(claim, "[429] Too Many Requests: retry after 7")
         elif chat == 204:
             await ledger.mark_unknown(claim, "read timeout after the request was sent")
+
+    await _fill_news(ledger, s, message)
+
+
+async def _fill_news(ledger: AsyncLedger, s: Seeded, message: Message) -> None:
+    """A campaign in each state the console names besides running and finished."""
+    from notifyonce._campaign import request_cancel
+
+    for campaign in (s.scheduled, s.never_started, s.stopped, s.cancelled):
+        await check_message(ledger, s.news, campaign, message, allow_changed=False, dry_run=False)
+    # Waiting for its start time (--at): its row has the time, no chat has a slot.
+    t = ledger.table
+    async with ledger.engine.begin() as conn:
+        await conn.execute(
+            sa.update(t)
+            .where(t.c.subject == s.news, t.c.cycle == s.scheduled)
+            .values(cycle_at=ledger.now() + dt.timedelta(days=1))
+        )
+    # Stopped: 2 of 4 sent five minutes ago, nothing held; cancelled: 1 of 4, then cancelled.
+    for campaign, chats in ((s.stopped, (400, 401)), (s.cancelled, (410,))):
+        await _record_total(ledger, s.news, campaign, 4)
+        for chat in chats:
+            claim = await ledger.claim_slot(s.news, chat, campaign)
+            assert claim is not None
+            await ledger.mark_sent(claim)
+        await _age_sends(ledger, s.news, campaign, dt.timedelta(minutes=5))
+    assert await request_cancel(ledger, s.news, s.cancelled)
+
+
+async def _age_sends(ledger: AsyncLedger, action: str, campaign: str, ago: dt.timedelta) -> None:
+    """Move the campaign's sends ``ago`` into the past (a run that ended that long ago)."""
+    t = ledger.table
+    async with ledger.engine.begin() as conn:
+        await conn.execute(
+            sa.update(t)
+            .where(t.c.action == action, t.c.cycle == campaign, t.c.sent_at.is_not(None))
+            .values(sent_at=ledger.now() - ago)
+        )
 
 
 async def _fill_audience(audience: AsyncAudience, s: Seeded) -> None:
@@ -146,6 +195,25 @@ async def _keep_progress_message(ledger: AsyncLedger, action: str, campaign: str
     from notifyonce._campaign import keep_progress_message
 
     await keep_progress_message(ledger, action, campaign, "777", 12)
+
+
+def insert_rows(ledger: Ledger, rows: list[dict[str, Any]]) -> None:
+    """Rows written straight into the ledger table (quicker than a claim each): each
+    names its key and status, and any column it sets otherwise."""
+    now = ledger.now()
+    base = {
+        "cycle_at": None,
+        "attempt": 1,
+        "token": 1,
+        "lease_until": now,
+        "created_at": now,
+        "updated_at": now,
+        "sent_at": None,
+        "last_error": None,
+        "message_id": None,
+    }
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.insert(ledger.table), [{**base, **row} for row in rows])
 
 
 def sync_engine_for(backend: Backend) -> sa.Engine:

@@ -24,6 +24,7 @@ from ._web_ledger import (
     LATER,
     MESSAGE_TEXT,
     Seeded,
+    insert_rows,
     seeded_ledger,
 )
 
@@ -48,6 +49,9 @@ PAGES = [
     "/recipients",
     "/recipients?recipient=3",
     "/recipients?kind=gone&reason=deactivated&after=400",
+    "/search?by=error&q=Unauthorized",
+    "/search?by=campaign&q=sale",
+    "/subject?subject=3&after=1",
 ]
 
 
@@ -131,7 +135,7 @@ async def test_overview_counts_each_action_and_campaign_per_status(console: Cons
     finished = _row(page, 'data-campaign="2026-11-sale"')
     running = _row(page, 'data-campaign="2026-12-sale"')
     assert finished.endswith("0 5 1 0 0 details")
-    assert running.endswith("1 3 0 1 1 running: progress")
+    assert running.endswith("1 3 0 1 1 details")
     assert "notifyonce.campaign" not in page
     assert "notifyonce.progress" not in page
 
@@ -175,8 +179,9 @@ async def test_campaign_progress_and_its_live_json(console: Console) -> None:
     assert (4, 10, 6, 1) == (data["done"], data["total"], data["remaining"], data["unknown"])
     assert data["rate"] > 0
     assert data["eta_seconds"] > 0
-    assert sum(data["per_minute"]) == 8  # promo's sends: both campaigns
-    assert len(data["per_minute"]) == 60
+    assert 3 == sum(data["per_minute"])  # this campaign's sends, not the finished one's
+    assert 60 == len(data["per_minute"])
+    assert "Sends of this campaign per minute" in page.text
 
 
 def _recipients(html: str) -> list[str]:
@@ -681,6 +686,7 @@ async def test_async_engine_and_mounting_under_a_path(backend: Backend) -> None:
             await engine.dispose()
     assert 'href="/ops/problems"' in page
     assert 'href="/ops/static/console.css"' in page
+    assert 'href="/ops/favicon.svg"' in page
     assert 200 == problems.status_code
     assert "read timeout" in problems.text
     assert 'href="/ops/recipients"' in page
@@ -734,3 +740,311 @@ def test_sends_per_minute_reads_only_the_last_hour(tmp_path: Path) -> None:
     assert 1 == series[-1]
     assert 1 == series[29]
     assert 2 == sum(series)
+
+
+# -- campaign states, paging, search, the pages an operator reaches by mistake ---------------
+
+
+def _states(html: str) -> dict[str, str]:
+    """Each campaign row of ``html``: its campaign id and the state its badge says."""
+    rows = re.findall(
+        r'<tr data-campaign="([^"]*)">.*?<span class="badge state-([\w-]+)" '
+        r'data-state="([^"]*)">([^<]*)</span>',
+        html,
+        re.S,
+    )
+    for _, css, data, text in rows:
+        assert (css, data) == (text.replace(" ", "-"), text)  # the word, not the colour alone
+    return {unescape(campaign): text for campaign, _, _, text in rows}
+
+
+EVERY_STATE = {
+    "2026-11-sale": "finished",
+    "2026-12-sale": "running",
+    "n-scheduled": "scheduled",
+    "n-never": "never started",
+    "n-stopped": "stopped",
+    "n-cancelled": "cancelled",
+}
+
+
+async def test_each_campaign_has_its_state_as_a_column_and_a_badge(console: Console) -> None:
+    """The overview names each campaign's state (a word in a badge) and draws its progress
+    of the recorded total; the campaign page says the same state."""
+    async with console.client() as client:
+        page = (await client.get("/")).text
+        pages = {
+            c: (await client.get("/campaign", params={"action": a, "campaign": c})).text
+            for a, c in (("promo", "2026-11-sale"), ("news", "n-stopped"), ("news", "n-never"))
+        }
+        data = (
+            await client.get("/campaign.json", params={"action": "news", "campaign": "n-cancelled"})
+        ).json()
+    assert EVERY_STATE == _states(page)
+    assert "<th>state</th><th>progress</th>" in page
+    assert '<progress max="10" value="4"' in _raw_row(page, "2026-12-sale")
+    assert "40%" in _row(page, 'data-campaign="2026-12-sale"')
+    assert "100%" in _row(page, 'data-campaign="2026-11-sale"')
+    assert "50%" in _row(page, 'data-campaign="n-stopped"')
+    assert "total unknown" in _row(page, 'data-campaign="n-never"')
+    shown = {c: re.search(r'data-state="([^"]*)"', html) for c, html in pages.items()}
+    assert {"2026-11-sale": "finished", "n-stopped": "stopped", "n-never": "never started"} == {
+        c: m.group(1) for c, m in shown.items() if m
+    }
+    assert "cancelled" == data["state"]
+
+
+def _raw_row(html: str, campaign: str) -> str:
+    match = re.search(rf'<tr data-campaign="{re.escape(campaign)}">(.*?)</tr>', html, re.S)
+    assert match
+    return match.group(1)
+
+
+async def test_a_finished_or_cancelled_campaign_shows_no_rate_eta_or_cancel(
+    console: Console,
+) -> None:
+    """Rate, ETA and the cancel button are for a campaign that can still send: the
+    running one has them, the finished and the cancelled ones none."""
+    async with console.client() as client:
+
+        async def page(action: str, campaign: str) -> str:
+            params = {"action": action, "campaign": campaign}
+            return (await client.get("/campaign", params=params)).text
+
+        running = await page("promo", "2026-12-sale")
+        ended = [await page("promo", "2026-11-sale"), await page("news", "n-cancelled")]
+    for marker in ('data-field="rate"', 'data-field="eta"', 'id="cancel"'):
+        assert marker in running
+        assert [False, False] == [marker in html for html in ended]
+
+
+async def test_a_campaigns_state_follows_its_rows(console: Console) -> None:
+    """The derivation, row by row: a claim whose lease ran out is no run (stopped); a send
+    in the last 30 seconds is one (running); a start time past with no slot is never
+    started; a finished campaign whose counts stop at the cap is still finished, and
+    stopped again once a requeue gives it a chat to try."""
+    t, ledger = console.ledger.table, console.ledger
+    now = ledger.now()
+
+    def state(action: str, campaign: str) -> str:
+        with console.engine.connect() as conn:
+            return queries.campaign_progress(conn, t, action, campaign, ledger.now()).state
+
+    assert "running" == state("promo", "2026-12-sale")
+    with console.engine.begin() as conn:  # the run died: its claim's lease ran out
+        conn.execute(
+            sa.update(t)
+            .where(t.c.cycle == "2026-12-sale", t.c.status == SlotStatus.CLAIMED.value)
+            .values(lease_until=now - dt.timedelta(minutes=1))
+        )
+    assert "running" == state("promo", "2026-12-sale")  # its last sends are seconds old
+    with console.engine.begin() as conn:
+        conn.execute(
+            sa.update(t)
+            .where(t.c.cycle == "2026-12-sale", t.c.sent_at.is_not(None))
+            .values(sent_at=now - dt.timedelta(seconds=45))
+        )
+        conn.execute(
+            sa.update(t)
+            .where(t.c.subject == "news", t.c.cycle == "n-scheduled")
+            .values(cycle_at=now - dt.timedelta(minutes=1))
+        )
+    assert "stopped" == state("promo", "2026-12-sale")
+    assert "never started" == state("news", "n-scheduled")
+    with console.engine.connect() as conn:
+        capped = queries.campaign_summaries(conn, t, ledger.now(), cap=1)
+    assert "finished" == {c.campaign: c.state for c in capped}["2026-11-sale"]
+    # A requeue gives it a chat to try again: stopped, though it was found finished.
+    assert 1 == len(console.ledger.requeue("promo", status="failed", cycle="2026-11-sale"))
+    with console.engine.connect() as conn:
+        capped = queries.campaign_summaries(conn, t, ledger.now(), cap=1)
+    assert "stopped" == {c.campaign: c.state for c in capped}["2026-11-sale"]
+
+
+async def test_the_overview_redraws_itself(console: Console) -> None:
+    """The overview carries its refresh (the script and the part it redraws), as the
+    campaign page does."""
+    async with console.client() as client:
+        page = (await client.get("/")).text
+    assert '<div id="live-overview" data-refresh-every="5">' in page
+    assert "live.js" in page
+    assert page.index('id="search"') < page.index('id="live-overview"')  # kept as typed
+
+
+async def test_search_by_campaign_subject_and_error(console: Console) -> None:
+    """One box: campaigns by a part of their id or action (any case), a subject to its
+    own page, slots by a part of their error as shown (never by a hidden bot token); a
+    query shown escaped, a LIKE wildcard taken as itself."""
+    async with console.client() as client:
+        by_id = (await client.get("/search", params={"by": "campaign", "q": "SALE"})).text
+        by_action = (await client.get("/search", params={"by": "campaign", "q": "news"})).text
+        wildcard = (await client.get("/search", params={"by": "campaign", "q": "%"})).text
+        subject = await client.get("/search", params={"by": "subject", "q": EVIL_SUBJECT})
+        errors = (await client.get("/search", params={"by": "error", "q": "forbidden"})).text
+        evil = (await client.get("/search", params={"by": "error", "q": EVIL_SUBJECT})).text
+        bad = await client.get("/search", params={"by": "message", "q": "x"})
+        token = (await client.get("/search", params={"by": "error", "q": BOT_TOKEN[:12]})).text
+        overview = (await client.get("/")).text
+    assert {"2026-11-sale", "2026-12-sale"} == set(_states(by_id))
+    assert {"n-scheduled", "n-never", "n-stopped", "n-cancelled"} == set(_states(by_action))
+    assert {} == _states(wildcard)
+    assert 303 == subject.status_code
+    assert "/subject?subject=%3Cscript%3E" in subject.headers["location"]
+    assert 1 == errors.count('<tr class="st-failed"')
+    assert "[403] Forbidden: bot was blocked by the user" in errors
+    assert EVIL_SUBJECT not in evil
+    assert "&lt;script&gt;" in evil
+    assert (400, "by: must be one of campaign, subject, error") == (
+        bad.status_code,
+        bad.text.strip().split(", got")[0],
+    )
+    assert 'id="search"' in overview
+    assert 0 == token.count('<tr class="st-')  # the token the page hides is not searchable
+
+
+async def _pages(client: Any, url: str, found: str) -> tuple[list[str], int]:
+    """Every value ``found`` matches, following each page's "next page" link to the end;
+    and how many pages there were."""
+    seen: list[str] = []
+    pages = 0
+    next_url: str | None = url
+    while next_url is not None and pages < 20:
+        page = await client.get(next_url)
+        assert 200 == page.status_code, next_url
+        pages += 1
+        seen += [unescape(v) for v in re.findall(found, page.text)]
+        link = re.search(r'<a id="next" href="([^"]+)"', page.text)
+        next_url = None if link is None else unescape(link.group(1))
+    return seen, pages
+
+
+async def test_lists_go_past_200_rows_a_page_at_a_time_after_the_last(
+    console: Console, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subject's 205 slots, an action's 205 unknown ones and its errors come each once
+    over two pages, and the campaigns 2 a page; every page reads after its last row's id
+    (no OFFSET in any statement)."""
+    many = range(205)
+    insert_rows(
+        console.ledger,
+        [
+            {"action": "digest", "subject": "77", "cycle": f"c{i:03}", "status": "unknown"}
+            for i in many
+        ]
+        + [
+            {
+                "action": "digest",
+                "subject": str(1000 + i),
+                "cycle": "c",
+                "status": "failed",
+                "last_error": f"[400] Bad Request: quota {i}",
+            }
+            for i in many
+        ],
+    )
+    monkeypatch.setattr(queries, "MAX_CAMPAIGNS", 2)
+    statements: list[str] = []
+    # Each statement as the default dialect writes it: OFFSET only when one is asked for.
+    sa.event.listen(console.engine, "before_execute", lambda *a: statements.append(str(a[1])))
+    slot = r'<tr class="st-\w+" data-slot="(\d+)">'
+    async with console.client() as client:
+        history, history_pages = await _pages(client, "/subject?subject=77", slot)
+        problems, problem_pages = await _pages(
+            client, "/problems?status=unknown&action=digest", slot
+        )
+        errors, error_pages = await _pages(client, "/search?by=error&q=quota", slot)
+        campaigns, campaign_pages = await _pages(client, "/", r'<tr data-campaign="([^"]*)">')
+        bad = await client.get("/subject", params={"subject": "77", "after": "1; drop"})
+    assert (205, 205, 2, 2) == (len(history), len(set(history)), history_pages, problem_pages)
+    assert (205, 205) == (len(problems), len(set(problems)))
+    assert set(history) == set(problems)
+    assert (205, 2) == (len(set(errors)), error_pages)
+    assert sorted(EVERY_STATE) == sorted(campaigns)
+    assert 3 == campaign_pages
+    ledger = [s for s in statements if "_recipients" not in s]  # the audience's own reads
+    assert [] == [s for s in ledger if "OFFSET" in s.upper()]
+    assert 400 == bad.status_code
+    assert "after: must be a row id" in bad.text
+
+
+async def test_an_unknown_campaign_is_a_404_page(console: Console) -> None:
+    """A campaign the ledger does not know: its page, its JSON and its cancel answer 404
+    saying so, with the name shown escaped."""
+    unknown = {"action": "promo", "campaign": EVIL_SUBJECT}
+    async with console.client() as client:
+        page = await client.get("/campaign", params=unknown)
+        data = await client.get("/campaign.json", params=unknown)
+        cancel = await client.get("/campaign/cancel", params=unknown)
+        known = await client.get("/campaign", params={"action": "news", "campaign": "n-never"})
+    assert (404, 404, 404, 200) == tuple(r.status_code for r in (page, data, cancel, known))
+    assert "No such campaign" in page.text
+    assert EVIL_SUBJECT not in page.text
+    assert "&lt;script&gt;" in page.text
+    assert data.json()["error"].startswith("there is no campaign")
+
+
+async def test_the_console_has_a_favicon(guarded: Console) -> None:
+    """An inline SVG icon served by the app (no login needed, like the styles), linked
+    from every page; a rebound Host still gets nothing."""
+    headers = {"authorization": f"Bearer {TOKEN}"}
+    async with guarded.client() as client:
+        icon = await client.get("/favicon.svg")
+        ico = await client.get("/favicon.ico")
+        page = (await client.get("/", headers=headers)).text
+    transport = httpx.ASGITransport(app=guarded.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost:8080") as client:
+        rebound = await client.get("/favicon.svg", headers={"host": "attacker.test:8080"})
+    assert (200, "image/svg+xml") == (icon.status_code, icon.headers["content-type"])
+    assert icon.text.startswith("<svg ")
+    assert icon.text == ico.text
+    assert '<link rel="icon" type="image/svg+xml" href="/favicon.svg">' in page
+    assert 200 == rebound.status_code  # with a login any Host is answered
+    local = httpx.ASGITransport(app=create_app(guarded.engine, table=guarded.seeded.table))
+    async with httpx.AsyncClient(transport=local, base_url="http://localhost:8080") as client:
+        refused = await client.get("/favicon.svg", headers={"host": "attacker.test:8080"})
+    assert 421 == refused.status_code
+
+
+async def test_a_stopped_or_cancelled_campaign_shows_the_command_that_resumes_it(
+    console: Console,
+) -> None:
+    """A stopped campaign: the command to run again, with a copy button; a cancelled one:
+    the same with --resume-cancelled; a running or finished one: none. Names are quoted
+    for the shell and escaped in the page."""
+    odd = "it's <b>"
+    insert_rows(
+        console.ledger,
+        [
+            {
+                "action": "notifyonce.campaign",
+                "subject": "news",
+                "cycle": odd,
+                "status": "sent",
+                "token": 3,
+            },
+            {"action": "news", "subject": "1", "cycle": odd, "status": "failed"},
+        ],
+    )
+    async with console.client() as client:
+
+        async def command(action: str, campaign: str) -> str | None:
+            params = {"action": action, "campaign": campaign}
+            page = (await client.get("/campaign", params=params)).text
+            found = re.search(r'<code id="resume-command">([^<]*)</code>', page)
+            if found is None:
+                return None
+            assert 'data-copy="resume-command"' in page
+            assert "Resume it from the command line" in page
+            return unescape(found.group(1))
+
+        stopped = await command("news", "n-stopped")
+        cancelled = await command("news", "n-cancelled")
+        quoted = await command("news", odd)
+        others = [await command("promo", "2026-12-sale"), await command("promo", "2026-11-sale")]
+    assert "notifyonce broadcast --action news --campaign n-stopped ..." == stopped
+    assert (
+        "notifyonce broadcast --action news --campaign n-cancelled ... --resume-cancelled"
+        == cancelled
+    )
+    assert "notifyonce broadcast --action news --campaign 'it'\"'\"'s <b>' ..." == quoted
+    assert [None, None] == others

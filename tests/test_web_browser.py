@@ -3,7 +3,8 @@ Playwright (pointed at /usr/bin/chromium; Playwright's own browser download is n
 used). Locally a missing Chromium skips with how to install it; under CI=true it fails.
 
 Set NOTIFYONCE_WEB_SCREENSHOTS=DIR to also save a screenshot of each page there (the
-pictures of docs/guides/web.md come from this run)."""
+pictures of docs/guides/web.md come from this run: NOTIFYONCE_WEB_SCREENSHOTS=docs/assets),
+at 1280 px and, for the ``phone-`` ones, 420 px."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from notifyonce._campaign import CANCEL_NOTE, cancel_note, cancel_query
 
 from ._databases import IN_CI, Backend, make_backend
 from ._optional import require
-from ._web_ledger import DEADLINE, EVIL_SUBJECT, MESSAGE_TEXT, seed, unseed
+from ._web_ledger import DEADLINE, EVIL_SUBJECT, MESSAGE_TEXT, insert_rows, seed, unseed
 
 require("starlette", "web")
 uvicorn = require("uvicorn", "web")
@@ -123,6 +124,8 @@ def test_console_in_a_browser(served: Served, browser: Any) -> None:
     row = page.inner_text('#actions tr[data-action="trial_6h"]')
     assert re.match(r"trial_6h\s+1\s+2\s+2\s+2\s+0", row), row
     assert page.locator('#actions tr[data-action="trial_6h"] svg.spark').count() == 1
+    assert "running" == page.inner_text('tr[data-campaign="2026-12-sale"] .badge')
+    assert "finished" == page.inner_text('tr[data-campaign="2026-11-sale"] .badge')
     _shot(page, "overview")
 
     page.goto(f"{base}/subject?subject={EVIL_SUBJECT}")
@@ -186,10 +189,102 @@ def test_console_in_a_browser(served: Served, browser: Any) -> None:
     page.click("#confirm")
     page.wait_for_url(re.compile(r"/campaign\?"))
     assert "cancel requested" == page.inner_text("#cancel-state")
+    assert "cancelled" == page.inner_text('[data-field="state-badge"] .badge')
+    assert page.locator('[data-field="eta"]').count() == 0
     assert page.locator("#cancel").count() == 0
     note = _cancel_request(served)
     assert note is not None
     assert note.startswith(CANCEL_NOTE)
+    context.close()
+
+
+def _logged_in(browser: Any, served: Served, width: int) -> tuple[Any, Any]:
+    """A browser context ``width`` pixels wide, logged in, and its page."""
+    context = browser.new_context(viewport={"width": width, "height": 800})
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=served.url)
+    page = context.new_page()
+    page.goto(f"{served.url}/login")
+    page.fill('input[name="token"]', TOKEN)
+    page.click("#login button")
+    page.wait_for_url(f"{served.url}/")
+    return context, page
+
+
+FITTED = [
+    "/",
+    "/campaign?action=promo&campaign=2026-12-sale",
+    "/campaign?action=news&campaign=n-cancelled",
+    "/subject?subject=3",
+    "/problems?status=unknown&action=trial_6h",
+    "/leases",
+    "/rate-limits",
+    "/recipients",
+    "/search?by=error&q=forbidden",
+    "/campaign?action=promo&campaign=no-such",
+    "/campaign/cancel?action=promo&campaign=2026-12-sale",
+]
+
+
+@pytest.mark.parametrize("width", [1280, 420])
+def test_every_page_fits_the_screen_with_its_nav_and_badges(
+    served: Served, browser: Any, width: int
+) -> None:
+    """At 1280 px and on a 420 px phone no page scrolls sideways (a wide table scrolls
+    in its own box), every link of the nav is on screen, and the campaign pages show
+    their state badges."""
+    context, page = _logged_in(browser, served, width)
+    for path in FITTED:
+        page.goto(served.url + path)
+        inner, scroll = page.evaluate("[window.innerWidth, document.scrollingElement.scrollWidth]")
+        assert scroll <= inner, (path, scroll, inner)
+        links = page.locator("#nav a")
+        assert 6 == links.count()
+        for i in range(links.count()):
+            box = links.nth(i).bounding_box()
+            assert links.nth(i).is_visible(), path
+            assert box is not None
+            assert 0 <= box["x"], (path, box)
+            assert box["x"] + box["width"] <= inner, (path, box)
+    page.goto(served.url + "/")
+    badges = page.locator("#campaigns .badge")
+    assert 6 == badges.count()
+    if width == 420:
+        # The campaigns table is wider than the phone: it scrolls inside its own box.
+        wide = page.evaluate(
+            "(() => { const t = document.getElementById('campaigns');"
+            " return [t.scrollWidth, t.clientWidth]; })()"
+        )
+        assert wide[0] > wide[1]
+        _shot(page, "phone-overview")
+        page.goto(served.url + "/campaign?action=news&campaign=n-stopped")
+        _shot(page, "phone-campaign")
+    context.close()
+
+
+def test_the_overview_redraws_itself_and_a_resume_command_copies(
+    served: Served, browser: Any
+) -> None:
+    """A campaign recorded after the overview was drawn appears on it without a reload,
+    the search box keeping what was typed; a stopped campaign's page copies the command
+    that resumes it."""
+    context, page = _logged_in(browser, served, 1280)
+    page.fill('#search input[name="q"]', "typed")
+    campaign = {"action": "notifyonce.campaign", "subject": "news", "cycle": "n-fresh"}
+    insert_rows(served.ledger, [{**campaign, "status": "sent", "token": 0}])
+    fresh = page.locator('tr[data-campaign="n-fresh"] .badge')
+    sync_api.expect(fresh).to_have_text("never started", timeout=15_000)
+    assert "typed" == page.input_value('#search input[name="q"]')
+
+    page.goto(f"{served.url}/campaign?action=news&campaign=n-stopped")
+    assert "stopped" == page.inner_text('[data-field="state-badge"] .badge')
+    command = page.inner_text("#resume-command")
+    assert "notifyonce broadcast --action news --campaign n-stopped ..." == command
+    page.click("#copy")
+    sync_api.expect(page.locator("#copy")).to_have_text("Copied")
+    assert command == page.evaluate("navigator.clipboard.readText()")
+    _shot(page, "campaign-stopped")
+    page.goto(f"{served.url}/search?by=campaign&q=n-")
+    _shot(page, "search")
     context.close()
 
 

@@ -1,9 +1,11 @@
 """The operator console: `notifyonce web`, or an ASGI app to mount in your own.
 
-Pages answer an operator's questions about the ledger (what each action and campaign did,
-one subject's history, a running campaign's progress, the unknown and failed slots by
-error, the leases held, the flood waits), and one action behind a confirmation: requeue
-chosen unknown or failed slots. Needs the ``web`` extra: ``pip install 'notifyonce[web]'``.
+Pages answer an operator's questions about the ledger (what each action and campaign did
+and which state each campaign is in, one subject's history, a campaign's progress and the
+command that resumes it, the unknown and failed slots by error, the leases held, the flood
+waits, a search by campaign, subject or error), and two actions behind a confirmation:
+requeue chosen unknown or failed slots, cancel a campaign. Needs the ``web`` extra:
+``pip install 'notifyonce[web]'``.
 """
 
 from __future__ import annotations

@@ -5,12 +5,19 @@ Pages read through ``_queries`` on a sync ``Engine`` (in Starlette's thread pool
 own API, so it counts what `notifyonce recipients` counts. The actions go through the
 ledger's own code, so a requeue here follows exactly the rules of ``notifyonce requeue``,
 and a cancel writes the request a running broadcast reads (``_campaign.cancel_statement``).
+The console starts no campaign (it never sees a message or a recipients list): a stopped
+one's page shows the command line that resumes it instead.
+
+Long lists go a page at a time: a page reads one row more than it shows, and its *next
+page* link names the last row's id (``after``), so the next read starts there through an
+index, never with an ``OFFSET`` that would read every row before it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
+import shlex
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
@@ -47,7 +54,7 @@ from notifyonce.web._security import (
     cross_site,
     host_refusal,
 )
-from notifyonce.web._svg import sparkline
+from notifyonce.web._svg import FAVICON, sparkline
 
 __all__ = ["create_app"]
 
@@ -56,6 +63,7 @@ HERE = Path(__file__).parent
 REQUEUEABLE = (SlotStatus.UNKNOWN.value, SlotStatus.FAILED.value)
 MAX_CHOSEN = 500  # slots one requeue may name
 RECIPIENTS_PAGE = 200  # rows of the audience a page lists
+SEARCH_BY = ("campaign", "subject", "error")
 # A bot token on its own (the ledger's errors are scrubbed of it already; this is a second
 # net for errors written by other code into the same table).
 _BARE_TOKEN = re.compile(r"\b\d{5,20}:[A-Za-z0-9_-]{30,}\b")
@@ -292,10 +300,10 @@ class Console:
 
 
 class PlainRefusal(Response):
-    """403 with a one-line reason."""
+    """403 (or ``status_code``) with a one-line reason."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason + "\n", status_code=403, media_type="text/plain")
+    def __init__(self, reason: str, status_code: int = 403) -> None:
+        super().__init__(reason + "\n", status_code=status_code, media_type="text/plain")
 
 
 class HostGuard:
@@ -354,6 +362,8 @@ def _page(console: Console, handler: Handler) -> Callable[[Request], Awaitable[R
             return console.refused(request, session)
         try:
             return await handler(console, request, session)
+        except ValidationError as exc:
+            return console.finish(request, session, PlainRefusal(str(exc), status_code=400))
         except sa.exc.SQLAlchemyError:
             if await console.has_ledger():
                 raise
@@ -365,32 +375,95 @@ def _page(console: Console, handler: Handler) -> Callable[[Request], Awaitable[R
 # -- the pages -----------------------------------------------------------------------------
 
 
+def _after(request: Request) -> int | None:
+    """The ``after`` of a page's link: the id of the last row of the page before."""
+    after = request.query_params.get("after", "")
+    if not after:
+        return None
+    if not after.isdigit() or len(after) > 19:
+        raise ValidationError("after", f"must be a row id (digits), got {after[:40]!r}")
+    return int(after)
+
+
+def _paged(rows: list[T], limit: int, key: Callable[[T], int]) -> tuple[list[T], int | None]:
+    """A page of ``rows`` (read with one row more than ``limit``), and where the next
+    page starts (None: this is the last one)."""
+    shown = rows[:limit]
+    return shown, key(shown[-1]) if len(rows) > limit else None
+
+
+async def _campaigns(
+    console: Console, request: Request, search: str | None
+) -> tuple[list[q.CampaignSummary], int | None]:
+    t, now, after, limit = console.table, console.now(), _after(request), q.MAX_CAMPAIGNS
+    rows = await console.read(
+        lambda conn: q.campaign_summaries(
+            conn, t, now, q.COUNT_CAP, after=after, search=search, limit=limit + 1
+        )
+    )
+    return _paged(rows, limit, lambda c: c.id)
+
+
 async def overview(console: Console, request: Request, session: Session) -> Response:
     t = console.table
     now = console.now()
-
-    def body(conn: Connection) -> tuple[list[q.ActionSummary], list[q.CampaignSummary]]:
-        return (
-            q.action_summaries(conn, t, now, q.COUNT_CAP),
-            q.campaign_summaries(conn, t, q.COUNT_CAP),
-        )
-
-    actions, campaigns = await console.read(body)
+    actions = await console.read(lambda conn: q.action_summaries(conn, t, now, q.COUNT_CAP))
+    campaigns, more = await _campaigns(console, request, None)
     context = {
         "actions": actions,
         "campaigns": campaigns,
+        "more": more,
+        "first_page": _after(request) is None,
         "statuses": q.STATUSES,
         "cap": q.COUNT_CAP,
+        "by": "campaign",
+        "q": "",
     }
     return console.respond(request, session, "overview.html", context)
 
 
+async def search_page(console: Console, request: Request, session: Session) -> Response:
+    """One search box for three questions: which campaigns (by id or action), one
+    subject's slots (its own page), which slots failed with an error."""
+    by = request.query_params.get("by", "campaign")
+    text = request.query_params.get("q", "").strip()
+    if by not in SEARCH_BY:
+        raise ValidationError("by", f"must be one of {', '.join(SEARCH_BY)}, got {by[:40]!r}")
+    if by == "subject" and text:
+        url = request.url_for("subject").path + "?" + urlencode({"subject": text})
+        return console.finish(request, session, RedirectResponse(url, status_code=303))
+    context: dict[str, Any] = {"by": by, "q": text, "statuses": q.STATUSES, "cap": q.COUNT_CAP}
+    context.update(campaigns=[], slots=[], more=None, first_page=_after(request) is None)
+    if text and by == "campaign":
+        context["campaigns"], context["more"] = await _campaigns(console, request, text)
+    elif text and by == "error":
+        t, after = console.table, _after(request)
+        rows = await console.read(lambda conn: q.error_slots(conn, t, text, q.PAGE + 1, after))
+        page, context["more"] = _paged(rows, q.PAGE, lambda r: r.id)
+        # The text must be in the error as shown: a search must not find a bot token the
+        # page hides, one letter at a time.
+        wanted = text.casefold()
+        context["slots"] = [r for r in page if wanted in scrub(r.last_error).casefold()]
+    return console.respond(request, session, "search.html", context)
+
+
 async def subject_page(console: Console, request: Request, session: Session) -> Response:
     subject = request.query_params.get("subject", "").strip()
-    t = console.table
-    rows = await console.read(lambda conn: q.subject_history(conn, t, subject)) if subject else []
+    t, after = console.table, _after(request)
+    rows: list[q.SlotRow] = []
+    if subject:
+        rows = await console.read(
+            lambda conn: q.subject_history(conn, t, subject, q.PAGE + 1, after)
+        )
+    shown, more = _paged(rows, q.PAGE, lambda r: r.id)
     state = await console.recipient_state(subject) if subject else None
-    context = {"subject": subject, "rows": rows, "state": state}
+    context = {
+        "subject": subject,
+        "rows": shown,
+        "state": state,
+        "more": more,
+        "first_page": after is None,
+    }
     return console.respond(request, session, "subject.html", context)
 
 
@@ -459,12 +532,38 @@ async def _progress(console: Console, action: str, campaign: str) -> q.CampaignP
     return await console.read(lambda conn: q.campaign_progress(conn, t, action, campaign, now))
 
 
+def resume_command(action: str, campaign: str, *, cancelled: bool) -> str:
+    """The command line that resumes a campaign: the one that started it, whose message
+    and recipients options (``...``) the console cannot know."""
+    words = ["notifyonce", "broadcast", "--action", action, "--campaign", campaign]
+    command = " ".join(shlex.quote(w) for w in words) + " ..."
+    return command + " --resume-cancelled" if cancelled else command
+
+
+def _not_found(
+    console: Console, request: Request, session: Session, action: str, campaign: str
+) -> Response:
+    """404: the page saying the ledger knows no such campaign (a JSON error for JSON)."""
+    what = f"there is no campaign {campaign!r} of {action!r} in the ledger"
+    if request.url.path.endswith(".json"):
+        return console.finish(request, session, JSONResponse({"error": what}, status_code=404))
+    context = {"action": action, "campaign": campaign}
+    return console.respond(request, session, "not_found.html", context, status_code=404)
+
+
 async def campaign_page(console: Console, request: Request, session: Session) -> Response:
     args = _campaign_args(request)
     if args is None:
         return console.finish(request, session, PlainRefusal("name an action and a campaign"))
     progress = await _progress(console, *args)
-    return console.respond(request, session, "campaign.html", {"p": progress})
+    if not progress.exists:
+        return _not_found(console, request, session, *args)
+    resume = None
+    if progress.state in q.CampaignState.RESUMABLE:
+        cancelled = progress.state == q.CampaignState.CANCELLED
+        resume = resume_command(*args, cancelled=cancelled)
+    context = {"p": progress, "resume": resume, "ended": q.CampaignState.ENDED}
+    return console.respond(request, session, "campaign.html", context)
 
 
 async def campaign_json(console: Console, request: Request, session: Session) -> Response:
@@ -472,6 +571,8 @@ async def campaign_json(console: Console, request: Request, session: Session) ->
     if args is None:
         return JSONResponse({"error": "name an action and a campaign"}, status_code=400)
     progress = await _progress(console, *args)
+    if not progress.exists:
+        return _not_found(console, request, session, *args)
     data = progress.as_json()
     data["eta"] = _duration(progress.eta_seconds) if progress.eta_seconds is not None else None
     return console.finish(request, session, JSONResponse(data))
@@ -482,10 +583,14 @@ async def problems_page(console: Console, request: Request, session: Session) ->
     params = request.query_params
     status, action = params.get("status"), params.get("action")
     error = params.get("error")
+    after = _after(request)
     groups, sampled = await console.read(lambda conn: q.error_groups(conn, t))
-    slots: list[q.SlotRow] = []
+    rows: list[q.SlotRow] = []
     if status in REQUEUEABLE and action:
-        slots = await console.read(lambda conn: q.problem_slots(conn, t, status, action, error))
+        rows = await console.read(
+            lambda conn: q.problem_slots(conn, t, status, action, error, q.PAGE + 1, after)
+        )
+    slots, more = _paged(rows, q.PAGE, lambda r: r.id)
     context = {
         "groups": groups,
         "sampled": sampled,
@@ -494,6 +599,8 @@ async def problems_page(console: Console, request: Request, session: Session) ->
         "action": action,
         "error": error,
         "slots": slots,
+        "more": more,
+        "first_page": after is None,
         "done": params.get("requeued"),
     }
     return console.respond(request, session, "problems.html", context)
@@ -614,6 +721,8 @@ async def cancel_confirm(console: Console, request: Request, session: Session) -
     if args is None:
         return console.finish(request, session, PlainRefusal("name an action and a campaign"))
     progress = await _progress(console, *args)
+    if not progress.exists:
+        return _not_found(console, request, session, *args)
     context = {"p": progress, "every": CANCEL_POLL}
     return console.respond(request, session, "confirm_cancel.html", context)
 
@@ -723,6 +832,7 @@ def create_app(
 
     routes = [
         Route("/", _page(console, overview), name="overview"),
+        Route("/search", _page(console, search_page), name="search"),
         Route("/subject", _page(console, subject_page), name="subject"),
         Route("/campaign", _page(console, campaign_page), name="campaign"),
         Route("/campaign.json", _page(console, campaign_json), name="campaign_json"),
@@ -736,12 +846,20 @@ def create_app(
         Route("/requeue", post(requeue_do), methods=["POST"], name="requeue"),
         Route("/login", _login_page(console), name="login_form"),
         Route("/login", post(login), methods=["POST"], name="login"),
+        Route("/favicon.svg", favicon, name="favicon"),
+        Route("/favicon.ico", favicon),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     guard = Middleware(HostGuard, auth=auth, allowed_hosts=hosts)
     app = Starlette(routes=routes, middleware=[guard])
     app.state.console = console
     return app
+
+
+async def favicon(request: Request) -> Response:
+    """The tab's icon: an inline SVG, the same for everyone (no login, like the styles)."""
+    headers = {"cache-control": "max-age=86400", "x-content-type-options": "nosniff"}
+    return Response(FAVICON, media_type="image/svg+xml", headers=headers)
 
 
 def _login_page(console: Console) -> Callable[[Request], Awaitable[Response]]:

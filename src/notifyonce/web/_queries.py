@@ -10,7 +10,12 @@ Every function here is plain sync code on a SQLAlchemy ``Connection`` and reads 
   ``(action, sent_at)`` index;
 - a subject's history reads the ``(subject, sent_at)`` index, leases the
   ``(status, lease_until)`` one;
-- errors are grouped over a sample of at most a few thousand rows per status.
+- errors are grouped over a sample of at most a few thousand rows per status;
+- a campaign's state reads its own keys only: its live claims (the status index), its
+  last 30 seconds of sends (the ``(action, sent_at)`` index) and, for a campaign that
+  may be finished, its rows up to its recorded total (the unique key);
+- long lists (campaigns, a subject's slots, a status's slots, a search) go a page at a
+  time after the last row shown (keyset), so a later page costs what the first does.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from notifyonce._ledger.table import SlotStatus
 __all__ = [
     "ActionSummary",
     "CampaignProgress",
+    "CampaignState",
     "CampaignSummary",
     "Count",
     "ErrorGroup",
@@ -41,6 +47,7 @@ __all__ = [
     "campaign_progress",
     "campaign_summaries",
     "error_groups",
+    "error_slots",
     "flood_waits",
     "leases",
     "problem_slots",
@@ -53,7 +60,12 @@ COUNT_CAP = 10_000
 ERROR_SAMPLE = 5_000
 #: Actions shown on the overview (each is one look-up of the key index).
 MAX_ACTIONS = 50
-MAX_CAMPAIGNS = 30
+#: Campaigns a page of the overview lists (each is a handful of index look-ups).
+MAX_CAMPAIGNS = 50
+#: Slots a page of a list shows (a subject's history, a status's slots, an error search).
+PAGE = 200
+#: A campaign with a send this recent is running (between two batches, no claim held).
+RECENT_SEND = dt.timedelta(seconds=30)
 MINUTES = 60
 STATUSES = tuple(s.value for s in SlotStatus)
 _SETTLED_DONE = (SlotStatus.SENT.value, SlotStatus.FAILED.value, SlotStatus.UNKNOWN.value)
@@ -70,6 +82,23 @@ class Count:
         return f"{self.value:,}+" if self.capped else f"{self.value:,}"
 
 
+class CampaignState:
+    """What a campaign is doing, as the pages name it (plain strings: a template shows
+    them, a badge's class is made of them)."""
+
+    SCHEDULED = "scheduled"  # waiting for its start time (--at), nothing sent
+    NEVER_STARTED = "never started"  # recorded, no delivery slot, no start to wait for
+    RUNNING = "running"  # a claim with a live lease, or a send in the last 30 seconds
+    STOPPED = "stopped"  # chats left to try and no run sending: resume it
+    CANCELLED = "cancelled"  # cancelled from the console
+    FINISHED = "finished"  # every recipient of its recorded total has a settled row
+    ALL = (SCHEDULED, NEVER_STARTED, RUNNING, STOPPED, CANCELLED, FINISHED)
+    #: States in which a rate, an ETA and a cancel button mean nothing.
+    ENDED = (CANCELLED, FINISHED)
+    #: States a run of the same command picks up from where it stopped.
+    RESUMABLE = (STOPPED, CANCELLED)
+
+
 @dataclass(frozen=True)
 class ActionSummary:
     """One action: its slots per status and its sends in each of the last 60 minutes."""
@@ -83,11 +112,15 @@ class ActionSummary:
 class CampaignSummary:
     """One broadcast campaign (an action and a campaign id) with its slots per status."""
 
+    id: int  # its row's id: where the next page starts
     action: str
     campaign: str
     started_at: dt.datetime
     counts: dict[str, Count]
     cancel: str | None = None  # its cancel request from the console, if any
+    total: int | None = None  # the recipients the broadcast said it has
+    state: str = CampaignState.STOPPED
+    scheduled_at: dt.datetime | None = None  # the start it waits for (--at), if any
 
     @property
     def running(self) -> bool:
@@ -97,6 +130,17 @@ class CampaignSummary:
     @property
     def cancel_state(self) -> str | None:
         return _cancel_state(self.cancel, self.running)
+
+    @property
+    def done(self) -> Count:
+        """Its settled chats (sent, failed, unknown); capped when one of the counts is."""
+        return _done(self.counts)
+
+
+def _done(counts: dict[str, Count]) -> Count:
+    return Count(
+        sum(counts[s].value for s in _SETTLED_DONE), any(counts[s].capped for s in _SETTLED_DONE)
+    )
 
 
 def _cancel_state(cancel: str | None, running: bool) -> str | None:
@@ -119,11 +163,18 @@ class CampaignProgress:
     total: int | None  # the recipients the broadcast said it has, when it said so
     last_sent_at: dt.datetime | None
     cancel: str | None = None  # its cancel request from the console, if any
+    state: str = CampaignState.STOPPED
+    scheduled_at: dt.datetime | None = None  # the start it waits for (--at), if any
 
     @property
     def known(self) -> bool:
         """The campaign has its row (a run recorded its message): it can be cancelled."""
         return self.started_at is not None
+
+    @property
+    def exists(self) -> bool:
+        """The ledger knows the campaign: its row, or a slot of its own."""
+        return self.known or any(c.value for c in self.counts.values())
 
     @property
     def cancel_state(self) -> str | None:
@@ -160,6 +211,7 @@ class CampaignProgress:
             "last_sent_at": None if self.last_sent_at is None else self.last_sent_at.isoformat(),
             "cancel": self.cancel,
             "cancel_state": self.cancel_state,
+            "state": self.state,
         }
 
 
@@ -288,35 +340,136 @@ def action_summaries(
     ]
 
 
+#: Campaigns found finished by a count past the cap, so the overview (redrawn every few
+#: seconds) counts a big finished campaign's rows once per process, not at every redraw.
+#: A finished campaign stays finished: a requeue or a new claim makes a slot left to try
+#: (checked before this), a cancel is checked first, and a purge removes its row (a new
+#: run of the same id after that has a row of another id and time: another key).
+_FINISHED: dict[tuple[object, ...], None] = {}
+_FINISHED_MAX = 10_000
+
+
+def _remember_finished(key: tuple[object, ...]) -> None:
+    if len(_FINISHED) >= _FINISHED_MAX:
+        _FINISHED.clear()
+    _FINISHED[key] = None
+
+
+def _campaign_state(
+    conn: Connection,
+    t: sa.Table,
+    action: str,
+    campaign: str,
+    now: dt.datetime,
+    *,
+    counts: dict[str, Count],
+    total: int | None,
+    cancel: str | None,
+    scheduled_at: dt.datetime | None,
+    row: tuple[int, dt.datetime] | None,
+) -> str:
+    """The campaign's state (see ``CampaignState``), from its counts and its own keys;
+    ``row`` is its campaign row's id and creation time, when it has one."""
+    if cancel is not None:
+        return CampaignState.CANCELLED
+    if not any(c.value for c in counts.values()):
+        if scheduled_at is not None and scheduled_at > now:
+            return CampaignState.SCHEDULED
+        return CampaignState.NEVER_STARTED
+    own = sa.and_(t.c.action == action, t.c.cycle == campaign)
+    live = sa.and_(own, t.c.status == SlotStatus.CLAIMED.value, t.c.lease_until >= now)
+    recent = sa.and_(t.c.action == action, t.c.sent_at >= now - RECENT_SEND, t.c.cycle == campaign)
+    if _capped(conn, live, 0).capped or _capped(conn, recent, 0).capped:
+        return CampaignState.RUNNING
+    left = counts[SlotStatus.CLAIMED.value].value + counts[SlotStatus.RELEASED.value].value
+    if total and not left:
+        # No slot left to try: finished when every recipient has its row. When a capped
+        # count cannot tell, its own rows are counted through the key, up to the total.
+        done = _done(counts)
+        key = (str(t.fullname), action, campaign, row, total)
+        if done.capped and key not in _FINISHED:
+            done = _capped(conn, own, total)
+        if done.value >= total or key in _FINISHED:
+            _remember_finished(key)
+            return CampaignState.FINISHED
+    return CampaignState.STOPPED
+
+
+def _holds(column: sa.ColumnElement[Any], text: str) -> sa.ColumnElement[bool]:
+    """``column`` (a key part) holds ``text`` in any case, a LIKE wildcard in it taken as
+    itself. Cast to text first: MySQL keeps key parts as bytes, which ``lower`` leaves as
+    they are."""
+    return sa.cast(column, sa.String()).icontains(text, autoescape=True)
+
+
 def campaign_summaries(
-    conn: Connection, t: sa.Table, cap: int = COUNT_CAP
+    conn: Connection,
+    t: sa.Table,
+    now: dt.datetime,
+    cap: int = COUNT_CAP,
+    *,
+    after: int | None = None,
+    search: str | None = None,
+    limit: int = MAX_CAMPAIGNS,
 ) -> list[CampaignSummary]:
-    """The latest campaigns (from the rows broadcasts keep of their message), newest first."""
+    """The campaigns (from the rows broadcasts keep of their message), newest first: up to
+    ``limit`` after the row ``after`` (a page's last), those whose id or action holds
+    ``search`` when it is given."""
+    where = t.c.action == CAMPAIGN_ACTION
+    if after is not None:
+        where = sa.and_(where, t.c.id < after)
+    if search:
+        found = sa.or_(_holds(t.c.cycle, search), _holds(t.c.subject, search))
+        where = sa.and_(where, found)
     stmt = (
-        sa.select(t.c.subject, t.c.cycle, t.c.created_at, t.c.last_error)
-        .where(t.c.action == CAMPAIGN_ACTION)
-        .order_by(t.c.created_at.desc(), t.c.id.desc())
-        .limit(MAX_CAMPAIGNS)
+        sa.select(
+            t.c.id, t.c.subject, t.c.cycle, t.c.created_at, t.c.last_error, t.c.token, t.c.cycle_at
+        )
+        .where(where)
+        .order_by(t.c.id.desc())
+        .limit(limit)
     )
-    return [
-        CampaignSummary(
+    found_rows = conn.execute(stmt).all()
+    campaigns = []
+    for row in found_rows:
+        counts = _status_counts(conn, t, row.subject, row.cycle, cap)
+        total = int(row.token) or None
+        cancel = cancel_note(row.last_error)
+        state = _campaign_state(
+            conn,
+            t,
             row.subject,
             row.cycle,
-            row.created_at,
-            _status_counts(conn, t, row.subject, row.cycle, cap),
-            cancel_note(row.last_error),
+            now,
+            counts=counts,
+            total=total,
+            cancel=cancel,
+            scheduled_at=row.cycle_at,
+            row=(row.id, row.created_at),
         )
-        for row in conn.execute(stmt)
-    ]
+        campaigns.append(
+            CampaignSummary(
+                row.id,
+                row.subject,
+                row.cycle,
+                row.created_at,
+                counts,
+                cancel,
+                total,
+                state,
+                row.cycle_at,
+            )
+        )
+    return campaigns
 
 
 def campaign_progress(
     conn: Connection, t: sa.Table, action: str, campaign: str, now: dt.datetime
 ) -> CampaignProgress:
     """One campaign's exact counts (its own rows only), rate over 5 minutes, ETA."""
-    started_at, total, cancel = None, None, None
+    started_at, total, cancel, scheduled_at, own_row = None, None, None, None, None
     row = conn.execute(
-        sa.select(t.c.created_at, t.c.token, t.c.last_error).where(
+        sa.select(t.c.id, t.c.created_at, t.c.token, t.c.last_error, t.c.cycle_at).where(
             t.c.action == CAMPAIGN_ACTION, t.c.cycle == campaign, t.c.subject == action
         )
     ).first()
@@ -325,11 +478,12 @@ def campaign_progress(
         # The broadcast records its number of recipients in the row's token (0: unknown).
         total = int(row.token) or None
         cancel = cancel_note(row.last_error)
+        scheduled_at = row.cycle_at
+        own_row = (row.id, row.created_at)
     counts = _status_counts(conn, t, action, campaign, None)
-    # The action's sends, not only this campaign's: read from the (action, sent_at) index
-    # alone, without a visit to each row for its cycle (two campaigns of one action seldom
-    # run at once).
-    per_minute = _per_minute(conn, t, action, now)
+    # This campaign's sends: the action's last hour from the (action, sent_at) index, each
+    # row's cycle checked (never a walk through every row the campaign ever sent).
+    per_minute = _per_minute(conn, t, action, now, cycle=campaign)
     window = dt.timedelta(minutes=5)
     recent = _capped(
         conn,
@@ -344,6 +498,18 @@ def campaign_progress(
         .order_by(t.c.sent_at.desc())
         .limit(1)
     ).scalar_one_or_none()
+    state = _campaign_state(
+        conn,
+        t,
+        action,
+        campaign,
+        now,
+        counts=counts,
+        total=total,
+        cancel=cancel,
+        scheduled_at=scheduled_at,
+        row=own_row,
+    )
     return CampaignProgress(
         action,
         campaign,
@@ -354,6 +520,8 @@ def campaign_progress(
         total,
         last_sent_at,
         cancel,
+        state,
+        scheduled_at,
     )
 
 
@@ -378,14 +546,47 @@ def _slot_columns(t: sa.Table) -> list[sa.Column[Any]]:
     return [t.c[n] for n in (*names, "last_error", "lease_until")]
 
 
-def subject_history(conn: Connection, t: sa.Table, subject: str, limit: int = 200) -> list[SlotRow]:
-    """Every slot of one subject across actions and cycles, latest change first."""
+def _older(t: sa.Table, after: int | None) -> sa.ColumnElement[bool]:
+    """The rows after row ``after`` in the order latest change first (then highest id)."""
+    if after is None:
+        return sa.true()
+    changed = sa.select(t.c.updated_at).where(t.c.id == after).scalar_subquery()
+    return sa.or_(t.c.updated_at < changed, sa.and_(t.c.updated_at == changed, t.c.id < after))
+
+
+def subject_history(
+    conn: Connection, t: sa.Table, subject: str, limit: int = PAGE, after: int | None = None
+) -> list[SlotRow]:
+    """The slots of one subject across actions and cycles, latest change first: up to
+    ``limit`` after the slot ``after`` (the last one of the page before)."""
     stmt = (
         sa.select(*_slot_columns(t))
-        .where(t.c.subject == subject, t.c.action.not_in(sorted(RESERVED_ACTIONS)))
+        .where(
+            t.c.subject == subject,
+            t.c.action.not_in(sorted(RESERVED_ACTIONS)),
+            _older(t, after),
+        )
         .order_by(t.c.updated_at.desc(), t.c.id.desc())
         .limit(limit)
     )
+    return [_slot(row) for row in conn.execute(stmt)]
+
+
+def error_slots(
+    conn: Connection, t: sa.Table, text: str, limit: int = PAGE, after: int | None = None
+) -> list[SlotRow]:
+    """Slots left unknown, failed or released whose error holds ``text`` (any case), the
+    newest first, up to ``limit`` after the slot ``after``: the status index's rows of
+    those statuses, never the sent ones."""
+    statuses = (SlotStatus.UNKNOWN.value, SlotStatus.FAILED.value, SlotStatus.RELEASED.value)
+    where = sa.and_(
+        t.c.status.in_(statuses),
+        t.c.action.not_in(sorted(RESERVED_ACTIONS)),
+        t.c.last_error.icontains(text, autoescape=True),
+    )
+    if after is not None:
+        where = sa.and_(where, t.c.id < after)
+    stmt = sa.select(*_slot_columns(t)).where(where).order_by(t.c.id.desc()).limit(limit)
     return [_slot(row) for row in conn.execute(stmt)]
 
 
@@ -423,14 +624,18 @@ def problem_slots(
     status: str,
     action: str,
     error: str | None,
-    limit: int = 200,
+    limit: int = PAGE,
+    after: int | None = None,
 ) -> list[SlotRow]:
-    """Up to ``limit`` slots of one status and action (with one error text, if given)."""
+    """Up to ``limit`` slots of one status and action (with one error text, if given),
+    the newest first, after the slot ``after`` (the last one of the page before)."""
     where = sa.and_(t.c.status == status, t.c.action == action)
     if error is not None:
         where = sa.and_(where, t.c.last_error.is_(None) if error == "" else t.c.last_error == error)
-    rows = conn.execute(sa.select(*_slot_columns(t)).where(where).limit(limit)).all()
-    return sorted((_slot(r) for r in rows), key=lambda s: (s.updated_at, s.id), reverse=True)
+    if after is not None:
+        where = sa.and_(where, t.c.id < after)
+    stmt = sa.select(*_slot_columns(t)).where(where).order_by(t.c.id.desc()).limit(limit)
+    return [_slot(r) for r in conn.execute(stmt)]
 
 
 def leases(conn: Connection, t: sa.Table, now: dt.datetime, limit: int = 100) -> LeaseSummary:

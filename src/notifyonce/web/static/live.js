@@ -1,6 +1,8 @@
 // notifyonce console: the live campaign page polls its JSON every 2 seconds and redraws
-// its numbers and sparkline; the problems page's "all shown" box ticks every row.
-// No framework, no build step.
+// its numbers, state, bar and sparkline; the overview asks for itself every few seconds
+// and swaps in its tables (the search box, outside them, keeps what is typed); the
+// problems page's "all shown" box ticks every row; a copy button copies its command.
+// No framework, no build step, nothing from the server run as code.
 (function () {
   "use strict";
   var EVERY = 2000;
@@ -32,6 +34,65 @@
     if (el) { el.textContent = text; }
   }
 
+  var ENDED = ["cancelled", "finished"];
+
+  function state(name, done, total) {
+    var badge = document.querySelector('[data-field="state-badge"] .badge');
+    if (badge) {
+      badge.textContent = name;
+      badge.setAttribute("data-state", name);
+      badge.className = "badge state-" + name.replace(/ /g, "-");
+    }
+    var bar = document.querySelector('[data-field="bar"] progress');
+    if (bar && total) {
+      var shown = Math.min(done, total);
+      bar.value = shown;
+      var pct = bar.parentNode.querySelector(".pct");
+      if (pct) { pct.textContent = Math.round(100 * shown / total) + "%"; }
+    }
+    if (ENDED.indexOf(name) >= 0) {
+      document.querySelectorAll("[data-while-live], #cancel").forEach(function (el) { el.hidden = true; });
+    }
+  }
+
+  function refresh(root) {
+    // The page's own HTML, parsed, not run: its tables replace these ones.
+    var every = Number(root.getAttribute("data-refresh-every")) * 1000;
+    function again() {
+      fetch(window.location.href, { credentials: "same-origin", headers: { Accept: "text/html" } })
+        .then(function (r) { if (!r.ok) { throw new Error("HTTP " + r.status); } return r.text(); })
+        .then(function (html) {
+          var fresh = new DOMParser().parseFromString(html, "text/html").getElementById(root.id);
+          if (!fresh) { throw new Error("no " + root.id + " in the page"); }
+          root.replaceChildren.apply(root, Array.prototype.slice.call(fresh.childNodes));
+          set(root, "updated", "updated " + new Date().toLocaleTimeString());
+        })
+        .catch(function (e) { set(root, "updated", "not updated: " + e.message); })
+        .then(function () { window.setTimeout(again, every); });
+    }
+    window.setTimeout(again, every);
+  }
+
+  function copy(button) {
+    button.addEventListener("click", function () {
+      var text = document.getElementById(button.getAttribute("data-copy")).textContent;
+      var done = function () { button.textContent = "Copied"; };
+      var select = function () {
+        // No clipboard (a page not served over https nor from this machine): select it.
+        var range = document.createRange();
+        range.selectNodeContents(document.getElementById(button.getAttribute("data-copy")));
+        window.getSelection().removeAllRanges();
+        window.getSelection().addRange(range);
+        button.textContent = "Selected: press Ctrl+C";
+      };
+      if (navigator.clipboard && window.isSecureContext) {
+        navigator.clipboard.writeText(text).then(done, select);
+      } else {
+        select();
+      }
+    });
+  }
+
   function live(root) {
     var url = root.getAttribute("data-live-url");
     function poll() {
@@ -45,6 +106,8 @@
           set(root, "eta", d.eta || "unknown");
           set(root, "unknown", fmt(d.unknown));
           set(root, "cancel_state", d.cancel_state || "not requested");
+          set(root, "state", d.state);
+          state(d.state, d.done, d.total);
           set(root, "last_sent_at", d.last_sent_at ? d.last_sent_at.replace("T", " ").slice(0, 19) : "none yet");
           Object.keys(d.counts).forEach(function (s) {
             var cell = root.querySelector('[data-count="' + s + '"]');
@@ -61,6 +124,8 @@
   }
 
   document.querySelectorAll("[data-live-url]").forEach(live);
+  document.querySelectorAll("[data-refresh-every]").forEach(refresh);
+  document.querySelectorAll("[data-copy]").forEach(copy);
   document.querySelectorAll("[data-all]").forEach(function (all) {
     all.addEventListener("change", function () {
       all.form.querySelectorAll('input[name="slot"]').forEach(function (b) { b.checked = all.checked; });
