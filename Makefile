@@ -82,7 +82,14 @@ bench-plots: $(STAMP)
 mutants: $(STAMP)
 	eval "$$(scripts/services.sh)" && $(BIN)/python scripts/mutants.py --write-docs
 
-docs: $(STAMP)
+# The docs site, with only docs/requirements.txt installed (not the dev extra): mkdocs
+# reads the API reference from src/ without importing notifyonce.
+DOCS_STAMP := $(VENV)/.installed-docs
+$(DOCS_STAMP): docs/requirements.txt | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -r docs/requirements.txt
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
 
 clean:

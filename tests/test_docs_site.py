@@ -12,6 +12,7 @@ import functools
 import http.server
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -174,3 +175,45 @@ def test_the_slot_diagram_is_drawn_with_no_other_host_reachable(served: str) -> 
     assert box["width"] > 200
     assert box["height"] > 200
     assert [] == refused
+
+
+def _requirements(lines: list[str]) -> set[str]:
+    """Requirement lines, each spelt one way."""
+    from packaging.requirements import Requirement
+
+    return {str(Requirement(line)) for line in lines}
+
+
+def test_the_dev_extra_installs_what_the_docs_need() -> None:
+    """docs/requirements.txt is what the docs site needs; the dev extra (whose tests build
+    the site) asks for the same, so the two never drift apart."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: pytest's own dependency
+        import tomli as tomllib
+
+    listed = (ROOT / "docs" / "requirements.txt").read_text().splitlines()
+    docs = _requirements([r for line in listed if (r := line.split("#")[0].strip())])
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    dev = _requirements(pyproject["project"]["optional-dependencies"]["dev"])
+    assert {"mkdocs-material<10,>=9.5", "mkdocstrings[python]>=0.25"} <= docs
+    assert set() == docs - dev
+
+
+def test_make_docs_installs_the_docs_requirements_only() -> None:
+    """``make docs`` on a fresh clone installs docs/requirements.txt, not the dev extra
+    (Celery, Playwright, aiogram... are not the site's), then builds the site strictly."""
+    if shutil.which("make") is None:
+        pytest.skip("no make on this machine")
+    planned = subprocess.run(
+        ["make", "--always-make", "--dry-run", "docs", "VENV=.venv-that-is-not-there"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    installs = [line for line in planned.splitlines() if "pip install" in line]
+    assert [] == [line for line in installs if "[" in line or " -e " in line]
+    assert any("-r docs/requirements.txt" in line for line in installs), planned
+    assert "mkdocs build --strict" in planned
