@@ -56,6 +56,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests examples bench
 	$(BIN)/ruff format --check src tests examples bench
 	$(BIN)/mypy
+	$(BIN)/actionlint .github/workflows/ci.yml .github/workflows/release.yml
 
 # The benchmarks, one after the other (PostgreSQL for the ledger and Notifier ones; a few
 # minutes in all). They print their figures; docs/benchmarks.md says how to read them. The
