@@ -142,10 +142,20 @@ Element.prototype.attachShadow = function (init) {
 """
 
 
-def test_the_slot_diagram_is_drawn_with_no_other_host_reachable(served: str) -> None:
-    """With every request outside the site refused, the slot page's state diagram is drawn
-    as an SVG with the ledger's states and moves in it, and the page asked no other host
-    for anything."""
+# The pages with a diagram, and words each drawn diagram shows.
+DIAGRAMS = {
+    "concepts/slots": ("claimed", "sent", "unknown", "failed", "released", "mark_sent"),
+    "concepts/delivery": ("intake", "a worker", "writer", "ledger", "sender", "SIGKILL"),
+}
+
+
+@pytest.mark.parametrize(("page_path", "words"), DIAGRAMS.items(), ids=list(DIAGRAMS))
+def test_the_diagrams_are_drawn_with_no_other_host_reachable(
+    served: str, page_path: str, words: tuple[str, ...]
+) -> None:
+    """With every request outside the site refused, the slot page's state diagram and the
+    pipeline's sequence diagram are drawn as SVGs with their states, moves and actors in
+    them, and the page asked no other host for anything."""
     site_host = urlsplit(served).netloc
     refused: list[str] = []
 
@@ -162,14 +172,14 @@ def test_the_slot_diagram_is_drawn_with_no_other_host_reachable(served: str) -> 
         context.route("**/*", only_the_site)
         context.add_init_script(_OPEN_SHADOW_ROOTS)
         page = context.new_page()
-        page.goto(f"{served}/concepts/slots/", wait_until="load")
+        page.goto(f"{served}/{page_path}/", wait_until="load")
         drawn = page.locator("div.mermaid svg").first
         drawn.wait_for(state="visible", timeout=30_000)
         shown = drawn.evaluate("svg => svg.textContent")
         box = drawn.bounding_box()
         page.wait_for_load_state("networkidle", timeout=30_000)
         context.close()
-    for name in ("claimed", "sent", "unknown", "failed", "released", "mark_sent", "requeue"):
+    for name in words:
         assert name in shown, f"{name!r} is not in the drawn diagram: {shown[:300]!r}"
     assert box is not None
     assert box["width"] > 200
