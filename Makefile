@@ -56,6 +56,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests examples bench
 	$(BIN)/ruff format --check src tests examples bench
 	$(BIN)/mypy
+	$(BIN)/actionlint .github/workflows/ci.yml .github/workflows/release.yml
 
 # The benchmarks, one after the other (PostgreSQL for the ledger and Notifier ones; a few
 # minutes in all). They print their figures; docs/benchmarks.md says how to read them. The
@@ -82,7 +83,14 @@ bench-plots: $(STAMP)
 mutants: $(STAMP)
 	eval "$$(scripts/services.sh)" && $(BIN)/python scripts/mutants.py --write-docs
 
-docs: $(STAMP)
+# The docs site, with only docs/requirements.txt installed (not the dev extra): mkdocs
+# reads the API reference from src/ without importing notifyonce.
+DOCS_STAMP := $(VENV)/.installed-docs
+$(DOCS_STAMP): docs/requirements.txt | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -r docs/requirements.txt
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
 
 clean:

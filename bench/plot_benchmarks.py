@@ -10,13 +10,15 @@ It reads, from ``bench/results/`` (``--results``):
 
 - ``telegram.json``: ``bench_telegram.py --json``, drawn as ``bench-telegram.svg``;
 - ``claims.json``: ``bench_claims.py --json``, drawn as ``bench-claims.svg``;
-- ``campaign*.json``: ``bench_campaign.py --json`` (one line per database and file, an
-  earlier run's dashed), drawn as ``bench-campaign.svg``;
+- ``campaign*.json``: ``bench_campaign.py --json`` (one panel per database, one line per
+  file in it, an earlier version's dashed), drawn as ``bench-campaign.svg``;
 
-and writes the SVGs to ``docs/assets/`` (``--out``). Each plot names the date and the
-machine of its run, and records in its metadata (``dc:source``) the SHA-256 of every
-file it was drawn from: ``tests/test_bench_results.py`` fails while a results file and
-its plot disagree.
+and writes the SVGs to ``docs/assets/`` (``--out``), each twice: ``NAME.svg`` for Material's
+light palette and ``NAME-dark.svg`` for its dark one (the page shows the one of the palette
+read, with ``#only-light`` and ``#only-dark``). Both have a transparent background. Each
+plot names the date and the machine of its run, and records in its metadata
+(``dc:source``) the SHA-256 of every file it was drawn from:
+``tests/test_bench_results.py`` fails while a results file and its plot disagree.
 
 Reading and checking the files needs nothing but the standard library (the tests use
 `load` and `sources`); only drawing imports matplotlib.
@@ -37,10 +39,43 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 OUT = ROOT / "docs" / "assets"
 
-# Colours: notifyonce's own side stands out; the others are shades of grey.
-OURS = "#3f51b5"
-OTHERS = ["#8d8d8d", "#b5b5b5", "#616161", "#d0d0d0"]
-DATABASES = {"PostgreSQL": "#3f51b5", "MariaDB": "#c0392b", "SQLite": "#2e7d32"}
+# The campaign plot's panels, in this order; a database's name starts with one of these.
+DATABASES = ("PostgreSQL", "MariaDB", "SQLite")
+
+
+@dataclass(frozen=True)
+class Palette:
+    """The colours of one of Material's palettes: notifyonce's own side stands out, the
+    others are grey; the runs of the campaign plot are told apart by colour and marker
+    (Okabe and Ito's colours, which colour-blind readers tell apart too)."""
+
+    suffix: str  # added to the SVG's name
+    text: str
+    muted: str  # the footer, the raw drivers' lines
+    ours: str
+    other: str
+    runs: tuple[str, ...]
+
+
+LIGHT = Palette(
+    "",
+    text="#212121",
+    muted="#5f5f5f",
+    ours="#3f51b5",
+    other="#8d8d8d",
+    runs=("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#8a6d00"),
+)
+# Material's slate: lighter tints, so lines and text keep their contrast on the dark page.
+DARK = Palette(
+    "-dark",
+    text="#e2e4e9",
+    muted="#a9adb8",
+    ours="#8c9eff",
+    other="#9e9e9e",
+    runs=("#56b4e9", "#f0a35e", "#4fd1a5", "#e79acb", "#f0e442"),
+)
+PALETTES = (LIGHT, DARK)
+MARKERS = ("o", "s", "^", "D", "v")
 
 
 class ResultsError(ValueError):
@@ -106,9 +141,13 @@ def digest(path: Path) -> str:
 class Plot:
     """One picture: the results files it is drawn from, and how."""
 
-    name: str  # the SVG's file name
+    name: str  # the SVG's file name (for the light palette)
     pattern: str  # the results files, a glob in the results folder
-    draw: Callable[[list[dict[str, Any]]], Any]  # returns a matplotlib Figure
+    draw: Callable[[list[dict[str, Any]], Palette], Any]  # returns a matplotlib Figure
+
+    def file(self, palette: Palette) -> str:
+        """The SVG's file name for ``palette``: ``bench-claims-dark.svg`` for the dark."""
+        return self.name.removesuffix(".svg") + palette.suffix + ".svg"
 
 
 def sources(plot: Plot, results: Path = RESULTS) -> list[Path]:
@@ -128,12 +167,18 @@ def caption(record: dict[str, Any]) -> str:
 # -- drawing (matplotlib from here on) ---------------------------------------------------
 
 
-def _style() -> None:
+def _style(palette: Palette) -> None:
     import matplotlib as mpl
 
     mpl.use("svg")
     mpl.rcParams.update(
         {
+            "text.color": palette.text,
+            "axes.labelcolor": palette.text,
+            "axes.edgecolor": palette.muted,
+            "xtick.color": palette.text,
+            "ytick.color": palette.text,
+            "legend.labelcolor": palette.text,
             "svg.hashsalt": "notifyonce",  # the same ids on every run
             "svg.fonttype": "none",  # text stays text: smaller, and searchable
             "font.family": "sans-serif",
@@ -142,22 +187,25 @@ def _style() -> None:
             "axes.spines.right": False,
             "axes.titlesize": 11,
             "axes.titleweight": "bold",
-            "figure.facecolor": "white",
-            "axes.facecolor": "white",
+            # transparent: the page's own background shows through
+            "figure.facecolor": "none",
+            "axes.facecolor": "none",
+            "savefig.facecolor": "none",
+            "savefig.transparent": True,
         }
     )
 
 
-def _footer(figure: Any, records: Sequence[dict[str, Any]]) -> float:
+def _footer(figure: Any, records: Sequence[dict[str, Any]], palette: Palette) -> float:
     """Caption ``figure`` with the runs of ``records``; the share of its height taken."""
     lines = [line for r in records for line in caption(r).splitlines()]
     text = "\n".join(_wrap(line, 125) for line in lines)
-    figure.text(0.01, 0.005, text, fontsize=9, color="#555555", va="bottom", ha="left")
+    figure.text(0.01, 0.005, text, fontsize=9, color=palette.muted, va="bottom", ha="left")
     inches = (text.count("\n") + 1) * 9 * 1.3 / 72 + 0.1
     return inches / figure.get_figheight()
 
 
-def draw_telegram(records: list[dict[str, Any]]) -> Any:
+def draw_telegram(records: list[dict[str, Any]], palette: Palette) -> Any:
     """TelegramSender against aiogram and httpx: msg/s and CPU per message, per latency."""
     import matplotlib.pyplot as plt
 
@@ -172,7 +220,7 @@ def draw_telegram(records: list[dict[str, Any]]) -> Any:
         by_name = {side["name"]: side for side in run["sides"]}
         ys = [n + index * height for n in range(len(names))]
         shade = 1.0 - 0.45 * index
-        colours = [OURS if name == "TelegramSender" else OTHERS[0] for name in names]
+        colours = [palette.ours if name == "TelegramSender" else palette.other for name in names]
         label = f"server latency {run['latency_ms']:.0f} ms"
         for axes, key, fmt in ((rates, "msg_per_s", "{:,.0f}"), (cpu, "cpu_ms_per_msg", "{:.2f}")):
             values = [by_name[name][key] if name in by_name else 0 for name in names]
@@ -191,7 +239,11 @@ def draw_telegram(records: list[dict[str, Any]]) -> Any:
     from matplotlib.patches import Patch
 
     shades = [
-        Patch(color=OTHERS[0], alpha=1.0 - 0.45 * index, label=f"server {run['latency_ms']:.0f} ms")
+        Patch(
+            color=palette.other,
+            alpha=1.0 - 0.45 * index,
+            label=f"server {run['latency_ms']:.0f} ms",
+        )
         for index, run in enumerate(runs)
     ]
     cpu.legend(handles=shades, loc="upper right", fontsize=8, frameon=False)
@@ -201,7 +253,7 @@ def draw_telegram(records: list[dict[str, Any]]) -> Any:
         f" concurrency {settings.get('concurrency', '?')}, rate limiter off"
     )
     figure.suptitle("TelegramSender against aiogram and httpx", x=0.01, ha="left", weight="bold")
-    bottom = _footer(figure, [record])
+    bottom = _footer(figure, [record], palette)
     figure.get_layout_engine().set(rect=(0, bottom, 1, 0.95 - bottom))
     return figure
 
@@ -215,7 +267,7 @@ def _claims_group(label: str) -> str:
     return "claim_slot, concurrent"
 
 
-def draw_claims(records: list[dict[str, Any]]) -> Any:
+def draw_claims(records: list[dict[str, Any]], palette: Palette) -> Any:
     """AsyncLedger against the raw driver: claims per second, per comparison."""
     import matplotlib.pyplot as plt
 
@@ -233,7 +285,7 @@ def draw_claims(records: list[dict[str, Any]]) -> Any:
         ours = [c for c in cases if c["label"].startswith("AsyncLedger")]
         raw = [c for c in cases if not c["label"].startswith("AsyncLedger")]
         ordered = raw + ours
-        colours = [OURS if c in ours else OTHERS[0] for c in ordered]
+        colours = [palette.ours if c in ours else palette.other for c in ordered]
         bars = axes.barh(range(len(ordered)), [c["rate"] for c in ordered], color=colours)
         fastest = max((c["rate"] for c in raw), default=0)
         texts = [
@@ -256,7 +308,7 @@ def draw_claims(records: list[dict[str, Any]]) -> Any:
         ha="left",
         weight="bold",
     )
-    bottom = _footer(figure, [record])
+    bottom = _footer(figure, [record], palette)
     figure.get_layout_engine().set(rect=(0, bottom, 1, 0.95 - bottom))
     return figure
 
@@ -267,51 +319,59 @@ def _wrap(text: str, width: int) -> str:
     return "\n".join(textwrap.wrap(text, width))
 
 
-def _database_colour(name: str) -> str:
-    return next((c for key, c in DATABASES.items() if name.startswith(key)), "#616161")
+def _panel(name: str) -> str:
+    """The panel of a database named ``name``: "PostgreSQL (asyncpg)" -> "PostgreSQL"."""
+    return next((key for key in DATABASES if name.startswith(key)), name)
 
 
-def draw_campaign(records: list[dict[str, Any]]) -> Any:
-    """One campaign's rate per chunk against the rows it already had, per database."""
+def draw_campaign(records: list[dict[str, Any]], palette: Palette) -> Any:
+    """One campaign's rate per chunk against the rows it already had: one panel per
+    database, one line per run (its colour and marker), the run's raw driver dotted."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, LogLocator
 
-    figure, axes = plt.subplots(figsize=(9, 4.6), layout="constrained")
     # A run's own results are drawn solid, the latest one last; a series kept to compare
     # with (an earlier version's figures, named by its "series") dashed and lighter.
     ordered = sorted(records, key=lambda r: (r.get("series") is None, r["date"]))
-    for record in ordered:
+    panels = [
+        p for p in DATABASES if any(_panel(d["name"]) == p for r in ordered for d in r["databases"])
+    ]
+    figure, grid = plt.subplots(
+        len(panels), 1, figsize=(9, 2.3 * len(panels) + 1.9), sharex=True, layout="constrained"
+    )
+    axes_of = dict(zip(panels, [grid] if len(panels) == 1 else list(grid), strict=True))
+    for index, record in enumerate(ordered):
         baseline = "series" in record
         every = record["settings"]["every"]
         tag = record.get("series", f"run {record['date']}")
+        colour, marker = palette.runs[index % len(palette.runs)], MARKERS[index % len(MARKERS)]
         for database in record["databases"]:
-            colour = _database_colour(database["name"])
-            # Rows at each chunk's end, on a log scale: runs of 40,000 and of a million
+            axes = axes_of[_panel(database["name"])]
+            # Rows at each chunk's end, on a log scale: runs of 10,000 and of a million
             # both read.
             rows = [every * (k + 1) for k in range(len(database["rates"]))]
+            driver = database["name"].removeprefix(_panel(database["name"])).strip(" ()")
             axes.plot(
                 rows,
                 database["rates"],
-                marker="o",
+                marker=marker,
                 markersize=4,
                 color=colour,
                 linestyle="--" if baseline else "-",
-                alpha=0.55 if baseline else 1.0,
-                label=f"{database['name']}, {tag}",
+                alpha=0.7 if baseline else 1.0,
+                label=f"{tag}" + (f" ({driver})" if driver else ""),
             )
             if not baseline and "raw" in database:
-                axes.axhline(database["raw"], color=colour, linestyle=":", linewidth=1)
-                axes.annotate(
-                    f"{database['name']}: raw driver, {database['raw']:,.0f}/s",
-                    (rows[-1], database["raw"]),
-                    textcoords="offset points",
-                    xytext=(0, 4),
-                    ha="right",
-                    fontsize=8,
+                # The raw driver's rate as a legend entry, not a label on the line: the
+                # runs' raw rates lie close together and their labels printed over each
+                # other.
+                axes.axhline(
+                    database["raw"],
                     color=colour,
+                    linestyle=":",
+                    linewidth=1.2,
+                    label=f"  its raw driver: {database['raw']:,.0f}/s",
                 )
-    axes.set_xscale("log")
-    from matplotlib.ticker import FixedLocator, LogLocator
-
     ends = sorted(
         {
             r["settings"]["every"] * (k + 1)
@@ -320,25 +380,31 @@ def draw_campaign(records: list[dict[str, Any]]) -> Any:
             for k in range(len(d["rates"]))
         }
     )
-    # Few chunks: a tick at each; many: 1, 2 and 5 of each power of ten.
-    locator = FixedLocator(ends) if len(ends) <= 8 else LogLocator(base=10, subs=(1.0, 2.0, 5.0))
-    axes.xaxis.set_major_locator(locator)
-    axes.set_xlabel("rows of the campaign when the chunk ended (log scale)")
-    axes.set_ylabel("notifications per second")
-    highest = max(max([*d["rates"], d.get("raw", 0)]) for r in records for d in r["databases"])
-    axes.set_ylim(0, highest * 1.12)  # room for the raw drivers' labels
-    axes.xaxis.set_major_formatter(lambda x, _: f"{x:,.0f}")
-    axes.xaxis.set_minor_formatter(lambda x, _: "")
-    axes.yaxis.set_major_formatter(lambda y, _: f"{y:,.0f}")
-    axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    for name, axes in axes_of.items():
+        axes.set_title(name, loc="left")
+        axes.set_xscale("log")
+        # Few chunks: a tick at each; many: 1, 2 and 5 of each power of ten.
+        locator = (
+            FixedLocator(ends) if len(ends) <= 8 else LogLocator(base=10, subs=(1.0, 2.0, 5.0))
+        )
+        axes.xaxis.set_major_locator(locator)
+        axes.xaxis.set_major_formatter(lambda x, _: f"{x:,.0f}")
+        axes.xaxis.set_minor_formatter(lambda x, _: "")
+        axes.yaxis.set_major_formatter(lambda y, _: f"{y:,.0f}")
+        axes.set_ylim(0, None)
+        axes.margins(y=0.12)
+        axes.locator_params(axis="y", nbins=4)
+        axes.set_ylabel("notifications/s")
+        axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.05), frameon=False)
+    axes_of[panels[-1]].set_xlabel("rows of the campaign when the chunk ended (log scale)")
     figure.suptitle(
         "One campaign (FakeSender): the rate of each chunk as it grows",
         x=0.01,
         ha="left",
         weight="bold",
     )
-    bottom = _footer(figure, ordered)
-    figure.get_layout_engine().set(rect=(0, bottom, 1, 0.95 - bottom))
+    bottom = _footer(figure, ordered, palette)
+    figure.get_layout_engine().set(rect=(0, bottom, 1, 0.96 - bottom))
     return figure
 
 
@@ -349,28 +415,32 @@ PLOTS = [
 ]
 
 
-def render(plot: Plot, results: Path, out: Path) -> Path | None:
-    """Draw ``plot`` from its results files into ``out``; None when it has none."""
+def render(plot: Plot, results: Path, out: Path) -> list[Path]:
+    """Draw ``plot`` from its results files into ``out``, once per palette; the files
+    written, none when it has no results."""
     paths = sources(plot, results)
     if not paths:
-        return None
+        return []
     records = [load(path) for path in paths]
-    _style()
     import matplotlib.pyplot as plt
 
-    figure = plot.draw(records)
-    target = out / plot.name
-    figure.savefig(
-        target,
-        format="svg",
-        metadata={
-            "Date": None,  # no timestamp: the file changes only when its results do
-            "Creator": "bench/plot_benchmarks.py",
-            "Source": "; ".join(digest(path) for path in paths),
-        },
-    )
-    plt.close(figure)
-    return target
+    written = []
+    for palette in PALETTES:
+        _style(palette)
+        figure = plot.draw(records, palette)
+        target = out / plot.file(palette)
+        figure.savefig(
+            target,
+            format="svg",
+            metadata={
+                "Date": None,  # no timestamp: the file changes only when its results do
+                "Creator": "bench/plot_benchmarks.py",
+                "Source": "; ".join(digest(path) for path in paths),
+            },
+        )
+        plt.close(figure)
+        written.append(target)
+    return written
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -381,10 +451,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for plot in PLOTS:
         written = render(plot, args.results, args.out)
-        if written is None:
+        if not written:
             print(f"{plot.name}: no {plot.pattern} in {args.results}, not drawn")
-        else:
-            print(f"wrote {written}")
+        for target in written:
+            print(f"wrote {target}")
     return 0
 
 

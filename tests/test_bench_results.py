@@ -48,22 +48,43 @@ def test_each_results_file_is_what_the_plot_script_reads(path: Path) -> None:
     assert [] == [key for key in ("date", "machine") if not record[key].strip()]
 
 
-@pytest.mark.parametrize("plot", PLOTTER.PLOTS, ids=lambda p: p.name)
-def test_each_plot_is_drawn_from_the_results_as_they_are(plot: Any) -> None:
-    """docs/assets/<plot>.svg records the SHA-256 of exactly the results files it is drawn
-    from now (regenerate: python bench/plot_benchmarks.py)."""
+DRAWN = [(plot, palette) for plot in PLOTTER.PLOTS for palette in PLOTTER.PALETTES]
+DRAWN_IDS = [plot.file(palette) for plot, palette in DRAWN]
+
+
+@pytest.mark.parametrize(("plot", "palette"), DRAWN, ids=DRAWN_IDS)
+def test_each_plot_is_drawn_from_the_results_as_they_are(plot: Any, palette: Any) -> None:
+    """docs/assets/<plot>.svg and its dark twin record the SHA-256 of exactly the results
+    files they are drawn from now (regenerate: python bench/plot_benchmarks.py)."""
     sources = PLOTTER.sources(plot)
     assert sources, f"no {plot.pattern} in bench/results"
-    svg = (ROOT / "docs" / "assets" / plot.name).read_text(encoding="utf-8")
+    svg = (ROOT / "docs" / "assets" / plot.file(palette)).read_text(encoding="utf-8")
     recorded = re.search(r"<dc:source>(.*?)</dc:source>", svg, re.S)
-    assert recorded is not None, f"{plot.name} names no source"
+    assert recorded is not None, f"{plot.file(palette)} names no source"
     assert "; ".join(PLOTTER.digest(path) for path in sources) == recorded[1]
+
+
+@pytest.mark.parametrize(("plot", "palette"), DRAWN, ids=DRAWN_IDS)
+def test_each_plot_has_a_transparent_background_and_its_palettes_text(
+    plot: Any, palette: Any
+) -> None:
+    """A plot lets the page's background show through (no white sheet in the dark
+    palette), and its text is in the colour of the palette it is shown in."""
+    svg = (ROOT / "docs" / "assets" / plot.file(palette)).read_text(encoding="utf-8")
+    background = re.search(r'<g id="patch_1">\s*<path [^>]*style="([^"]*)"', svg)
+    assert background is not None, f"{plot.file(palette)} has no figure background"
+    assert "fill: none" == background[1]
+    fills = re.findall(r"fill: (#[0-9a-f]{6})", svg)
+    assert palette.text == max(set(fills), key=fills.count), "most of the text is its colour"
 
 
 @pytest.mark.parametrize("plot", PLOTTER.PLOTS, ids=lambda p: p.name)
 def test_the_benchmarks_page_shows_each_plot(plot: Any) -> None:
-    """docs/benchmarks.md shows every plot the script draws."""
-    assert f"](assets/{plot.name})" in PAGE.read_text(encoding="utf-8")
+    """docs/benchmarks.md shows every plot the script draws, in the palette read: the
+    light one with #only-light, the dark twin with #only-dark (Material shows one)."""
+    page = PAGE.read_text(encoding="utf-8")
+    assert f"](assets/{plot.file(PLOTTER.LIGHT)}#only-light)" in page
+    assert f"](assets/{plot.file(PLOTTER.DARK)}#only-dark)" in page
 
 
 def test_the_sender_table_shows_the_plotted_run() -> None:

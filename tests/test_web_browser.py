@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import shutil
 import socket
 import threading
 import time
@@ -26,7 +25,8 @@ import sqlalchemy as sa
 from notifyonce import Ledger, SlotStatus
 from notifyonce._campaign import CANCEL_NOTE, cancel_note, cancel_query
 
-from ._databases import IN_CI, Backend, make_backend
+from ._browser import chromium
+from ._databases import Backend, make_backend
 from ._optional import require
 from ._web_ledger import DEADLINE, EVIL_SUBJECT, MESSAGE_TEXT, insert_rows, seed, unseed
 
@@ -38,7 +38,6 @@ from notifyonce.web import WebAuth, create_app  # noqa: E402
 
 pytestmark = pytest.mark.sqlite
 
-CHROMIUM = "/usr/bin/chromium"
 TOKEN = "browser-test-token-0123456789"
 SHOTS = os.environ.get("NOTIFYONCE_WEB_SCREENSHOTS")
 
@@ -84,18 +83,8 @@ def served(tmp_path: Path) -> Iterator[Served]:
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists() or shutil.which("chromium") is None:
-        message = f"no Chromium at {CHROMIUM}: apt-get install -y chromium"
-        if IN_CI:
-            pytest.fail(f"CI=true and {message}", pytrace=False)
-        pytest.skip(message)
-    with sync_api.sync_playwright() as playwright:
-        # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with chromium() as launched:
+        yield launched
 
 
 def _shot(page: Any, name: str) -> None:

@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import sqlalchemy as sa
 
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 
     from notifyonce._dispatch import Run
     from notifyonce._notifier import Notifier
-    from notifyonce._progress_chat import ProgressMessage
 
 __all__ = [
     "Broadcast",
@@ -57,6 +56,15 @@ __all__ = [
 ]
 
 Recipients: TypeAlias = "Iterable[Subject] | AsyncIterable[Subject] | RecipientSource"
+
+
+class ProgressFollower(Protocol):
+    """What a broadcast asks of its ``progress_chat`` (a ``ProgressMessage``): to follow the
+    run. Named here, not imported, since the progress message imports this module's
+    progress snapshots: no import circle, not even one for the type checker."""
+
+    async def follow(self, broadcast: Broadcast) -> None: ...
+
 
 # Progress rate over this many recent seconds: a resumed campaign skips its finished chats
 # in a burst, which must not make the ETA of the rest look short.
@@ -402,7 +410,7 @@ class Broadcast:
         allow_changed_message: bool = False,
         resume_cancelled: bool = False,
         start_at: dt.datetime | None = None,
-        progress_chat: ProgressMessage | None = None,
+        progress_chat: ProgressFollower | None = None,
         category: str | None = None,
         transactional: bool = False,
         skip_gone: bool | None = None,

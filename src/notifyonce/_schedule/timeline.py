@@ -9,16 +9,42 @@ from __future__ import annotations
 import datetime as dt
 import textwrap
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from notifyonce._errors import ValidationError, ValidationTypeError
 from notifyonce._schedule.durations import format_duration as fd
 
 if TYPE_CHECKING:
-    from notifyonce._schedule.schedule import Schedule
     from notifyonce._schedule.window import Window
 
-__all__ = ["MIN_WIDTH", "STEPS", "Layout", "Row", "label", "layout", "render_timeline"]
+__all__ = [
+    "MIN_WIDTH",
+    "STEPS",
+    "Drawable",
+    "Layout",
+    "Row",
+    "label",
+    "layout",
+    "render_timeline",
+]
+
+
+class Drawable(Protocol):
+    """What a timeline reads of a ``Schedule``: named here rather than imported, since
+    ``Schedule.render`` imports this module (no import circle, not even one for the type
+    checker)."""
+
+    @property
+    def windows(self) -> tuple[Window, ...]: ...
+    @property
+    def period(self) -> dt.timedelta: ...
+    @property
+    def max_downtime(self) -> dt.timedelta: ...
+    @property
+    def min_gap(self) -> dt.timedelta: ...
+    @property
+    def required_width(self) -> dt.timedelta: ...
+
 
 MIN_WIDTH = 48
 _MIN_BAR = 16
@@ -77,7 +103,7 @@ class Layout:
     narrowest: Window
 
 
-def layout(schedule: Schedule) -> Layout:
+def layout(schedule: Drawable) -> Layout:
     """The rows and notes of the timeline of ``schedule``."""
     windows = schedule.windows
     rows: list[Row] = []
@@ -110,7 +136,7 @@ def layout(schedule: Schedule) -> Layout:
     return Layout(title, windows[0].opens_before, tuple(rows), tuple(notes), narrow)
 
 
-def render_timeline(schedule: Schedule, *, width: int = 72) -> str:
+def render_timeline(schedule: Drawable, *, width: int = 72) -> str:
     """Return the timeline of ``schedule``; each line is at most ``width`` characters."""
     if isinstance(width, bool) or not isinstance(width, int):
         raise ValidationTypeError("width", f"must be an int, got {type(width).__name__}")
