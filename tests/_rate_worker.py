@@ -28,6 +28,7 @@ class CountedStore:
     def __init__(self, store: RateStore) -> None:
         self.store = store
         self.extra_jitter = store.extra_jitter
+        self.outage_patience = getattr(store, "outage_patience", 0.0)
         self.booked = 0
         self.given_back = 0
 

@@ -17,6 +17,7 @@ from notifyonce._senders.rate.stores import (
     Turn,
     TurnRequest,
     check_extra_jitter,
+    check_patience,
     infinite_wait,
 )
 
@@ -129,6 +130,11 @@ class RedisRateStore:
             through this store. Workers in separate processes, each with its own round
             trips to the store and to Telegram, start their sends less precisely than one
             process does; 0.03 kept 429 answers well under 1 % in the four-worker test.
+        outage_patience: Seconds a sender waits for Redis when it cannot be reached after
+            it had answered (a restart, a failover), asking again every half second; its
+            sends pause meanwhile. A restarted Redis has forgotten the turns booked
+            before: each sender books none before its own latest booked start. Past the
+            patience a turn fails closed (``RateStoreUnavailableError``). 0: at once.
 
     Examples:
         >>> import redis.asyncio
@@ -136,13 +142,19 @@ class RedisRateStore:
     """
 
     def __init__(
-        self, client: Any, *, prefix: str = "notifyonce:rate:", extra_jitter: float = 0.03
+        self,
+        client: Any,
+        *,
+        prefix: str = "notifyonce:rate:",
+        extra_jitter: float = 0.03,
+        outage_patience: float = 30.0,
     ) -> None:
         if not isinstance(prefix, str):
             raise ValidationError("prefix", "must be a str")
         if not callable(getattr(client, "register_script", None)):
             raise ValidationError("client", "must be a redis.asyncio.Redis client")
         self.extra_jitter = check_extra_jitter(extra_jitter)
+        self.outage_patience = check_patience(outage_patience)
         self.client = client
         self.prefix = prefix
         self._take = client.register_script(_TAKE)

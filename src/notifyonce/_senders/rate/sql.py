@@ -45,6 +45,7 @@ from notifyonce._senders.rate.stores import (
     Turn,
     TurnRequest,
     check_extra_jitter,
+    check_patience,
     decide_flood,
     turn_from,
 )
@@ -136,6 +137,11 @@ class SQLRateStore:
             ``busy_timeout``: every writer of the file (the ledger's claims and marks
             too) takes the one lock a turn waits for, so there waiting is ordinary
             queueing, and a session holding the lock holds the ledger as well.
+        outage_patience: Seconds a sender waits for the database when it cannot be
+            reached after it had answered (a restart, a failover), asking again every
+            half second; its sends pause meanwhile. Past it a turn fails closed
+            (``RateStoreUnavailableError``). 0: at once. A lock wait that ends at
+            ``lock_timeout`` is not an outage: it fails closed at once, as before.
 
     Examples:
         >>> from sqlalchemy.ext.asyncio import create_async_engine
@@ -153,10 +159,12 @@ class SQLRateStore:
         extra_jitter: float = 0.03,
         lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
         busy_timeout: float = _DEFAULT_BUSY_TIMEOUT,
+        outage_patience: float = 30.0,
     ) -> None:
         check_store_args(engine, table_name)
         self._driver = driver = driver_for(engine)
         self.extra_jitter = check_extra_jitter(extra_jitter)
+        self.outage_patience = check_patience(outage_patience)
         self.lock_timeout = (
             None if lock_timeout is None else check_seconds("lock_timeout", lock_timeout)
         )

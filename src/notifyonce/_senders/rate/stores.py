@@ -30,6 +30,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol, runtime_checkable
 
 from notifyonce._errors import (
@@ -57,6 +58,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger("notifyonce.ratelimit")
+
+#: Seconds between two asks of a rate store that cannot be reached.
+_STORE_PROBE = 0.5
 
 BOT_LANE = "bot"
 PAID_LANE = "paid"
@@ -341,6 +345,12 @@ class SharedRateLimiter:
         # (a held lock would otherwise cost each queued send its own lock_timeout).
         self._failure: RateStoreUnavailableError | None = None
         self._failures = 0
+        # How long a store that went away (Redis restarted, its database failed over) is
+        # waited for, and the latest start this limiter booked: after a restart the store
+        # has forgotten every booking, so none is made again before this one's time.
+        self._patience = float(getattr(store, "outage_patience", 0.0) or 0.0)
+        self._horizon = 0.0
+        self._answered = False  # a store that never answered is misconfigured, not away
 
     @property
     def tolerance(self) -> float:
@@ -389,7 +399,7 @@ class SharedRateLimiter:
             async with self._asking:
                 if self._failures != failures and self._failure is not None:
                     raise RateStoreUnavailableError(str(self._failure))
-                turn = await self._ask(self.store.take_turn(request))
+                turn = await self._ask(partial(self.store.take_turn, request))
             if not turn.booked and turn.flood is not None and turn.wait > flood_limit:
                 whose = "the bot's" if turn.flood == "bot" else "the chat's"
                 raise FloodWaitError(
@@ -401,6 +411,8 @@ class SharedRateLimiter:
                 return turn.wait
             due = self._clock() + turn.wait
             delay = turn.wait - ready_in if turn.booked else turn.wait
+            if turn.booked:
+                self._horizon = max(self._horizon, due)
             if delay <= 0:
                 if turn.booked:
                     return Grant(turn, due)
@@ -433,18 +445,47 @@ class SharedRateLimiter:
         except Exception as exc:  # a slot not given back only costs throughput
             logger.debug("rate store: could not give a turn back (%s)", type(exc).__name__)
 
-    async def _ask(self, call: Awaitable[Turn]) -> Turn:
-        try:
-            return await call
-        except RateStoreUnavailableError as exc:  # the store said why itself
-            self._failed(exc)
-            raise
-        except Exception as exc:
-            failure = RateStoreUnavailableError(
-                f"rate store unavailable ({type(exc).__name__}); nothing was sent"
-            )
-            self._failed(failure)
-            raise failure from exc
+    async def _ask(self, call: Callable[[], Awaitable[Turn]]) -> Turn:
+        """The store's answer to ``call``. A store that cannot be reached is asked again
+        every half second for up to its ``outage_patience`` (this sender's other sends
+        wait behind the lock meanwhile), then fails closed."""
+        started = self._clock()
+        away = False
+        while True:
+            try:
+                turn = await call()
+            except RateStoreUnavailableError as exc:  # the store said why itself
+                self._failed(exc)
+                raise
+            except Exception as exc:
+                waited = self._clock() - started
+                if waited >= self._patience or not self._answered:
+                    failure = RateStoreUnavailableError(
+                        f"rate store unavailable ({type(exc).__name__})"
+                        + (f" for {waited:.0f} s" if away else "")
+                        + "; nothing was sent"
+                    )
+                    self._failed(failure)
+                    raise failure from exc
+                if not away:
+                    away = True
+                    logger.warning(
+                        "rate store %r is away (%s): sends paused, waiting up to %.0f s",
+                        self.store,
+                        type(exc).__name__,
+                        self._patience,
+                    )
+                # A restarted store has forgotten the turns booked before: ask again no
+                # sooner than this limiter's latest booked start, so that no turn it hands
+                # out now lands among those.
+                await self._sleep(max(_STORE_PROBE, self._horizon - self._clock()))
+                continue
+            if away:
+                logger.warning(
+                    "rate store %r is back after %.1f s", self.store, self._clock() - started
+                )
+            self._answered = True
+            return turn
 
     def _failed(self, failure: RateStoreUnavailableError) -> None:
         self._failure = failure
@@ -462,4 +503,15 @@ def check_extra_jitter(value: object) -> float:
         raise ValidationTypeError("extra_jitter", f"must be a number, got {type(value).__name__}")
     if not 0 <= value < 0.5:
         raise ValidationError("extra_jitter", "must be >= 0 and < 0.5 seconds")
+    return float(value)
+
+
+def check_patience(value: object) -> float:
+    """``value`` if it is a number of seconds in [0, one day], else a ValidationError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValidationTypeError(
+            "outage_patience", f"must be a number of seconds, got {type(value).__name__}"
+        )
+    if not 0 <= value <= 86_400:
+        raise ValidationError("outage_patience", "must be from 0 to 86400 seconds")
     return float(value)
