@@ -25,6 +25,7 @@ import datetime as dt
 import json
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -40,10 +41,13 @@ from notifyonce._broadcast import (
     recipients_from_file,
     recipients_from_query,
     skipped_text,
+    stop_line,
+    unknown_text,
 )
 from notifyonce._buttons import inline_keyboard
 from notifyonce._cli.common import (
     ENV_URL,
+    EXIT_DATABASE,
     EXIT_OK,
     UsageError,
     async_url,
@@ -51,7 +55,7 @@ from notifyonce._cli.common import (
     engine_error,
     plural,
 )
-from notifyonce._errors import SenderConfigError, ValidationError
+from notifyonce._errors import LedgerError, SenderConfigError, ValidationError
 from notifyonce._ledger.ledger import AsyncLedger
 from notifyonce._media import Copy, Document, Media, Photo, Video
 from notifyonce._message import Message, Receipt, Sender
@@ -451,7 +455,17 @@ async def _broadcast(
             )
             if args.at is not None:
                 print(_start_line(args.at), file=sys.stderr)
-            report = await _run_interruptibly(broadcast)
+            try:
+                report = await _run_interruptibly(broadcast)
+            except LedgerError as exc:
+                last = broadcast._last
+                if last is None:  # before the first send: the error line says it all
+                    raise
+                # The database went away mid-campaign: one line, as a stop's, exit 3.
+                name = f"{broadcast.action}/{broadcast.campaign}"
+                detail = re.sub(r"^database (?:unavailable|error) \((.*)\)$", r"\1", str(exc))
+                print(stop_line(name, last, "database", detail, broadcast._not_tried))
+                return EXIT_DATABASE
         finally:
             display.close()
     finally:
@@ -460,9 +474,11 @@ async def _broadcast(
             await aclose()
         await engine.dispose()
     print(summary(report, dry_run=args.dry_run))
-    if report.cancelled and report.report.stopped is None:  # Ctrl-C or SIGTERM
+    if report.cause == "interrupted":  # Ctrl-C or SIGTERM
         return EXIT_INTERRUPTED
     p = report.progress
+    if handled_elsewhere(report):
+        return EXIT_OK
     if report.unknown or report.held or p.retry or p.lease_lost:
         return EXIT_ATTENTION
     return EXIT_OK
@@ -692,7 +708,8 @@ def _live(stream: IO[str]) -> Live | None:
 
 
 def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
-    """The final summary: counts, time and rate, the chats that need attention."""
+    """The final summary: counts, time and rate, the chats that need attention. A run
+    stopped before its end says so in one line, in the words of its cause."""
     p = report.progress
     name = f"{report.action}/{report.campaign}"
     skipped = skipped_text(p)
@@ -703,42 +720,36 @@ def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
             + (f"{skipped}; " if skipped else "")
             + "nothing was sent or recorded"
         )
-    rate = p.done / p.elapsed if p.elapsed > 0 else 0.0
-    from_console = report.cancelled and report.report.stopped is not None
-    state = (
-        "cancelled"
-        if from_console
-        else "interrupted"
-        if report.cancelled
-        else "stopped"
-        if report.report.stopped is not None
-        else "finished"
-    )
-    counts = [
-        f"{p.sent:,} sent, {p.failed:,} failed, {p.unknown:,} unknown, "
-        f"{p.duplicate:,} already done, {p.retry:,} to retry",
-        *([skipped] if skipped else []),
-    ]
-    lines = [f"broadcast {name} {state} in {p.elapsed:.1f} s ({rate:,.0f}/s): " + ", ".join(counts)]
-    if from_console:
-        lines.append(
-            f"{report.report.stopped}: the sends under way finished; the chats not reached "
-            "stay unsent until the same command runs again with --resume-cancelled"
+    if report.cause is not None:
+        lines = [
+            stop_line(
+                name,
+                p,
+                report.cause,
+                report.report.stopped,
+                report.not_tried,
+                report.resume_at,
+            )
+        ]
+    elif handled_elsewhere(report):
+        return (
+            f"every chat was handled by another run of {name} ({p.duplicate:,} already "
+            f"done, {len(report.held):,} of them still being sent by it): nothing to do here"
         )
-    elif report.cancelled:
-        lines.append("run the same command again to resume")
-    elif report.report.stopped is not None:
-        lines.append(
-            f"stopped early: {report.report.stopped}; run the same command again to resume "
-            "once that is dealt with"
-        )
+    else:
+        rate = p.done / p.elapsed if p.elapsed > 0 else 0.0
+        counts = [
+            f"{p.sent:,} sent, {p.failed:,} failed, {p.unknown:,} unknown, "
+            f"{p.duplicate:,} already done, {p.retry:,} to retry",
+            *([skipped] if skipped else []),
+        ]
+        lines = [
+            f"broadcast {name} finished in {p.elapsed:.1f} s ({rate:,.0f}/s): " + ", ".join(counts)
+        ]
     if report.unknown:
-        chats = plural(
-            len(report.unknown), "chat of the campaign has", "chats of the campaign have"
-        )
         lines.append(
-            f"{chats} an unknown outcome (the send may or may not have arrived; "
-            "they are not sent again):"
+            f"{unknown_text(p.unknown, len(report.unknown))} (the send may or may not have "
+            "arrived; they are not sent again):"
         )
         lines += [f"  {chat}" for chat in report.unknown[:_LISTED]]
         if len(report.unknown) > _LISTED:
@@ -749,7 +760,23 @@ def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
             f"{chats} still claimed by another run (or a crashed one whose lease has not "
             "expired): run again after the lease to settle them"
         )
-    if p.retry:
+    if p.retry and report.cause is None:
         sends = plural(p.retry, "send was", "sends were")
         lines.append(f"{sends} not delivered: run again to retry them")
     return "\n".join(lines)
+
+
+def handled_elsewhere(report: BroadcastReport) -> bool:
+    """Whether this run met only chats another run of the campaign had handled and is
+    still sending (a second scheduler started with the same --at): nothing is wrong,
+    exit 0. The chats the other run holds are its own to settle; a chat left unknown by
+    any run still needs a look (exit 1)."""
+    p = report.progress
+    own = p.sent + p.failed + p.unknown + p.retry + p.lease_lost
+    return (
+        report.cause is None
+        and not own
+        and not report.unknown
+        and bool(report.held)
+        and p.duplicate > 0
+    )
