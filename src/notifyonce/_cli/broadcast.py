@@ -1,19 +1,15 @@
 """``notifyonce broadcast``: one message to many Telegram chats, resumable, with progress.
 
-Exit codes (as the other commands, plus 1 and 130 for what a broadcast leaves behind):
+Exit codes: the table of every command's is in docs/guides/cli.md ("Exit codes"). In
+short, 0 all handled (or every chat handled by another run still sending them: a second
+scheduler), 1 chats need attention or the run stopped before its end (its summary says
+why in one line, with the next step), 2 usage error (nothing written), 3 the database, 130
+interrupted.
 
-- 0: every recipient was handled (sent, refused for good, or done by an earlier run).
-- 1: the run ended but chats need attention: outcomes unknown (listed; never resent),
-  sends to retry, or slots still claimed by another run; or it stopped early, for a
-  bot-wide flood wait or a message Telegram refused for every chat (the chats not tried
-  count as to retry). Running it again resumes. Also when it was cancelled from the
-  operator console: the sends under way finished, the chats not tried count as to retry;
-  it resumes only with ``--resume-cancelled``.
-- 2: usage error: bad arguments, no token, an unreadable file, a rejected bot token.
-- 3: the database could not be reached or failed.
-- 130: interrupted (Ctrl-C or SIGTERM): no new sends started, the sends under way were
-  recorded (unknown in at-most-once mode: listed, never sent again), the claims not yet
-  sent were freed; run it again to resume.
+A stop is told in one line, never one per chat: the run logs ``run of ... stopped`` with
+its counts, the summary says it in the words of its cause (`stop_line`), and the counts
+are this run's, as the progress line's; the unknown chats listed are the campaign's, with
+how many are this run's.
 """
 
 from __future__ import annotations
@@ -99,8 +95,10 @@ def add_parser(
         "resumed run. With --copy-from a message already in Telegram (an admin's post) "
         "is copied to every chat. The bot token is read from "
         f"${ENV_TOKEN} (or the variable --token-env names), never from an argument.",
-        epilog="Exit codes: 0 all handled, 1 chats need attention (unknown outcomes are "
-        "listed), 2 usage error, 3 database error, 130 interrupted (run again to resume).",
+        epilog="Exit codes: 0 all handled (or by another run of the campaign), 1 chats need "
+        "attention or the run stopped early (the summary says why), 2 usage error, 3 "
+        "database error, 130 interrupted (run again to resume); see the command line "
+        "guide's table.",
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--recipients-file", metavar="PATH", help="chat ids, one a line")
