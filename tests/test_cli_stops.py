@@ -88,8 +88,9 @@ def test_a_console_cancel_stops_in_a_few_lines_naming_the_flag(
     workdir: Path, server: BotAPIServer
 ) -> None:
     """A cancel from the console while 300 chats are sent at 50/s: at most 5 lines; the
-    summary says cancelled from the console, the counts, and --resume-cancelled."""
-    process = started(campaign(workdir, server, rate="50"))
+    summary says cancelled from the console, the counts, and --resume-cancelled; the
+    admin chat's message ends with the same line, and its counts are the progress line's."""
+    process = started(campaign(workdir, server, "--progress-chat", str(ADMIN), rate="50"))
     wait_for(server, 20)
     engine = sa.create_engine(os.environ["NOTIFYONCE_DATABASE_URL"])
     try:
@@ -99,15 +100,22 @@ def test_a_console_cancel_stops_in_a_few_lines_naming_the_flag(
     finally:
         engine.dispose()
     done = finish(process)
-    sent = len(server.deliveries)
+    sent = sum(d.chat_id != str(ADMIN) for d in server.deliveries)
     assert 1 == done.returncode, done.stderr
     assert len(lines(done)) <= 5, done.stdout + done.stderr
-    assert f"broadcast news/c1 cancelled from the console at {now:%Y-%m-%d %H:%M}" in done.stdout, (
-        done.stdout
+    (summary,) = done.stdout.splitlines()
+    assert summary.startswith(
+        f"broadcast news/c1 cancelled from the console at {now:%Y-%m-%d %H:%M}"
+    ), summary
+    assert summary.endswith(
+        f": {sent:,} sent, {CHATS - sent:,} not tried; resume with --resume-cancelled"
     )
-    assert f": {sent:,} sent, {CHATS - sent:,} not tried; resume with --resume-cancelled" in (
-        done.stdout
-    )
+    assert f"sent {sent:,}  failed 0  unknown 0" in done.stderr  # the progress line
+    (shown,) = [d.message_id for d in server.deliveries if d.chat_id == str(ADMIN)]
+    final = server.message_text(ADMIN, shown) or ""
+    assert final.startswith("Broadcast news/c1: stopped, 300 of 300 handled"), final
+    assert f"sent {sent:,} · failed 0 · unknown 0 · " in final
+    assert summary == final.splitlines()[-1]
     assert TEXT not in done.stdout + done.stderr
 
 
