@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from notifyonce import Ledger
+from notifyonce import BroadcastProgress, BroadcastReport, Ledger, Report
 from notifyonce._campaign import CAMPAIGN_ACTION, cancel_statement
+from notifyonce._cli.broadcast import summary
 from notifyonce.testing import BotAPIServer, Reply
 
 from ._databases import MARKS, drop_table, make_backend
@@ -237,3 +238,27 @@ def test_a_second_scheduler_that_finds_every_chat_handled_exits_0_saying_so(
         "still being sent by it): nothing to do here\n"
     ) == second.stdout
     assert 8 == len(server.deliveries)
+
+
+def test_an_interrupted_run_says_so_in_one_line_with_its_unknown_chats_listed() -> None:
+    """Ctrl-C: one line (interrupted, the counts, run again to resume), then the chats the
+    cut-short sends left unknown."""
+    progress = BroadcastProgress(sent=40, unknown=2, retry=258, total=300, finished=True)
+    report = BroadcastReport(
+        "news",
+        "c1",
+        progress,
+        Report(),
+        unknown=["7", "9"],
+        cancelled=True,
+        cause="interrupted",
+        not_tried=258,
+    )
+    assert [
+        "broadcast news/c1 interrupted: 40 sent, 2 unknown, 258 not tried; run the same "
+        "command again to resume",
+        "2 chats of the campaign with an unknown outcome, all from this run (the send may "
+        "or may not have arrived; they are not sent again):",
+        "  7",
+        "  9",
+    ] == summary(report).splitlines()
