@@ -217,7 +217,7 @@ def _assert_each_chat_once(runs: _Runs, *, cli: bool = True) -> None:
     assert len(lost) <= CONCURRENCY
     assert (1 if unknown else 0) == second.returncode, second.stderr
     if unknown and cli:
-        count = re.search(r"([\d,]+) chats of the campaign have an unknown outcome", second.stdout)
+        count = re.search(r"([\d,]+) chats? of the campaign with an unknown outcome", second.stdout)
         assert count is not None, second.stdout
         assert len(unknown) == int(count.group(1).replace(",", ""))
         listed = set(re.findall(r"^  (\d+)$", second.stdout, re.MULTILINE))
@@ -249,7 +249,7 @@ def _assert_one_progress_message(runs: _Runs, name: str) -> int:
     assert text.startswith(
         f"Broadcast news/{name}: finished, {runs.chats:,} of {runs.chats:,} handled"
     ), text
-    listed = "unknown chats are in the file below" in text
+    listed = "with an unknown outcome" in text and text.endswith(": in the file below")
     assert (1 if listed else 0) == len(files), text
     print(f"progress: 1 message, {len(edits)} edits; ends: {text.splitlines()[1]}")
     return len(edits)

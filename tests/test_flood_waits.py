@@ -9,6 +9,7 @@ timing out, not by a rate or a duration measured against the clock.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from datetime import datetime, timezone
 
@@ -117,6 +118,29 @@ async def test_a_bot_wide_flood_wait_stops_the_run_with_a_report(
         )
     assert 300 == again.counts[Outcome.SENT]
     assert {"sent": 300, "released": 2} == await statuses(ledger)
+
+
+async def test_a_run_stopped_by_a_bot_wide_flood_logs_one_line_not_one_per_chat(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """300 notifications given back by a bot-wide flood wait: one warning for the stop,
+    with the counts and the reason; each chat's own line is at DEBUG."""
+    bot_api_server.script("1", [Reply.flood(FLOOD)])
+    bot_api_server.script("2", [Reply.flood(FLOOD)])
+    async with TelegramSender(TOKEN, base_url=bot_api_server.url, rate_limit=FAST) as sender:
+        notifier = Notifier(ledger, sender, concurrency=8)
+        await asyncio.wait_for(notifier.send_many("remind", notifications([1, 2])), RUN_TIMEOUT)
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="notifyonce"):
+            report = await asyncio.wait_for(
+                notifier.send_many("remind", notifications(range(1000, 1300))), RUN_TIMEOUT
+            )
+    assert 300 == report.counts[Outcome.RETRY]
+    loud = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [
+        f"run of remind stopped ({report.stopped}): 0 sent, 300 given back for a later run"
+    ] == loud
+    assert 300 == sum(r.getMessage().startswith("released for a later run") for r in caplog.records)
 
 
 async def test_a_bot_wide_flood_in_mid_run_sends_nothing_twice_and_loses_nothing(

@@ -175,10 +175,16 @@ async def test_the_summary_lists_the_unknown_chats_or_sends_them_as_a_file(
     assert final is not None
     files = [u for u in bot_api_server.uploads if u.chat_id == str(ADMIN)]
     if lost <= 10:
-        assert final.endswith("unknown chats: " + ", ".join(report.unknown))
+        assert final.endswith(
+            f"{lost} chats of the campaign with an unknown outcome, all from this run: "
+            + ", ".join(report.unknown)
+        )
         assert [] == files
     else:
-        assert final.endswith(f"the {lost} unknown chats are in the file below")
+        assert final.endswith(
+            f"{lost} chats of the campaign with an unknown outcome, all from this run: in the "
+            "file below"
+        )
         listing = ("\n".join(report.unknown) + "\n").encode()
         (upload,) = files
         assert ("sendDocument", hashlib.sha256(listing).hexdigest()) == (

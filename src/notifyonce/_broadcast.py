@@ -27,10 +27,12 @@ from notifyonce._campaign import (
     CANCEL_POLL,
     RESERVED_ACTIONS,
     cancel_requested,
-    check_message,
     clear_cancel,
+    compare_message,
+    record_campaign,
     record_total,
 )
+from notifyonce._dispatch import INTERRUPTED
 from notifyonce._drivers import Driver, driver_class
 from notifyonce._errors import LedgerError, ValidationError, ValidationTypeError
 from notifyonce._keys import Subject, normalize_action, normalize_cycle, normalize_subject
@@ -53,6 +55,7 @@ __all__ = [
     "recipients_from_file",
     "recipients_from_query",
     "skipped_text",
+    "stop_line",
 ]
 
 Recipients: TypeAlias = "Iterable[Subject] | AsyncIterable[Subject] | RecipientSource"
@@ -160,6 +163,90 @@ def skipped_text(p: BroadcastProgress) -> str:
     return f"skipped {count:,}" + (f" ({why})" if why else "")
 
 
+# What the chats of a stopped run are told to do next, by cause (see `stop_line`).
+_NEXT_STEP = {
+    "cancelled": "resume with --resume-cancelled",
+    "interrupted": "run the same command again to resume",
+    "message refused": "no chat's slot was used up: fix the message (or the post to copy), "
+    "then run the same command again (with --allow-changed-message if it changed)",
+}
+_REFUSED = "the message was refused: "
+
+
+def stop_line(
+    name: str,
+    p: BroadcastProgress,
+    cause: str,
+    stopped: str | None,
+    not_tried: int,
+    resume_at: dt.datetime | None = None,
+) -> str:
+    """The one line that ends a run stopped before its end, in the words of its cause,
+    shared by the command line's summary and the admin chat's message:
+    ``"broadcast news/c1 cancelled from the console at ... UTC: 184 sent, 1,816 not
+    tried; resume with --resume-cancelled"``.
+
+    ``cause`` is a `BroadcastReport.cause`, or ``"database"`` (the ledger failed: the
+    outcomes it could not record are the run's ``unknown``, settled by the sweep).
+    """
+    if cause == "cancelled" and stopped:
+        head = stopped  # "cancelled from the console at <time> UTC"
+    elif cause == "interrupted":
+        head = "interrupted"
+    elif cause == "flood wait":
+        head = f"stopped: Telegram asked the whole bot to wait ({stopped})"
+    elif cause == "message refused":
+        detail = (stopped or "").removeprefix(_REFUSED)
+        head = f"stopped: Telegram refused the message ({detail})"
+    elif cause == "database":
+        head = f"stopped: the database failed ({stopped})"
+    else:
+        head = f"stopped ({stopped})"
+    if cause == "flood wait":
+        step = (
+            f"run the same command again after {resume_at:%Y-%m-%d %H:%M:%S} UTC"
+            if resume_at is not None
+            else "run the same command again once the flood wait is over"
+        )
+    elif cause == "database":
+        step = "run the same command again once the database is back"
+    else:
+        step = _NEXT_STEP.get(cause, "run the same command again to resume")
+    return f"broadcast {name} {head}: {stop_counts(p, not_tried, cause)}; {step}"
+
+
+def stop_counts(p: BroadcastProgress, not_tried: int, cause: str | None = None) -> str:
+    """This run's counts for a stop's line: the sent, then only the counts that are not
+    0, the chats given back after a try apart from those never tried."""
+    unknown = "not recorded (the sweep settles them)" if cause == "database" else "unknown"
+    given_back = p.retry - min(not_tried, p.retry)
+    # A stream stopped is read no further: the rest of its known total was not tried.
+    not_tried = min(not_tried, p.retry) + (p.remaining or 0)
+    items = [
+        (p.failed, "failed"),
+        (p.unknown, unknown),
+        (p.duplicate, "already done"),
+        (given_back, "tried and given back"),
+        (not_tried, "not tried"),
+    ]
+    parts = [f"{p.sent:,} sent"] + [f"{n:,} {what}" for n, what in items if n]
+    skipped = skipped_text(p)
+    return ", ".join(parts + ([skipped] if skipped else []))
+
+
+def unknown_text(this_run: int, campaign: int) -> str:
+    """The campaign's unknown chats, told apart from this run's count (which the progress
+    shows): after a resume the campaign may list chats an earlier run left unknown."""
+    chats = f"{campaign:,} {'chat' if campaign == 1 else 'chats'}"
+    if this_run >= campaign:
+        return f"{chats} of the campaign with an unknown outcome, all from this run"
+    earlier = campaign - this_run
+    return (
+        f"{chats} of the campaign with an unknown outcome ({this_run:,} from this run, "
+        f"{earlier:,} from earlier runs)"
+    )
+
+
 @dataclass
 class BroadcastReport:
     """What a [`Broadcast.run`][notifyonce.Broadcast.run] did, and where the campaign stands
@@ -181,6 +268,15 @@ class BroadcastReport:
             did: then ``report.stopped`` says so and when, the sends under way were finished
             and recorded, the chats not tried came back ``RETRY``, and the campaign runs
             again only with ``resume_cancelled=True``.
+        cause: Why the run ended before its end, in a word the summaries share:
+            ``"cancelled"`` (from the operator console), ``"interrupted"``
+            (`Broadcast.cancel`: Ctrl-C, SIGTERM), ``"flood wait"`` (a flood wait of the
+            whole bot), ``"message refused"`` (Telegram refused the message itself, for
+            every chat alike: no slot was used up); None when it ran to its end.
+        not_tried: Of the ``RETRY`` count, the chats for which no request went out (the
+            rest were tried and given back, e.g. a refused message's sends under way).
+        resume_at: After a flood wait of the whole bot, when it ends (by the ledger's
+            clock): the time to run the campaign again.
     """
 
     action: str
@@ -190,6 +286,9 @@ class BroadcastReport:
     unknown: list[str] = field(default_factory=list)
     held: list[str] = field(default_factory=list)
     cancelled: bool = False
+    cause: str | None = None
+    not_tried: int = 0
+    resume_at: dt.datetime | None = None
 
 
 class RecipientSource:
@@ -467,6 +566,7 @@ class Broadcast:
             self.action, category, transactional, skip_gone
         )
         self._counts = dict.fromkeys(Outcome, 0)
+        self._not_tried = 0
         self._skips: dict[str, int] = {}
         self._started: float | None = None
         self._samples: deque[tuple[float, int]] = deque()
@@ -496,36 +596,45 @@ class Broadcast:
         """
         if self._task is not None:
             raise RuntimeError("this Broadcast is already running or ran; build a new one")
+        ledger, dry_run = self.notifier.ledger, self.notifier.dry_run
         resumed = await self._check_cancelled()
-        await self._wait_for_start()
+        wanted = None
         if isinstance(self.message, Message):
-            await check_message(
-                self.notifier.ledger,
+            wanted = await compare_message(
+                ledger,
                 self.action,
                 self.campaign,
                 self.message,
                 allow_changed=self.allow_changed_message,
-                dry_run=self.notifier.dry_run,
             )
-        total = self.total
-        if isinstance(self.recipients, RecipientSource):
-            # Every recipient the source can read twice is checked before the first send.
-            checked = await self.recipients.check(self._recipient_rule())
-            total = checked if total is None else total
-        elif total is None and isinstance(self.recipients, Sized):
-            total = len(self.recipients)
-        self.total = total
-        if total is not None and isinstance(self.message, Message) and not self.notifier.dry_run:
-            await record_total(self.notifier.ledger, self.action, self.campaign, total)
-        if resumed is not None and not self.notifier.dry_run:
+        fixed_total = self.total
+        self.total = await self._checked_total(fixed_total)
+        # The campaign's row only now that every check has passed: a run refused before
+        # it starts leaves none (no campaign of zeros in the console). One that waits for
+        # its start has it from the wait's beginning, with the start as its cycle_at.
+        if wanted is not None and not dry_run:
+            await record_campaign(
+                ledger,
+                self.action,
+                self.campaign,
+                wanted,
+                cycle_at=self.start_at,
+                total=self.total,
+            )
+        if resumed is not None and not dry_run:
             # Withdrawn only now, once every check before the first send has passed.
-            await clear_cancel(self.notifier.ledger, self.action, self.campaign)
+            await clear_cancel(ledger, self.action, self.campaign)
             logger.warning(
                 "campaign %s/%s was %s; resumed, the request is withdrawn",
                 self.action,
                 self.campaign,
                 resumed,
             )
+        if await self._wait_for_start() and fixed_total is None:
+            # The recipients may have changed during the wait: counted (and checked) again.
+            self.total = await self._checked_total(None)
+            if self.total is not None and wanted is not None and not dry_run:
+                await record_total(ledger, self.action, self.campaign, self.total)
         self._started = time.monotonic()
         # The start is the first sample, so the first snapshot already has a rate (the
         # recipients handled since the start), not 0/s and no ETA.
@@ -572,20 +681,53 @@ class Broadcast:
         cancelled = killed or self._stopped_by is not None
         unknown, held = await self._standing()
         assert self._last is not None
+        run = self._run
         return BroadcastReport(
-            self.action, self.campaign, self._last, report, unknown, held, cancelled
+            self.action,
+            self.campaign,
+            self._last,
+            report,
+            unknown,
+            held,
+            cancelled,
+            cause=self._cause(killed),
+            not_tried=self._not_tried,
+            resume_at=None if run is None else run.resume_at,
         )
 
-    async def _wait_for_start(self) -> None:
+    def _cause(self, killed: bool) -> str | None:
+        """The word for why the run ended early (see `BroadcastReport.cause`), or None."""
+        if self._stopped_by is not None:
+            return "cancelled"
+        if killed:
+            return "interrupted"
+        kind = None if self._run is None else self._run.stop_kind
+        return None if kind == "halt" else kind
+
+    async def _checked_total(self, total: int | None) -> int | None:
+        """Check every recipient a source can read twice (before the first send); the
+        number of recipients, ``total`` when given, else counted when it can be."""
+        if isinstance(self.recipients, RecipientSource):
+            checked = await self.recipients.check(self._recipient_rule())
+            return checked if total is None else total
+        if total is None and isinstance(self.recipients, Sized):
+            return len(self.recipients)
+        return total
+
+    async def _wait_for_start(self) -> bool:
         """Sleep until ``start_at`` by the ledger's clock, a second at a time at most (so
-        a clock corrected meanwhile, and `cancel`, are heeded), unless cancelled."""
+        a clock corrected meanwhile, and `cancel`, are heeded), unless cancelled; whether
+        it slept."""
         if self.start_at is None:
-            return
+            return False
+        slept = False
         while not self._cancel_requested:
             left = (self.start_at - self.notifier._now()).total_seconds()
             if left <= 0:
-                return
+                break
+            slept = True
             await asyncio.sleep(min(left, _START_STEP))
+        return slept
 
     def cancel(self) -> None:
         """Stop the run: no new sends; sends under way are cut short and recorded as
@@ -614,7 +756,9 @@ class Broadcast:
 
     async def _watch_cancel(self, done: asyncio.Event) -> None:
         """Read the campaign's cancel request every ``_CANCEL_POLL`` seconds until ``done``;
-        stop the run gently when there is one. A failed read is logged and tried again."""
+        stop the run gently when there is one. A failed read is logged (once a run: a
+        database gone fails them all) and tried again."""
+        failed = False
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(done.wait(), _CANCEL_POLL)
@@ -625,15 +769,17 @@ class Broadcast:
             except LedgerError as exc:
                 if self._run is not None and self._run.outage.away:
                     continue  # the run said once that the database is away
-                logger.warning(
+                logger.log(
+                    logging.DEBUG if failed else logging.WARNING,
                     "campaign %s/%s: its cancel request could not be read (%s)",
                     self.action,
                     self.campaign,
                     type(exc.__cause__ or exc).__name__,
                 )
+                failed = True
                 continue
             if note is not None and self._run is not None:
-                logger.warning(
+                logger.info(
                     "campaign %s/%s was %s: stopping; the sends under way finish",
                     self.action,
                     self.campaign,
@@ -696,6 +842,10 @@ class Broadcast:
 
     def _count(self, result: Result) -> None:
         self._counts[result.outcome] += 1
+        if result.outcome is Outcome.RETRY and (
+            result.attempt is None or result.error == INTERRUPTED.error
+        ):
+            self._not_tried += 1  # no request went out: never claimed, or claimed unsent
         # The Report's own rule (Run.finish): a SKIPPED result with its reason.
         if result.outcome is Outcome.SKIPPED and result.reason is not None:
             self._skips[result.reason] = self._skips.get(result.reason, 0) + 1

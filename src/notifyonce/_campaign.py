@@ -60,14 +60,20 @@ __all__ = [
     "cancel_statement",
     "check_message",
     "clear_cancel",
+    "compare_message",
     "fingerprint",
     "keep_progress_message",
     "progress_message",
+    "record_campaign",
     "record_total",
     "request_cancel",
 ]
 
 logger = logging.getLogger("notifyonce.broadcast")
+
+# What a failed statement raises: SQLAlchemy's errors, and what a driver lets through
+# unwrapped (asyncpg's OSError for a refused connection when the server is gone).
+_DATABASE_ERRORS = (SQLAlchemyError, *DATABASE_ERRORS)
 
 CAMPAIGN_ACTION = "notifyonce.campaign"
 PROGRESS_ACTION = "notifyonce.progress"
@@ -129,44 +135,90 @@ async def check_message(
         ValidationError: The message differs from the one the campaign started with.
         LedgerError: The database failed.
     """
-    table = ledger.table
-    key, where = _row(table, action, campaign)
+    wanted = await compare_message(ledger, action, campaign, message, allow_changed=allow_changed)
+    if not dry_run:
+        await record_campaign(ledger, action, campaign, wanted)
+
+
+async def compare_message(
+    ledger: AsyncLedger, action: str, campaign: str, message: Message, *, allow_changed: bool
+) -> str:
+    """The message's fingerprint, once compared with the one the campaign started with
+    (if it did): reads only, so a run refused later (a bad recipient) writes nothing.
+
+    Raises:
+        ValidationError: The message differs and ``allow_changed`` is False.
+        LedgerError: The database failed.
+    """
+    _, where = _row(ledger.table, action, campaign)
     wanted = await fingerprint(message)
     try:
         stored = await _stored(ledger, where)
-        if stored is None and not dry_run:
-            row = _own_row(key, ledger.now(), wanted)
-            try:
-                async with ledger.engine.begin() as conn:
-                    await conn.execute(sa.insert(table).values(row))
-                return
-            except IntegrityError:
-                stored = await _stored(ledger, where)  # another first run was quicker
-        if stored is None or stored == wanted:
-            return
-        name = f"{action}/{campaign}"
-        if not allow_changed:
-            raise ValidationError(
-                "message",
-                f"differs from the message campaign {name} started with (its text, "
-                "formatting or media changed), so the chats not handled yet would get "
-                "another message than the others; nothing was sent. Send the first "
-                "message, use a new campaign id, or allow the change "
-                "(allow_changed_message=True, --allow-changed-message)",
-            )
-        logger.warning(
-            "campaign %s: the message differs from the one it started with; the chats "
-            "not handled yet get the new one (allowed)",
-            name,
-        )
-        if not dry_run:
-            async with ledger.engine.begin() as conn:
-                await conn.execute(
-                    sa.update(table).where(where).values(message_id=wanted, updated_at=ledger.now())
-                )
-    except (SQLAlchemyError, *DATABASE_ERRORS) as exc:
+    except _DATABASE_ERRORS as exc:
         raise LedgerError(
             f"the campaign's message could not be checked ({database_detail(exc)})"
+        ) from exc
+    if stored is None or stored == wanted:
+        return wanted
+    name = f"{action}/{campaign}"
+    if not allow_changed:
+        raise ValidationError(
+            "message",
+            f"differs from the message campaign {name} started with (its text, "
+            "formatting or media changed), so the chats not handled yet would get "
+            "another message than the others; nothing was sent. Send the first "
+            "message, use a new campaign id, or allow the change "
+            "(allow_changed_message=True, --allow-changed-message)",
+        )
+    logger.warning(
+        "campaign %s: the message differs from the one it started with; the chats "
+        "not handled yet get the new one (allowed)",
+        name,
+    )
+    return wanted
+
+
+async def record_campaign(
+    ledger: AsyncLedger,
+    action: str,
+    campaign: str,
+    wanted: str,
+    *,
+    cycle_at: dt.datetime | None = None,
+    total: int | None = None,
+) -> None:
+    """Write the campaign's row once every check before its first send has passed: its
+    message's fingerprint ``wanted`` (from `compare_message`), its scheduled start
+    ``cycle_at`` when it waits for one (the console shows it scheduled), and its number
+    of recipients ``total`` when known. A row there already gets the values given.
+
+    Raises:
+        LedgerError: The database failed.
+    """
+    table = ledger.table
+    key, where = _row(table, action, campaign)
+    now = ledger.now()
+    values: dict[str, Any] = {"message_id": wanted}
+    if cycle_at is not None:
+        values["cycle_at"] = cycle_at.astimezone(dt.timezone.utc)
+    if total is not None:
+        values["token"] = max(total, 0)
+    try:
+        stored = await _stored(ledger, where)
+        if stored is None:
+            try:
+                async with ledger.engine.begin() as conn:
+                    await conn.execute(
+                        sa.insert(table).values({**_own_row(key, now, wanted), **values})
+                    )
+                return
+            except IntegrityError:
+                pass  # another first run was quicker: its row gets ours below
+        async with ledger.engine.begin() as conn:
+            await conn.execute(sa.update(table).where(where).values(**values, updated_at=now))
+    except _DATABASE_ERRORS as exc:
+        raise LedgerError(
+            f"the campaign's message could not be recorded ({database_detail(exc)})"
         ) from exc
 
 
@@ -221,7 +273,7 @@ async def record_total(ledger: AsyncLedger, action: str, campaign: str, total: i
     try:
         async with ledger.engine.begin() as conn:
             await conn.execute(sa.update(table).where(where).values(token=max(total, 0)))
-    except (SQLAlchemyError, *DATABASE_ERRORS) as exc:
+    except _DATABASE_ERRORS as exc:
         logger.warning(
             "campaign %s/%s: its number of recipients could not be recorded (%s)",
             action,
@@ -243,7 +295,7 @@ async def progress_message(
         async with ledger.engine.connect() as conn:
             query = sa.select(ledger.table.c.message_id).where(where)
             value = (await conn.execute(query)).scalar_one_or_none()
-    except (SQLAlchemyError, *DATABASE_ERRORS) as exc:
+    except _DATABASE_ERRORS as exc:
         logger.warning(
             "campaign %s/%s: its progress message could not be looked up (%s)",
             action,
@@ -274,7 +326,7 @@ async def keep_progress_message(
                 await conn.execute(
                     sa.update(table).where(where).values(message_id=value, updated_at=now)
                 )
-    except (SQLAlchemyError, *DATABASE_ERRORS) as exc:
+    except _DATABASE_ERRORS as exc:
         logger.warning(
             "campaign %s/%s: its progress message could not be recorded (%s)",
             action,
@@ -347,7 +399,7 @@ async def cancel_requested(ledger: AsyncLedger, action: str, campaign: str) -> s
     try:
         async with ledger.engine.connect() as conn:
             value = (await conn.execute(cancel_query(ledger.table, action, campaign))).scalar()
-    except (SQLAlchemyError, *DATABASE_ERRORS) as exc:
+    except _DATABASE_ERRORS as exc:
         raise LedgerError(
             f"the campaign's cancel request could not be read ({database_detail(exc)})"
         ) from exc
@@ -359,7 +411,7 @@ async def _update(ledger: AsyncLedger, action: str, campaign: str, *, cancel: bo
     try:
         async with ledger.engine.begin() as conn:
             result = await conn.execute(statement)
-    except (SQLAlchemyError, *DATABASE_ERRORS) as exc:
+    except _DATABASE_ERRORS as exc:
         what = "set" if cancel else "cleared"
         raise LedgerError(
             f"the campaign's cancel request could not be {what} ({database_detail(exc)})"

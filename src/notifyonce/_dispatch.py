@@ -252,14 +252,15 @@ class Parts:
     Attributes:
         check: Checks one notification (and asks the sender's ``check``); its slot key.
         now: The ledger's clock.
-        emit: Reports one result (the Notifier's log line and its ``on_result``).
+        emit: Reports one result (the Notifier's log line and its ``on_result``); the
+            flag asks for the log line at DEBUG (a result a line of the run's own counts).
     """
 
     ledger: AsyncLedger
     sender: Sender
     check: Callable[[KeyMaker, object], SlotKey]
     now: Callable[[], dt.datetime]
-    emit: Callable[[Result], None]
+    emit: Callable[[Result, bool], None]
     observer: Observer | None = None
     #: Whom to skip and where to remember the recipients found gone (None: nobody, nowhere).
     audience: AudienceCheck | None = None
@@ -327,6 +328,14 @@ class Run:
         # (recipient, reason, the provider's words), written to the audience by the writer.
         self.learned: list[tuple[str, str, str | None]] = []
         self.learn_failed = False
+        # Why the run stopped before its end, as a kind ("flood wait", "message refused",
+        # "halt"), and when a bot-wide flood wait ends (by the ledger's clock).
+        self.stop_kind: str | None = None
+        self.resume_at: dt.datetime | None = None
+        # Results of a stop told in one line instead of one each: the notifications given
+        # back once the run was stopping, and the outcomes the ledger failed to record.
+        self.given_back = 0
+        self.unrecorded = 0
         self.error: BaseException | None = None
         self.idle: set[asyncio.Task[None]] = set()
         self.tasks: list[asyncio.Task[None]] = []
@@ -392,6 +401,14 @@ class Run:
             raise self.error
         if self.report.stopped is not None:
             self._give_back_untried(source)
+            # One line for the stop, never one per chat given back (those are at DEBUG).
+            logger.warning(
+                "run of %s stopped (%s): %d sent, %d given back for a later run",
+                self.action,
+                self.report.stopped,
+                self.report.counts[Outcome.SENT],
+                self.given_back,
+            )
         self.report.results = [r for _, r in sorted(self.kept, key=lambda pair: pair[0])]
 
     async def _settle(self, renewer: asyncio.Task[None]) -> None:
@@ -441,6 +458,7 @@ class Run:
         says ``reason``."""
         if self.report.stopped is None:
             self.report.stopped = reason
+            self.stop_kind = "halt"
         if self.tasks:
             self.stop(None, hard=False)
         else:  # not started: ``_execute`` stops at once
@@ -646,8 +664,11 @@ class Run:
     def _flooded(self, item: _Item, exc: FloodWaitError) -> None:
         """A flood wait too long to wait out: this item goes back; a bot-wide one ends the run."""
         if exc.bot_wide and self.report.stopped is None:
-            logger.warning("stopping the run: %s", exc.description)
+            logger.info("stopping the run: %s", exc.description)
             self.report.stopped = exc.description
+            self.stop_kind = "flood wait"
+            if exc.retry_after is not None:
+                self.resume_at = self.parts.now() + dt.timedelta(seconds=exc.retry_after)
             self.stop(None, hard=False)
         self.finish(item, Outcome.RETRY, error=describe(exc))
 
@@ -738,8 +759,9 @@ class Run:
             # was delivered before. Give the slot back and stop, rather than fail the
             # campaign's every other chat.
             if self.report.stopped is None:
-                logger.warning("stopping the run: the message was refused (%s)", describe(exc))
+                logger.info("stopping the run: the message was refused (%s)", describe(exc))
                 self.report.stopped = f"the message was refused: {exc.description}"
+                self.stop_kind = "message refused"
                 self.stop(None, hard=False)
         elif isinstance(exc, SendError) and exc.about_message and not self.delivered:
             return self._message_refused(exc)
@@ -758,11 +780,11 @@ class Run:
         if self.message_refusals >= MESSAGE_REFUSALS_TO_STOP and self.report.stopped is None:
             reason = (
                 f"{self.message_refusals} sends were refused for their message and none was "
-                f"delivered ({error}); their slots were given back: fix the message, then "
-                "send again"
+                f"delivered ({error}); their slots were given back"
             )
-            logger.warning("stopping the run: %s", reason)
+            logger.info("stopping the run: %s", reason)
             self.report.stopped = reason
+            self.stop_kind = "message refused"
             self.stop(None, hard=False)
         return Decision(SlotStatus.RELEASED, Outcome.RETRY, error=error)
 
@@ -803,13 +825,19 @@ class Run:
         receipt: Receipt | None = None,
         error: str | None = None,
         reason: str | None = None,
+        quiet: bool = False,
     ) -> None:
-        """Report one notification's final result."""
+        """Report one notification's final result; ``quiet``: counted in a line of the
+        run's own rather than logged one by one (see ``given_back``)."""
         key = slot(item.key)
         self.held.discard(key)
         self.waiting.pop(item.index, None)
         if outcome is Outcome.RETRY:
             self.released.add(key)
+            if self.stopping:
+                # Given back because the run stops: the stop's line counts them.
+                self.given_back += 1
+                quiet = True
         attempt = None if claim is None else claim.attempt
         result = Result(
             self.action, item.notification, item.key, outcome, attempt, receipt, error, reason
@@ -824,7 +852,7 @@ class Run:
             self.hooks.call("on_result", result)
         if self.on_result is not None:
             self.on_result(result)
-        self.parts.emit(result)
+        self.parts.emit(result, quiet)
 
     def recorded(self, entry: _Entry, landed: bool | None) -> None:
         self.active.pop(entry.claim.id, None)
@@ -833,7 +861,12 @@ class Run:
             self.learned.append((entry.item.notification.target, gone, entry.decision.error))
         outcome, error = settle(entry.decision, landed)
         self.finish(
-            entry.item, outcome, claim=entry.claim, receipt=entry.decision.receipt, error=error
+            entry.item,
+            outcome,
+            claim=entry.claim,
+            receipt=entry.decision.receipt,
+            error=error,
+            quiet=landed is None,  # the writer's line about the failed write counts them
         )
 
 
@@ -1071,11 +1104,15 @@ class _Writer:
                 )
             return self._lost(batch, exc)
 
-    @staticmethod
-    def _lost(batch: list[_Entry], exc: Exception) -> list[bool | None]:
+    def _lost(self, batch: list[_Entry], exc: Exception) -> list[bool | None]:
         # The sends happened; the claims stay as they are until their leases expire, and
-        # the sweep then settles them as the delivery mode says.
-        logger.error(
+        # the sweep then settles them as the delivery mode says. Said once a run: a
+        # database gone fails every write after the first alike (the rest at DEBUG).
+        run = self.run
+        level = logging.DEBUG if run.unrecorded else logging.ERROR
+        run.unrecorded += len(batch)
+        logger.log(
+            level,
             "could not record %d outcomes (%s); the sweep will settle them",
             len(batch),
             type(exc.__cause__ or exc).__name__,

@@ -618,8 +618,10 @@ class Notifier:
     def _now(self) -> dt.datetime:
         return self.ledger.now()
 
-    def _emit(self, result: Result) -> None:
-        level = _LOG_LEVELS[result.outcome]
+    def _emit(self, result: Result, quiet: bool = False) -> None:
+        # quiet: a result of a stop, which the run tells in one line of its own (a
+        # stopped campaign of a million chats must not log a million lines).
+        level = logging.DEBUG if quiet else _LOG_LEVELS[result.outcome]
         if logger.isEnabledFor(level):
             prefix = "[dry run] " if self.dry_run else ""
             logger.log(

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from notifyonce._broadcast import skipped_text
+from notifyonce._broadcast import skipped_text, stop_line, unknown_text
 from notifyonce._campaign import keep_progress_message, progress_message
 from notifyonce._errors import PermanentSendError, SendError, ValidationError
 from notifyonce._media import Document
@@ -44,11 +44,12 @@ class _EditingSender(Protocol):
     async def edit_text(self, recipient: str, message_id: int, text: str) -> bool: ...
 
 
-def render_progress(name: str, p: BroadcastProgress) -> str:
-    """The progress message's text: the campaign, how far, the counts; the summary at the
-    end."""
+def render_progress(name: str, p: BroadcastProgress, ending: str | None = None) -> str:
+    """The progress message's text: the campaign, how far, the counts (this run's); the
+    summary at the end, ``ending`` the line of a run stopped before its end (the command
+    line's own, see `stop_line`)."""
     total = f" of {p.total:,}" if p.total is not None else ""
-    state = "finished" if p.finished else "running"
+    state = "running" if not p.finished else "stopped" if ending else "finished"
     lines = [
         f"Broadcast {name}: {state}, {p.done:,}{total} handled in {p.elapsed:.0f} s",
         f"sent {p.sent:,} · failed {p.failed:,} · unknown {p.unknown:,} · "
@@ -61,7 +62,9 @@ def render_progress(name: str, p: BroadcastProgress) -> str:
         lines.append(f"{p.rate:,.0f}/s, about {p.eta:.0f} s left")
     if p.finished and p.unknown:
         lines.append("unknown: may or may not have arrived; they are not sent again")
-    if p.finished and p.retry:
+    if p.finished and ending:
+        lines.append(ending)
+    elif p.finished and p.retry:
         lines.append("run the campaign again to retry the rest")
     return "\n".join(lines)
 
@@ -129,12 +132,12 @@ class ProgressMessage:
             final = snapshot.finished
             due = self._shown is None or self.clock() - self._shown >= self.every
             if final:
-                await self._summary(broadcast, render_progress(name, snapshot))
+                await self._summary(broadcast, render_progress(name, snapshot, _ending(broadcast)))
             elif due:
                 await self.show(render_progress(name, snapshot))
         last = broadcast._last
         if not final and last is not None and last.finished:  # it ended before we watched
-            await self._summary(broadcast, render_progress(name, last))
+            await self._summary(broadcast, render_progress(name, last, _ending(broadcast)))
 
     async def _summary(self, broadcast: Broadcast, text: str) -> None:
         """The summary; with the campaign's unknown chats (the admin's to check by hand)
@@ -145,10 +148,12 @@ class ProgressMessage:
                 unknown, _ = await broadcast._standing()
             except SQLAlchemyError as exc:
                 logger.warning("the unknown chats could not be listed (%s)", type(exc).__name__)
+        # The counts above are this run's; the list is the campaign's (earlier runs' too).
+        this_run = broadcast._last.unknown if broadcast._last is not None else 0
         if 0 < len(unknown) <= UNKNOWN_INLINE:
-            text += "\nunknown chats: " + ", ".join(unknown)
+            text += f"\n{unknown_text(this_run, len(unknown))}: " + ", ".join(unknown)
         elif unknown:
-            text += f"\nthe {len(unknown):,} unknown chats are in the file below"
+            text += f"\n{unknown_text(this_run, len(unknown))}: in the file below"
         await self.show(text)
         if len(unknown) > UNKNOWN_INLINE:
             name = f"{broadcast.action}-{broadcast.campaign}-unknown.txt"
@@ -181,3 +186,18 @@ class ProgressMessage:
                 await keep_progress_message(*self._keep, self.chat, self.message_id)
         except SendError as exc:
             logger.warning("could not show the progress in the admin chat (%s)", exc)
+
+
+def _ending(broadcast: Broadcast) -> str | None:
+    """The stop line of a run that ended before its end (None when it ran to the end)."""
+    task, last = broadcast._task, broadcast._last
+    if task is None or not task.done() or last is None:
+        return None
+    cause = broadcast._cause(task.cancelled())
+    if cause is None:
+        return None
+    run = broadcast._run
+    stopped = None if run is None else run.report.stopped
+    resume_at = None if run is None else run.resume_at
+    name = f"{broadcast.action}/{broadcast.campaign}"
+    return stop_line(name, last, cause, stopped, broadcast._not_tried, resume_at)

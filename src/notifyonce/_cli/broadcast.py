@@ -1,19 +1,15 @@
 """``notifyonce broadcast``: one message to many Telegram chats, resumable, with progress.
 
-Exit codes (as the other commands, plus 1 and 130 for what a broadcast leaves behind):
+Exit codes: the table of every command's is in docs/guides/cli.md ("Exit codes"). In
+short, 0 all handled (or every chat handled by another run still sending them: a second
+scheduler), 1 chats need attention or the run stopped before its end (its summary says
+why in one line, with the next step), 2 usage error (nothing written), 3 the database, 130
+interrupted.
 
-- 0: every recipient was handled (sent, refused for good, or done by an earlier run).
-- 1: the run ended but chats need attention: outcomes unknown (listed; never resent),
-  sends to retry, or slots still claimed by another run; or it stopped early, for a
-  bot-wide flood wait or a message Telegram refused for every chat (the chats not tried
-  count as to retry). Running it again resumes. Also when it was cancelled from the
-  operator console: the sends under way finished, the chats not tried count as to retry;
-  it resumes only with ``--resume-cancelled``.
-- 2: usage error: bad arguments, no token, an unreadable file, a rejected bot token.
-- 3: the database could not be reached or failed.
-- 130: interrupted (Ctrl-C or SIGTERM): no new sends started, the sends under way were
-  recorded (unknown in at-most-once mode: listed, never sent again), the claims not yet
-  sent were freed; run it again to resume.
+A stop is told in one line, never one per chat: the run logs ``run of ... stopped`` with
+its counts, the summary says it in the words of its cause (`stop_line`), and the counts
+are this run's, as the progress line's; the unknown chats listed are the campaign's, with
+how many are this run's.
 """
 
 from __future__ import annotations
@@ -25,6 +21,7 @@ import datetime as dt
 import json
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -40,10 +37,13 @@ from notifyonce._broadcast import (
     recipients_from_file,
     recipients_from_query,
     skipped_text,
+    stop_line,
+    unknown_text,
 )
 from notifyonce._buttons import inline_keyboard
 from notifyonce._cli.common import (
     ENV_URL,
+    EXIT_DATABASE,
     EXIT_OK,
     UsageError,
     async_url,
@@ -51,7 +51,7 @@ from notifyonce._cli.common import (
     engine_error,
     plural,
 )
-from notifyonce._errors import SenderConfigError, ValidationError
+from notifyonce._errors import LedgerError, SenderConfigError, ValidationError
 from notifyonce._ledger.ledger import AsyncLedger
 from notifyonce._media import Album, Copy, Document, Media, Photo, Video
 from notifyonce._message import Message, Receipt, Sender
@@ -96,8 +96,10 @@ def add_parser(
         "resumed run. With --copy-from a message already in Telegram (an admin's post) "
         "is copied to every chat. The bot token is read from "
         f"${ENV_TOKEN} (or the variable --token-env names), never from an argument.",
-        epilog="Exit codes: 0 all handled, 1 chats need attention (unknown outcomes are "
-        "listed), 2 usage error, 3 database error, 130 interrupted (run again to resume).",
+        epilog="Exit codes: 0 all handled (or by another run of the campaign), 1 chats need "
+        "attention or the run stopped early (the summary says why), 2 usage error, 3 "
+        "database error, 130 interrupted (run again to resume); see the command line "
+        "guide's table.",
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--recipients-file", metavar="PATH", help="chat ids, one a line")
@@ -562,7 +564,17 @@ async def _broadcast(
             )
             if args.at is not None:
                 print(_start_line(args.at), file=sys.stderr)
-            report = await _run_interruptibly(broadcast)
+            try:
+                report = await _run_interruptibly(broadcast)
+            except LedgerError as exc:
+                last = broadcast._last
+                if last is None:  # before the first send: the error line says it all
+                    raise
+                # The database went away mid-campaign: one line, as a stop's, exit 3.
+                name = f"{broadcast.action}/{broadcast.campaign}"
+                detail = re.sub(r"^database (?:unavailable|error) \((.*)\)$", r"\1", str(exc))
+                print(stop_line(name, last, "database", detail, broadcast._not_tried))
+                return EXIT_DATABASE
         finally:
             display.close()
     finally:
@@ -571,9 +583,11 @@ async def _broadcast(
             await aclose()
         await engine.dispose()
     print(summary(report, dry_run=args.dry_run))
-    if report.cancelled and report.report.stopped is None:  # Ctrl-C or SIGTERM
+    if report.cause == "interrupted":  # Ctrl-C or SIGTERM
         return EXIT_INTERRUPTED
     p = report.progress
+    if handled_elsewhere(report):
+        return EXIT_OK
     if report.unknown or report.held or p.retry or p.lease_lost:
         return EXIT_ATTENTION
     return EXIT_OK
@@ -812,7 +826,8 @@ def _live(stream: IO[str]) -> Live | None:
 
 
 def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
-    """The final summary: counts, time and rate, the chats that need attention."""
+    """The final summary: counts, time and rate, the chats that need attention. A run
+    stopped before its end says so in one line, in the words of its cause."""
     p = report.progress
     name = f"{report.action}/{report.campaign}"
     skipped = skipped_text(p)
@@ -823,42 +838,36 @@ def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
             + (f"{skipped}; " if skipped else "")
             + "nothing was sent or recorded"
         )
-    rate = p.done / p.elapsed if p.elapsed > 0 else 0.0
-    from_console = report.cancelled and report.report.stopped is not None
-    state = (
-        "cancelled"
-        if from_console
-        else "interrupted"
-        if report.cancelled
-        else "stopped"
-        if report.report.stopped is not None
-        else "finished"
-    )
-    counts = [
-        f"{p.sent:,} sent, {p.failed:,} failed, {p.unknown:,} unknown, "
-        f"{p.duplicate:,} already done, {p.retry:,} to retry",
-        *([skipped] if skipped else []),
-    ]
-    lines = [f"broadcast {name} {state} in {p.elapsed:.1f} s ({rate:,.0f}/s): " + ", ".join(counts)]
-    if from_console:
-        lines.append(
-            f"{report.report.stopped}: the sends under way finished; the chats not reached "
-            "stay unsent until the same command runs again with --resume-cancelled"
+    if report.cause is not None:
+        lines = [
+            stop_line(
+                name,
+                p,
+                report.cause,
+                report.report.stopped,
+                report.not_tried,
+                report.resume_at,
+            )
+        ]
+    elif handled_elsewhere(report):
+        return (
+            f"every chat was handled by another run of {name} ({p.duplicate:,} already "
+            f"done, {len(report.held):,} of them still being sent by it): nothing to do here"
         )
-    elif report.cancelled:
-        lines.append("run the same command again to resume")
-    elif report.report.stopped is not None:
-        lines.append(
-            f"stopped early: {report.report.stopped}; run the same command again to resume "
-            "once that is dealt with"
-        )
+    else:
+        rate = p.done / p.elapsed if p.elapsed > 0 else 0.0
+        counts = [
+            f"{p.sent:,} sent, {p.failed:,} failed, {p.unknown:,} unknown, "
+            f"{p.duplicate:,} already done, {p.retry:,} to retry",
+            *([skipped] if skipped else []),
+        ]
+        lines = [
+            f"broadcast {name} finished in {p.elapsed:.1f} s ({rate:,.0f}/s): " + ", ".join(counts)
+        ]
     if report.unknown:
-        chats = plural(
-            len(report.unknown), "chat of the campaign has", "chats of the campaign have"
-        )
         lines.append(
-            f"{chats} an unknown outcome (the send may or may not have arrived; "
-            "they are not sent again):"
+            f"{unknown_text(p.unknown, len(report.unknown))} (the send may or may not have "
+            "arrived; they are not sent again):"
         )
         lines += [f"  {chat}" for chat in report.unknown[:_LISTED]]
         if len(report.unknown) > _LISTED:
@@ -869,7 +878,23 @@ def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
             f"{chats} still claimed by another run (or a crashed one whose lease has not "
             "expired): run again after the lease to settle them"
         )
-    if p.retry:
+    if p.retry and report.cause is None:
         sends = plural(p.retry, "send was", "sends were")
         lines.append(f"{sends} not delivered: run again to retry them")
     return "\n".join(lines)
+
+
+def handled_elsewhere(report: BroadcastReport) -> bool:
+    """Whether this run met only chats another run of the campaign had handled and is
+    still sending (a second scheduler started with the same --at): nothing is wrong,
+    exit 0. The chats the other run holds are its own to settle; a chat left unknown by
+    any run still needs a look (exit 1)."""
+    p = report.progress
+    own = p.sent + p.failed + p.unknown + p.retry + p.lease_lost
+    return (
+        report.cause is None
+        and not own
+        and not report.unknown
+        and bool(report.held)
+        and p.duplicate > 0
+    )

@@ -1,0 +1,264 @@
+"""``notifyonce broadcast`` stopped before its end: a few lines in the words of the cause.
+
+A stop (a post that cannot be copied, a cancel from the console, a bot-wide flood wait,
+the database gone) ends a campaign of a few hundred chats with at most five lines in all:
+the last progress line, one line saying the run stops, and the summary, whose words name
+the cause and the next step. Never one line per chat not tried.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from notifyonce import BroadcastProgress, BroadcastReport, Ledger, Report
+from notifyonce._campaign import CAMPAIGN_ACTION, cancel_statement
+from notifyonce._cli.broadcast import summary
+from notifyonce.testing import BotAPIServer, Reply
+
+from ._databases import MARKS, drop_table, make_backend
+from ._proxy import FaultProxy
+from .test_cli_broadcast import TEXT, command, copy_command, run, server, workdir
+
+__all__ = ["server", "workdir"]  # the fixtures, shared with the other broadcast tests
+
+CHATS = 300
+ADMIN = 777
+
+
+def campaign(
+    workdir: Path, server: BotAPIServer, *extra: str, rate: str = "0", copy: str | None = None
+) -> list[str]:
+    """The broadcast of ``TEXT`` (or a copy of the post ``copy``) to 300 chats at ``rate``
+    a second, showing no progress line but the last."""
+    (workdir / "chats.txt").write_text("".join(f"{i}\n" for i in range(1, CHATS + 1)))
+    if copy is None:
+        args = command(workdir, server, *extra, "--progress-every", "60")
+    else:
+        args = copy_command(workdir, server, copy, *extra, "--progress-every", "60")
+    args[args.index("--rate") + 1] = rate
+    return args
+
+
+def lines(done: subprocess.CompletedProcess[str]) -> list[str]:
+    return (done.stdout + done.stderr).splitlines()
+
+
+def wait_for(server: BotAPIServer, deliveries: int) -> None:
+    """Until the server has this many deliveries (bounded: 30 s)."""
+    deadline = time.monotonic() + 30
+    while len(server.deliveries) < deliveries:
+        assert time.monotonic() < deadline, "the broadcast did not get going"
+        time.sleep(0.05)
+
+
+def finish(process: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+    out, err = process.communicate(timeout=60)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def started(args: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_deleted_post_stops_in_a_few_lines_saying_no_slot_was_burnt(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """A copy of a deleted post, to 300 chats: at most 5 lines; the summary names the post,
+    says no chat's slot was used up and to fix the post and run again."""
+    post = server.post(ADMIN, "gone")
+    server.delete_message(ADMIN, post)
+    done = run(campaign(workdir, server, copy=f"{ADMIN}:{post}"))
+    assert 1 == done.returncode, done.stderr
+    assert len(lines(done)) <= 5, done.stdout + done.stderr
+    assert "broadcast news/c1 stopped: Telegram refused the message" in done.stdout
+    assert f"{ADMIN}:{post}" in done.stdout
+    assert "no chat's slot was used up" in done.stdout
+    assert f"{CHATS - len(server.requests):,} not tried" in done.stdout
+    assert "run again to retry" not in done.stdout
+
+
+def test_a_console_cancel_stops_in_a_few_lines_naming_the_flag(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """A cancel from the console while 300 chats are sent at 50/s: at most 5 lines; the
+    summary says cancelled from the console, the counts, and --resume-cancelled; the
+    admin chat's message ends with the same line, and its counts are the progress line's."""
+    process = started(campaign(workdir, server, "--progress-chat", str(ADMIN), rate="50"))
+    wait_for(server, 20)
+    engine = sa.create_engine(os.environ["NOTIFYONCE_DATABASE_URL"])
+    try:
+        with engine.begin() as conn:
+            now = dt.datetime.now(dt.timezone.utc)
+            conn.execute(cancel_statement(Ledger(engine).table, "news", "c1", now, cancel=True))
+    finally:
+        engine.dispose()
+    done = finish(process)
+    sent = sum(d.chat_id != str(ADMIN) for d in server.deliveries)
+    assert 1 == done.returncode, done.stderr
+    assert len(lines(done)) <= 5, done.stdout + done.stderr
+    (summary,) = done.stdout.splitlines()
+    assert summary.startswith(
+        f"broadcast news/c1 cancelled from the console at {now:%Y-%m-%d %H:%M}"
+    ), summary
+    assert summary.endswith(
+        f": {sent:,} sent, {CHATS - sent:,} not tried; resume with --resume-cancelled"
+    )
+    assert f"sent {sent:,}  failed 0  unknown 0" in done.stderr  # the progress line
+    (shown,) = [d.message_id for d in server.deliveries if d.chat_id == str(ADMIN)]
+    final = server.message_text(ADMIN, shown) or ""
+    assert final.startswith("Broadcast news/c1: stopped, 300 of 300 handled"), final
+    assert f"sent {sent:,} · failed 0 · unknown 0 · " in final
+    assert summary == final.splitlines()[-1]
+    assert TEXT not in done.stdout + done.stderr
+
+
+def test_a_bot_wide_flood_wait_stops_in_a_few_lines_saying_when_to_run_again(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """Chats 1 and 2 answered 429 for a minute: at most 5 lines; the summary says the bot
+    waits out a flood and when to run again."""
+    server.script("1", [Reply.flood(60)])
+    server.script("2", [Reply.flood(60)])
+    done = run(campaign(workdir, server, rate="500"))
+    assert 1 == done.returncode, done.stderr
+    assert len(lines(done)) <= 5, done.stdout + done.stderr
+    assert "broadcast news/c1 stopped: Telegram asked the whole bot to wait" in done.stdout
+    assert "not tried; run the same command again after " in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param("postgres-asyncpg", marks=MARKS["postgres-asyncpg"])]
+)
+def test_the_database_gone_stops_in_a_few_lines_saying_to_run_again_when_it_is_back(
+    workdir: Path, server: BotAPIServer, tmp_path: Path, name: str
+) -> None:
+    """The ledger's PostgreSQL stops answering mid-campaign (its connections cut): at most
+    5 lines, exit 3; the summary says the database failed and to run again once it is
+    back, and that run sends each chat once."""
+    backend = make_backend(name, tmp_path)
+    table = backend.unique_table()
+    url = sa.make_url(backend.async_url)
+    engine = sa.create_engine(backend.sync_url)
+    Ledger(engine, table_name=table).create_schema()
+    engine.dispose()
+    proxy = FaultProxy(url.host or "127.0.0.1", url.port or 0).__enter__()
+    try:
+        through = url.set(host="127.0.0.1", port=proxy.port).render_as_string(False)
+        process = started(
+            campaign(workdir, server, "--database-url", through, "--table", table, rate="50")
+        )
+        wait_for(server, 20)
+    finally:
+        proxy.__exit__(None, None, None)
+    try:
+        done = finish(process)
+        assert 3 == done.returncode, done.stderr
+        assert len(lines(done)) <= 5, done.stdout + done.stderr
+        assert "broadcast news/c1 stopped: the database failed" in done.stdout, done.stdout
+        assert "run the same command again once the database is back" in done.stdout
+        direct = url.render_as_string(False)
+        again = run(campaign(workdir, server, "--database-url", direct, "--table", table))
+        assert len(server.deliveries) == len({d.chat_id for d in server.deliveries})
+        assert again.returncode in (0, 1), again.stderr
+    finally:
+        drop_table(backend, table)
+
+
+def campaign_rows(workdir: Path) -> list[tuple[object, ...]]:
+    engine = sa.create_engine(os.environ["NOTIFYONCE_DATABASE_URL"])
+    try:
+        with engine.connect() as conn:
+            query = sa.text("SELECT action, subject, cycle, cycle_at FROM notifyonce_slots")
+            return [tuple(row) for row in conn.execute(query)]
+    finally:
+        engine.dispose()
+
+
+def test_a_bad_recipients_file_leaves_no_campaign_row(workdir: Path, server: BotAPIServer) -> None:
+    """A recipients file with a bad line is refused (exit 2) before any row is written:
+    no campaign sits in the console as one of zeros."""
+    (workdir / "chats.txt").write_text("1\n2\nnot a chat id\n")
+    done = run(command(workdir, server))
+    assert 2 == done.returncode, done.stderr
+    assert "line 3" in done.stderr
+    assert [] == campaign_rows(workdir)
+    assert [] == server.requests
+
+
+def test_bad_buttons_leave_no_campaign_row(workdir: Path, server: BotAPIServer) -> None:
+    """A bad --buttons-file is refused (exit 2) before any row is written."""
+    (workdir / "buttons.json").write_text('[[{"text": "x"}]]')
+    done = run(command(workdir, server, "--buttons-file", str(workdir / "buttons.json")))
+    assert 2 == done.returncode, done.stderr
+    assert [] == campaign_rows(workdir)
+
+
+def test_a_run_killed_while_waiting_for_at_leaves_a_scheduled_row_and_no_slot(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """Killed while it waits for --at: the campaign's row is there with cycle_at the
+    scheduled start (the console shows it scheduled), and no chat has a slot."""
+    at = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=5)).replace(microsecond=0)
+    process = started(command(workdir, server, "--at", at.isoformat()))
+    deadline = time.monotonic() + 30
+    while not campaign_rows(workdir):
+        assert time.monotonic() < deadline, "no row while waiting"
+        assert process.poll() is None, "ended while it should wait"
+        time.sleep(0.1)
+    process.send_signal(signal.SIGKILL)
+    finish(process)
+    ((action, subject, cycle, cycle_at),) = campaign_rows(workdir)
+    assert (CAMPAIGN_ACTION, "news", "c1") == (action, subject, cycle)
+    assert at.replace(tzinfo=None) == dt.datetime.fromisoformat(str(cycle_at)).replace(tzinfo=None)
+    assert [] == server.requests
+
+
+def test_a_second_scheduler_that_finds_every_chat_handled_exits_0_saying_so(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """Two cron hosts start the same campaign: the second finds every chat sent or being
+    sent by the first and exits 0 with one line saying so (nothing to alert about)."""
+    (workdir / "chats.txt").write_text("".join(f"{i}\n" for i in range(1, 9)))
+    server.script(None, [Reply.ok(delay=4.0)] * 8)
+    first = started(command(workdir, server))
+    wait_for(server, 8)  # delivered, their answers 4 s away: every chat is the first's
+    second = run(command(workdir, server))
+    assert 0 == finish(first).returncode
+    assert 0 == second.returncode, second.stdout + second.stderr
+    assert (
+        "every chat was handled by another run of news/c1 (8 already done, 8 of them "
+        "still being sent by it): nothing to do here\n"
+    ) == second.stdout
+    assert 8 == len(server.deliveries)
+
+
+def test_an_interrupted_run_says_so_in_one_line_with_its_unknown_chats_listed() -> None:
+    """Ctrl-C: one line (interrupted, the counts, run again to resume), then the chats the
+    cut-short sends left unknown."""
+    progress = BroadcastProgress(sent=40, unknown=2, retry=258, total=300, finished=True)
+    report = BroadcastReport(
+        "news",
+        "c1",
+        progress,
+        Report(),
+        unknown=["7", "9"],
+        cancelled=True,
+        cause="interrupted",
+        not_tried=258,
+    )
+    assert [
+        "broadcast news/c1 interrupted: 40 sent, 2 unknown, 258 not tried; run the same "
+        "command again to resume",
+        "2 chats of the campaign with an unknown outcome, all from this run (the send may "
+        "or may not have arrived; they are not sent again):",
+        "  7",
+        "  9",
+    ] == summary(report).splitlines()
