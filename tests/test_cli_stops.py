@@ -140,9 +140,10 @@ def test_a_bot_wide_flood_wait_stops_in_a_few_lines_saying_when_to_run_again(
 def test_the_database_gone_stops_in_a_few_lines_saying_to_run_again_when_it_is_back(
     workdir: Path, server: BotAPIServer, tmp_path: Path, name: str
 ) -> None:
-    """The ledger's PostgreSQL stops answering mid-campaign (its connections cut): at most
-    5 lines, exit 3; the summary says the database failed and to run again once it is
-    back, and that run sends each chat once."""
+    """The ledger's PostgreSQL stops answering mid-campaign (its connections cut) and does
+    not come back within --database-patience: at most 5 lines (the pause among them),
+    exit 3; the summary says the database failed and to run again once it is back, and
+    that run sends each chat once."""
     backend = make_backend(name, tmp_path)
     table = backend.unique_table()
     url = sa.make_url(backend.async_url)
@@ -153,7 +154,17 @@ def test_the_database_gone_stops_in_a_few_lines_saying_to_run_again_when_it_is_b
     try:
         through = url.set(host="127.0.0.1", port=proxy.port).render_as_string(False)
         process = started(
-            campaign(workdir, server, "--database-url", through, "--table", table, rate="50")
+            campaign(
+                workdir,
+                server,
+                "--database-url",
+                through,
+                "--table",
+                table,
+                "--database-patience",
+                "2",
+                rate="50",
+            )
         )
         wait_for(server, 20)
     finally:
@@ -164,6 +175,7 @@ def test_the_database_gone_stops_in_a_few_lines_saying_to_run_again_when_it_is_b
         assert len(lines(done)) <= 5, done.stdout + done.stderr
         assert "broadcast news/c1 stopped: the database failed" in done.stdout, done.stdout
         assert "run the same command again once the database is back" in done.stdout
+        assert 1 == done.stderr.count("the database is away"), done.stderr
         direct = url.render_as_string(False)
         again = run(campaign(workdir, server, "--database-url", direct, "--table", table))
         assert len(server.deliveries) == len({d.chat_id for d in server.deliveries})
