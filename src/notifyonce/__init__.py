@@ -52,6 +52,7 @@ from notifyonce._observe import Observer, SendEvent, report_flood_wait
 from notifyonce._outcome import DeliveryMode, Outcome
 from notifyonce._progress_chat import ProgressMessage
 from notifyonce._quiet import QuietHours
+from notifyonce._revision import CampaignRevision, Revision, SentMessages
 from notifyonce._schedule.schedule import Schedule
 from notifyonce._schedule.selection import (
     deadline_filter,
@@ -73,6 +74,7 @@ __all__ = [
     "Broadcast",
     "BroadcastProgress",
     "BroadcastReport",
+    "CampaignRevision",
     "Channel",
     "ChannelReceipt",
     "Claim",
@@ -107,12 +109,14 @@ __all__ = [
     "RecipientState",
     "Report",
     "Result",
+    "Revision",
     "Schedule",
     "ScheduleError",
     "SendError",
     "SendEvent",
     "Sender",
     "SenderConfigError",
+    "SentMessages",
     "SlotKey",
     "SlotRecord",
     "SlotStatus",

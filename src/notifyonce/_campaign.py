@@ -56,12 +56,14 @@ __all__ = [
     "CANCEL_POLL",
     "PROGRESS_ACTION",
     "RESERVED_ACTIONS",
+    "REVISION_ACTION",
     "cancel_requested",
     "cancel_statement",
     "check_message",
     "clear_cancel",
     "fingerprint",
     "keep_progress_message",
+    "own_row",
     "progress_message",
     "record_total",
     "request_cancel",
@@ -71,8 +73,10 @@ logger = logging.getLogger("notifyonce.broadcast")
 
 CAMPAIGN_ACTION = "notifyonce.campaign"
 PROGRESS_ACTION = "notifyonce.progress"
+#: The rows of a campaign's revisions (its edits and its delete; see ``_revision``).
+REVISION_ACTION = "notifyonce.revision"
 #: Actions of the ledger's own rows, which no broadcast may use (and the console hides).
-RESERVED_ACTIONS = frozenset({CAMPAIGN_ACTION, PROGRESS_ACTION})
+RESERVED_ACTIONS = frozenset({CAMPAIGN_ACTION, PROGRESS_ACTION, REVISION_ACTION})
 _PREFIX = "msg-sha256:"
 #: What a cancel request stored in a campaign's row starts with (the time follows).
 CANCEL_NOTE = "cancelled from the console"
@@ -135,7 +139,7 @@ async def check_message(
     try:
         stored = await _stored(ledger, where)
         if stored is None and not dry_run:
-            row = _own_row(key, ledger.now(), wanted)
+            row = own_row(key, ledger.now(), wanted)
             try:
                 async with ledger.engine.begin() as conn:
                     await conn.execute(sa.insert(table).values(row))
@@ -170,7 +174,7 @@ async def check_message(
         ) from exc
 
 
-def _own_row(key: SlotKey, now: dt.datetime, value: str) -> dict[str, Any]:
+def own_row(key: SlotKey, now: dt.datetime, value: str) -> dict[str, Any]:
     """A new row of the campaign's own (its message, its progress message): settled, not
     a delivery, ``value`` where a message id goes."""
     return {
@@ -264,7 +268,7 @@ async def keep_progress_message(
     key, where = _row(table, action, campaign, PROGRESS_ACTION)
     value = f"{chat}:{message_id}"
     now = ledger.now()
-    row = _own_row(key, now, value)
+    row = own_row(key, now, value)
     try:
         try:
             async with ledger.engine.begin() as conn:

@@ -1,0 +1,324 @@
+"""After the send: the local Bot API server's edits and deletes, and a campaign's revisions.
+
+The server answers ``editMessageText``, ``editMessageCaption``, ``editMessageReplyMarkup``,
+``deleteMessage`` and ``deleteMessages`` with Telegram's refusals; `CampaignRevision` edits
+or deletes each message a campaign sent once, through the ledger's slots.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+import sqlalchemy as sa
+
+from notifyonce import (
+    Album,
+    AsyncLedger,
+    Broadcast,
+    CampaignRevision,
+    Copy,
+    Message,
+    Notifier,
+    PermanentSendError,
+    Photo,
+    Revision,
+    SentMessages,
+    ValidationError,
+    ValidationTypeError,
+)
+from notifyonce.telegram import RateLimit, TelegramSender
+from notifyonce.testing import BotAPIServer, FakeSender
+
+TOKEN = "424242:EDIT-secret"
+FAST = RateLimit(bot_per_second=500.0, private_chat_per_second=50.0)
+KEYBOARD = {"inline_keyboard": [[{"text": "Open", "url": "https://example.org/"}]]}
+TWO_DAYS = 48 * 3600.0
+
+
+def photo(n: int = 0) -> Photo:
+    return Photo(b"\xff\xd8\xff\xe0" + bytes([n]) * 400, filename=f"p{n}.jpg")
+
+
+# -- the server -----------------------------------------------------------------------------
+
+
+async def test_the_server_edits_a_text_once_and_refuses_what_telegram_refuses(
+    bot_api_server: BotAPIServer,
+) -> None:
+    """A text edit changes the message; the same edit again is "not modified" (False); a
+    message the server does not hold is "message to edit not found"."""
+    async with TelegramSender(TOKEN, base_url=bot_api_server.url, rate_limit=None) as sender:
+        sent = await sender.send("5", Message("Sale until Friday"))
+        assert isinstance(sent.message_id, int)
+        first = await sender.edit_message("5", sent.message_id, text="Sale until Sunday")
+        again = await sender.edit_message("5", sent.message_id, text="Sale until Sunday")
+        with pytest.raises(PermanentSendError) as missing:
+            await sender.edit_message("5", 999, text="Sale until Sunday")
+    assert (True, False) == (first, again)
+    assert "Sale until Sunday" == bot_api_server.message_text(5, sent.message_id)
+    assert "Bad Request: message to edit not found" == missing.value.description
+    changes = [(c.method, c.chat_id, c.message_id) for c in bot_api_server.changes]
+    assert [("editMessageText", "5", sent.message_id)] == changes
+
+
+async def test_a_caption_edit_and_a_keyboard_edit_and_the_other_kind_of_message(
+    bot_api_server: BotAPIServer,
+) -> None:
+    """A photo's caption is edited with editMessageCaption; a text edit of a photo is
+    refused ("there is no text in the message to edit") and the sender tries the caption;
+    a keyboard alone is editMessageReplyMarkup, "not modified" when it is the same."""
+    async with TelegramSender(TOKEN, base_url=bot_api_server.url, rate_limit=None) as sender:
+        sent = await sender.send("6", Message("Old caption", media=photo()))
+        assert isinstance(sent.message_id, int)
+        mid = sent.message_id
+        assert await sender.edit_message("6", mid, text="New caption", caption=True)
+        assert await sender.edit_message("6", mid, text="Newer caption")  # tried as text first
+        assert await sender.edit_message("6", mid, reply_markup=KEYBOARD)
+        assert not await sender.edit_message("6", mid, reply_markup=KEYBOARD)
+    methods = [(r.method, r.reply.status) for r in bot_api_server.requests[1:]]
+    assert [
+        ("editMessageCaption", 200),
+        ("editMessageText", 400),
+        ("editMessageCaption", 200),
+        ("editMessageReplyMarkup", 200),
+        ("editMessageReplyMarkup", 400),
+    ] == methods
+    assert "Newer caption" == bot_api_server.message_text(6, mid)
+
+
+async def test_the_server_deletes_within_48_hours_by_its_clock(
+    bot_api_server: BotAPIServer,
+) -> None:
+    """A message is deleted once (then "message to delete not found"); one older than 48
+    hours by the server's clock is "message can't be deleted for everyone"; an album's
+    messages go in one deleteMessages."""
+    async with TelegramSender(TOKEN, base_url=bot_api_server.url, rate_limit=None) as sender:
+        one = await sender.send("7", Message("one"))
+        old = await sender.send("7", Message("old"))
+        album = await sender.send("7", Message("three", media=Album([photo(1), photo(2)])))
+        assert isinstance(one.message_id, int) and isinstance(old.message_id, int)
+        await sender.delete_messages("7", [one.message_id])
+        with pytest.raises(PermanentSendError) as gone:
+            await sender.delete_messages("7", [one.message_id])
+        date = bot_api_server.message_date(7, old.message_id)
+        assert date is not None
+        bot_api_server.set_message_date(7, old.message_id, date - TWO_DAYS - 1)
+        with pytest.raises(PermanentSendError) as too_old:
+            await sender.delete_messages("7", [old.message_id])
+        ids = [int(i) for i in str(album.message_id).split(",")]
+        await sender.delete_messages("7", ids)
+        bot_api_server.advance_clock(TWO_DAYS + 1)
+        late = await sender.send("7", Message("late"))
+        assert isinstance(late.message_id, int)
+        await sender.delete_messages("7", [late.message_id])  # young by the moved clock
+    assert "Bad Request: message to delete not found" == gone.value.description
+    assert "Bad Request: message can't be deleted for everyone" == too_old.value.description
+    assert "old" == bot_api_server.message_text(7, old.message_id)
+    deleted = [(c.method, c.message_id) for c in bot_api_server.changes]
+    expected = [("deleteMessage", one.message_id)]
+    expected += [("deleteMessages", i) for i in ids] + [("deleteMessage", late.message_id)]
+    assert expected == deleted
+
+
+@pytest.mark.parametrize(
+    ("text", "caption", "markup", "field"),
+    [
+        ("x" * 4097, False, None, "text"),
+        ("x" * 1025, True, None, "text"),
+        (None, False, None, "text"),
+        ("<b>open", False, None, "text"),
+        (None, False, {"inline_keyboard": [[{"text": "x", "callback_data": {1, 2}}]]}, "reply_markup"),
+    ],
+)
+async def test_a_bad_edit_is_refused_before_any_request(
+    bot_api_server: BotAPIServer, text: str | None, caption: bool, markup: object, field: str
+) -> None:
+    """Too long a text or caption, nothing to edit, HTML that does not parse, a keyboard
+    JSON cannot carry: a ValidationError naming the field, and no request."""
+    async with TelegramSender(TOKEN, base_url=bot_api_server.url, rate_limit=None) as sender:
+        with pytest.raises(ValidationError) as refused:
+            await sender.edit_message(
+                "5",
+                1,
+                text=text,
+                caption=caption,
+                reply_markup=markup,
+                parse_mode="HTML" if text == "<b>open" else None,
+            )
+    assert field == refused.value.field
+    assert [] == bot_api_server.requests
+
+
+# -- revisions ------------------------------------------------------------------------------
+
+
+def notifier_for(ledger: AsyncLedger, server: BotAPIServer) -> tuple[Notifier, TelegramSender]:
+    sender = TelegramSender(TOKEN, base_url=server.url, rate_limit=FAST)
+    return Notifier(ledger, sender, concurrency=8), sender
+
+
+async def test_an_edit_edits_each_message_once_and_again_changes_nothing(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer
+) -> None:
+    """30 text messages edited: each once (revision 2); the same edit again is all
+    duplicates and no request; another edit is revision 3 and edits them again."""
+    notifier, sender = notifier_for(ledger, bot_api_server)
+    async with sender:
+        await Broadcast(notifier, "news", "c1", Message("Sale"), range(1, 31)).run()
+        revision = CampaignRevision(notifier, "news", "c1")
+        first = await revision.edit("Sale ends Sunday")
+        calls = len(bot_api_server.requests)
+        again = await revision.edit("Sale ends Sunday")
+        repeated = len(bot_api_server.requests) - calls
+        third = await revision.edit("Sale is over", reply_markup=KEYBOARD)
+    assert (30, 0) == (first.progress.sent, first.progress.duplicate)
+    assert (0, 30, 0) == (again.progress.sent, again.progress.duplicate, repeated)
+    assert ("c1#edit-2", "c1#edit-2", "c1#edit-3") == (
+        first.campaign,
+        again.campaign,
+        third.campaign,
+    )
+    edited = [(c.chat_id, c.message_id) for c in bot_api_server.changes]
+    assert 60 == len(edited) and 30 == len(set(edited)), "each message once per revision"
+    texts = {bot_api_server.message_text(d.chat_id, d.message_id) for d in bot_api_server.deliveries}
+    assert {"Sale is over"} == texts
+    assert [Revision("c1#edit-2", "edit", 2), Revision("c1#edit-3", "edit", 3)] == (
+        await revision.revisions()
+    )
+
+
+async def test_not_modified_is_done_and_not_found_is_recorded_not_retried(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer
+) -> None:
+    """A message already so counts as edited; a message the user deleted is recorded
+    failed ("message to edit not found") and a second run does not try it again."""
+    notifier, sender = notifier_for(ledger, bot_api_server)
+    async with sender:
+        await Broadcast(notifier, "news", "c2", Message("Same"), [1, 2, 3]).run()
+        first_ids = {d.chat_id: d.message_id for d in bot_api_server.deliveries}
+        bot_api_server.delete_message(2, first_ids["2"])
+        report = await CampaignRevision(notifier, "news", "c2").edit("Same")
+        before = len(bot_api_server.requests)
+        again = await CampaignRevision(notifier, "news", "c2").edit("Same")
+    assert (2, 1) == (report.progress.sent, report.progress.failed)
+    assert [] == bot_api_server.changes, "nothing changed: the text was already that"
+    assert (0, before) == (again.progress.sent + again.progress.failed, len(bot_api_server.requests))
+    t = ledger.table
+    async with ledger.engine.connect() as conn:
+        rows = await conn.execute(
+            sa.select(t.c.subject, t.c.status, t.c.last_error).where(t.c.cycle == "c2#edit-2")
+        )
+        status = {s: (st, err) for s, st, err in rows.all()}
+    assert "failed" == status["2"][0]
+    assert "message to edit not found" in str(status["2"][1])
+    assert {"sent"} == {status["1"][0], status["3"][0]}
+
+
+async def test_a_delete_removes_every_album_item_once(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer
+) -> None:
+    """An album campaign deleted: every item of every album once, in one deleteMessages a
+    chat; a second delete is all duplicates."""
+    notifier, sender = notifier_for(ledger, bot_api_server)
+    async with sender:
+        album = Message("Menu", media=Album([photo(1), photo(2), photo(3)]))
+        await Broadcast(notifier, "news", "c3", album, [1, 2, 3, 4]).run()
+        revision = CampaignRevision(notifier, "news", "c3")
+        report = await revision.delete()
+        again = await revision.delete()
+    assert (4, 4) == (report.progress.sent, again.progress.duplicate)
+    held = {(d.chat_id, d.message_id) for d in bot_api_server.deliveries}
+    deleted = [(c.chat_id, c.message_id) for c in bot_api_server.changes]
+    assert 12 == len(held)
+    assert sorted(held) == sorted(deleted)
+    assert {"deleteMessages"} == {c.method for c in bot_api_server.changes}
+    assert [Revision("c3#delete", "delete", None)] == await revision.revisions()
+
+
+async def test_a_delete_says_what_is_past_48_hours_and_deletes_only_the_rest_when_told(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer
+) -> None:
+    """Two of five messages sent three days ago: a delete refuses with both counts and no
+    request; with what_is_possible it deletes the three others and never tries the two."""
+    notifier, sender = notifier_for(ledger, bot_api_server)
+    async with sender:
+        await Broadcast(notifier, "news", "c4", Message("Old news"), [1, 2, 3, 4, 5]).run()
+        ids = {d.chat_id: d.message_id for d in bot_api_server.deliveries}
+        three_days = ledger.now() - dt.timedelta(days=3)
+        t = ledger.table
+        async with ledger.engine.begin() as conn:
+            await conn.execute(
+                sa.update(t)
+                .where(t.c.cycle == "c4", t.c.subject.in_(["1", "2"]))
+                .values(sent_at=three_days)
+            )
+        for chat in ("1", "2"):
+            bot_api_server.set_message_date(chat, ids[chat], three_days.timestamp())
+        revision = CampaignRevision(notifier, "news", "c4")
+        assert SentMessages(5, 2, 0, 0) == await revision.messages()
+        before = len(bot_api_server.requests)
+        with pytest.raises(ValidationError) as refused:
+            await revision.delete()
+        tried = len(bot_api_server.requests) - before
+        report = await revision.delete(what_is_possible=True)
+    assert 0 == tried
+    assert "2 of the 5 messages" in refused.value.problem
+    assert "other 3" in refused.value.problem
+    assert 3 == report.progress.sent
+    assert {"3", "4", "5"} == {c.chat_id for c in bot_api_server.changes}
+    assert {"deleteMessage"} == {r.method for r in bot_api_server.requests[before:]}
+
+
+async def test_bad_revisions_are_refused_before_any_claim_or_request(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer
+) -> None:
+    """No such campaign, a campaign still running (a chat claimed), a text over the
+    limit, a sender that cannot edit, a reserved action: refused, naming the field,
+    with nothing claimed or sent."""
+    notifier, sender = notifier_for(ledger, bot_api_server)
+    async with sender:
+        await Broadcast(notifier, "news", "c5", Message("Hi"), [1, 2]).run()
+        rows_before = await _rows(ledger)
+        requests = len(bot_api_server.requests)
+        with pytest.raises(ValidationError) as missing:
+            await CampaignRevision(notifier, "news", "nope").edit("x")
+        with pytest.raises(ValidationError) as long:
+            await CampaignRevision(notifier, "news", "c5").edit("x" * 5000)
+        with pytest.raises(ValidationTypeError) as cannot:
+            fake = Notifier(ledger, FakeSender())
+            await CampaignRevision(fake, "news", "c5").delete()
+        with pytest.raises(ValidationError) as reserved:
+            CampaignRevision(notifier, "notifyonce.revision", "c5")
+        claim = await ledger.claim_slot("news", 3, "c5")
+        assert claim is not None
+        with pytest.raises(ValidationError) as running:
+            await CampaignRevision(notifier, "news", "c5").edit("x")
+        rows_after = await _rows(ledger)
+    assert "campaign" == missing.value.field and "no sent message" in missing.value.problem
+    assert "text" == long.value.field
+    assert "sender" == cannot.value.field
+    assert "action" == reserved.value.field
+    assert "campaign" == running.value.field and "still running" in running.value.problem
+    assert rows_before + 1 == rows_after, "only the test's own claim was written"
+    assert requests == len(bot_api_server.requests)
+
+
+async def test_a_copy_campaign_is_edited_as_text_or_caption(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer
+) -> None:
+    """Copies of a text post are edited with editMessageText (the first try)."""
+    notifier, sender = notifier_for(ledger, bot_api_server)
+    async with sender:
+        post = bot_api_server.post(777, "Winter sale")
+        message = Message("", media=Copy(777, post))
+        await Broadcast(notifier, "news", "c6", message, [1, 2]).run()
+        report = await CampaignRevision(notifier, "news", "c6").edit("Winter sale: -30%")
+    assert 2 == report.progress.sent
+    assert {"editMessageText"} == {c.method for c in bot_api_server.changes}
+
+
+async def _rows(ledger: AsyncLedger) -> int:
+    async with ledger.engine.connect() as conn:
+        query = sa.select(sa.func.count()).select_from(ledger.table)
+        return int((await conn.execute(query)).scalar_one())
