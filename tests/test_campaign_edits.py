@@ -97,7 +97,8 @@ async def test_the_server_deletes_within_48_hours_by_its_clock(
         one = await sender.send("7", Message("one"))
         old = await sender.send("7", Message("old"))
         album = await sender.send("7", Message("three", media=Album([photo(1), photo(2)])))
-        assert isinstance(one.message_id, int) and isinstance(old.message_id, int)
+        assert isinstance(one.message_id, int)
+        assert isinstance(old.message_id, int)
         await sender.delete_messages("7", [one.message_id])
         with pytest.raises(PermanentSendError) as gone:
             await sender.delete_messages("7", [one.message_id])
@@ -128,7 +129,7 @@ async def test_the_server_deletes_within_48_hours_by_its_clock(
         ("x" * 1025, True, None, "text"),
         (None, False, None, "text"),
         ("<b>open", False, None, "text"),
-        (None, False, {"inline_keyboard": [[{"text": "x", "callback_data": {1, 2}}]]}, "reply_markup"),
+        (None, False, {"inline_keyboard": [[{"callback_data": {1, 2}}]]}, "reply_markup"),
     ],
 )
 async def test_a_bad_edit_is_refused_before_any_request(
@@ -180,8 +181,9 @@ async def test_an_edit_edits_each_message_once_and_again_changes_nothing(
         third.campaign,
     )
     edited = [(c.chat_id, c.message_id) for c in bot_api_server.changes]
-    assert 60 == len(edited) and 30 == len(set(edited)), "each message once per revision"
-    texts = {bot_api_server.message_text(d.chat_id, d.message_id) for d in bot_api_server.deliveries}
+    assert (60, 30) == (len(edited), len(set(edited))), "each message once per revision"
+    held = bot_api_server.deliveries
+    texts = {bot_api_server.message_text(d.chat_id, d.message_id) for d in held}
     assert {"Sale is over"} == texts
     assert [Revision("c1#edit-2", "edit", 2), Revision("c1#edit-3", "edit", 3)] == (
         await revision.revisions()
@@ -203,7 +205,8 @@ async def test_not_modified_is_done_and_not_found_is_recorded_not_retried(
         again = await CampaignRevision(notifier, "news", "c2").edit("Same")
     assert (2, 1) == (report.progress.sent, report.progress.failed)
     assert [] == bot_api_server.changes, "nothing changed: the text was already that"
-    assert (0, before) == (again.progress.sent + again.progress.failed, len(bot_api_server.requests))
+    tried = again.progress.sent + again.progress.failed
+    assert (0, before) == (tried, len(bot_api_server.requests))
     t = ledger.table
     async with ledger.engine.connect() as conn:
         rows = await conn.execute(
@@ -285,9 +288,9 @@ async def test_bad_revisions_are_refused_before_any_claim_or_request(
             await CampaignRevision(notifier, "news", "nope").edit("x")
         with pytest.raises(ValidationError) as long:
             await CampaignRevision(notifier, "news", "c5").edit("x" * 5000)
+        fake = CampaignRevision(Notifier(ledger, FakeSender()), "news", "c5")
         with pytest.raises(ValidationTypeError) as cannot:
-            fake = Notifier(ledger, FakeSender())
-            await CampaignRevision(fake, "news", "c5").delete()
+            await fake.delete()
         with pytest.raises(ValidationError) as reserved:
             CampaignRevision(notifier, "notifyonce.revision", "c5")
         claim = await ledger.claim_slot("news", 3, "c5")
@@ -295,11 +298,13 @@ async def test_bad_revisions_are_refused_before_any_claim_or_request(
         with pytest.raises(ValidationError) as running:
             await CampaignRevision(notifier, "news", "c5").edit("x")
         rows_after = await _rows(ledger)
-    assert "campaign" == missing.value.field and "no sent message" in missing.value.problem
+    assert "campaign" == missing.value.field
+    assert "no sent message" in missing.value.problem
     assert "text" == long.value.field
     assert "sender" == cannot.value.field
     assert "action" == reserved.value.field
-    assert "campaign" == running.value.field and "still running" in running.value.problem
+    assert "campaign" == running.value.field
+    assert "still running" in running.value.problem
     assert rows_before + 1 == rows_after, "only the test's own claim was written"
     assert requests == len(bot_api_server.requests)
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
+from notifyonce._broadcast import RecipientSource
 from notifyonce._campaign import RESERVED_ACTIONS, REVISION_ACTION, own_row
 from notifyonce._drivers.errors import DATABASE_ERRORS, database_detail
 from notifyonce._errors import LedgerError, ValidationError, ValidationTypeError
@@ -48,14 +49,17 @@ from notifyonce._message import Message, Receipt
 
 if TYPE_CHECKING:
     from notifyonce._broadcast import BroadcastProgress, BroadcastReport, ProgressFollower
+    from notifyonce._ledger.ledger import AsyncLedger
     from notifyonce._notifier import Notifier
 
 __all__ = [
     "DELETE_LIMIT",
+    "FOLLOW_UP_STATUSES",
     "REVISION_ACTION",
     "CampaignRevision",
     "Revision",
     "SentMessages",
+    "recipients_from_campaign",
     "revision_cycle",
 ]
 
@@ -538,6 +542,61 @@ class CampaignRevision:
                 f"the revision could not be recorded ({database_detail(exc)})"
             ) from exc
         return True
+
+
+#: The outcomes a follow-up campaign can be sent to.
+FOLLOW_UP_STATUSES = frozenset({"sent", "failed", "unknown"})
+
+
+class _CampaignRecipients(RecipientSource):
+    def __init__(self, ledger: AsyncLedger, action: str, campaign: str, only: str) -> None:
+        self.ledger = ledger
+        self.action = action
+        self.campaign = campaign
+        self.only = only
+
+    def _where(self) -> sa.ColumnElement[bool]:
+        t = self.ledger.table
+        return sa.and_(
+            t.c.action == self.action, t.c.cycle == self.campaign, t.c.status == self.only
+        )
+
+    async def __aiter__(self) -> AsyncIterator[Subject]:
+        t = self.ledger.table
+        last: str | None = None
+        while True:
+            query = sa.select(t.c.subject).where(self._where()).order_by(t.c.subject).limit(_PAGE)
+            if last is not None:
+                query = query.where(t.c.subject > last)
+            async with self.ledger.engine.connect() as conn:
+                page = list((await conn.execute(query)).scalars())
+            for subject in page:
+                yield subject
+            if len(page) < _PAGE:
+                return
+            last = page[-1]
+
+    async def count(self) -> int:
+        query = sa.select(sa.func.count()).select_from(self.ledger.table).where(self._where())
+        async with self.ledger.engine.connect() as conn:
+            return int((await conn.execute(query)).scalar_one())
+
+
+def recipients_from_campaign(
+    ledger: AsyncLedger, action: str, campaign: str, *, only: str = "sent"
+) -> RecipientSource:
+    """The chats of an earlier campaign whose outcome is ``only`` (``"sent"``,
+    ``"failed"`` or ``"unknown"``), streamed from the ledger a page at a time: the
+    recipients of a follow-up (a reminder to those who got the first message).
+
+    Raises:
+        ValidationError: ``only`` is not one of those outcomes, or a bad action or id.
+    """
+    if only not in FOLLOW_UP_STATUSES:
+        raise ValidationError("only", f"must be one of {sorted(FOLLOW_UP_STATUSES)}, got {only!r}")
+    if not isinstance(campaign, str):
+        raise ValidationTypeError("campaign", f"must be a str, got {type(campaign).__name__}")
+    return _CampaignRecipients(ledger, normalize_action(action), normalize_cycle(campaign)[0], only)
 
 
 def _ids_ok(stored: object) -> bool:
