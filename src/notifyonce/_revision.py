@@ -19,9 +19,12 @@ id goes, the fingerprint of what the edit puts in). An edit whose fingerprint is
 latest edit's is that revision again (a resumed or repeated run edits nothing twice);
 another edit is the next revision. A campaign has one delete.
 
-Telegram's answers: "message is not modified" is an edit done (it already said that);
-"message to edit not found" (the user deleted it) and "message can't be deleted for
-everyone" are refusals for good, recorded for the chat (``failed``) and not retried.
+Telegram's answers: "message is not modified" is an edit done (it already said that),
+and "message to delete not found" a delete done (the message is gone); so in
+at-least-once mode an edit or delete that went through before a crash and is tried
+again changes nothing twice. "message to edit not found" (the user deleted it) and
+"message can't be deleted for everyone" are refusals for good, recorded for the chat
+(``failed``) and not retried.
 Telegram lets a bot delete its messages for 48 hours: the messages older than that by
 the ledger's clock are counted before anything is tried, and left out.
 """
@@ -42,7 +45,12 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from notifyonce._broadcast import RecipientSource
 from notifyonce._campaign import RESERVED_ACTIONS, REVISION_ACTION, own_row
 from notifyonce._drivers.errors import DATABASE_ERRORS, database_detail
-from notifyonce._errors import LedgerError, ValidationError, ValidationTypeError
+from notifyonce._errors import (
+    LedgerError,
+    PermanentSendError,
+    ValidationError,
+    ValidationTypeError,
+)
 from notifyonce._keys import Subject, make_key, normalize_action, normalize_cycle
 from notifyonce._ledger.table import SlotStatus
 from notifyonce._message import Message, Receipt
@@ -179,7 +187,13 @@ class _RevisionSender:
         stored = str(message.options[_IDS])
         ids = [int(part) for part in stored.split(",")]
         if self.edit is None:
-            await self.sender.delete_messages(recipient, ids)
+            try:
+                await self.sender.delete_messages(recipient, ids)
+            except PermanentSendError as exc:
+                # Gone already: the user deleted it, or this very delete went through
+                # before a crash and is tried again (at-least-once). Either way it is done.
+                if "message to delete not found" not in exc.description.lower():
+                    raise
         else:
             edit = self.edit
             # An album's caption is on its first message; "not modified" is done too.
