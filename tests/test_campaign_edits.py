@@ -8,6 +8,7 @@ or deletes each message a campaign sent once, through the ledger's slots.
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 import sqlalchemy as sa
@@ -327,3 +328,37 @@ async def _rows(ledger: AsyncLedger) -> int:
     async with ledger.engine.connect() as conn:
         query = sa.select(sa.func.count()).select_from(ledger.table)
         return int((await conn.execute(query)).scalar_one())
+
+
+async def test_the_console_lists_a_campaigns_revisions_with_their_counts(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer
+) -> None:
+    """The campaign's page has a Revisions table: edit 2, edit 3 and the delete, each
+    with its slots per status and a link to its own page."""
+    httpx = pytest.importorskip("httpx")
+    from notifyonce.web import create_app
+
+    notifier, sender = notifier_for(ledger, bot_api_server)
+    async with sender:
+        await Broadcast(notifier, "news", "c7", Message("Hi"), [1, 2, 3]).run()
+        third = next(d for d in bot_api_server.deliveries if d.chat_id == "3")
+        bot_api_server.delete_message(3, third.message_id)  # the user deleted it
+        revision = CampaignRevision(notifier, "news", "c7")
+        await revision.edit("Hello")
+        await revision.edit("Hello again")
+        await revision.delete()
+    app = create_app(ledger.engine, table=ledger.table.name)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+        page = (await client.get("/campaign", params={"action": "news", "campaign": "c7"})).text
+    rows = re.findall(r'<tr data-revision="([^"]+)">(.*?)</tr>', page, re.S)
+    shown = [
+        (cycle, re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", cells)).split())
+        for cycle, cells in rows
+    ]
+    assert [
+        ("c7#edit-2", ["edit", "2", "0", "2", "1", "0", "0"]),
+        ("c7#edit-3", ["edit", "3", "0", "2", "1", "0", "0"]),
+        ("c7#delete", ["delete", "0", "3", "0", "0", "0"]),
+    ] == shown
+    assert "/campaign?action=news&amp;campaign=c7%23edit-2" in page
