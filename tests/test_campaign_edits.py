@@ -362,3 +362,24 @@ async def test_the_console_lists_a_campaigns_revisions_with_their_counts(
         ("c7#delete", ["delete", "0", "3", "0", "0", "0"]),
     ] == shown
     assert "/campaign?action=news&amp;campaign=c7%23edit-2" in page
+
+
+async def test_a_crashed_runs_expired_claim_does_not_count_as_running(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer
+) -> None:
+    """A claim of the campaign whose lease ran out (a run that crashed) does not make the
+    campaign "still running": the edit goes on, to the chats that were sent."""
+    notifier, sender = notifier_for(ledger, bot_api_server)
+    async with sender:
+        await Broadcast(notifier, "news", "c8", Message("Hi"), [1, 2]).run()
+        claim = await ledger.claim_slot("news", 3, "c8", lease=dt.timedelta(seconds=1))
+        assert claim is not None
+        t = ledger.table
+        async with ledger.engine.begin() as conn:
+            past = ledger.now() - dt.timedelta(minutes=1)
+            await conn.execute(sa.update(t).where(t.c.id == claim.id).values(lease_until=past))
+        revision = CampaignRevision(notifier, "news", "c8")
+        standing = await revision.messages()
+        report = await revision.edit("Hello")
+    assert SentMessages(2, 0, 0, 0) == standing
+    assert 2 == report.progress.sent

@@ -99,7 +99,8 @@ class SentMessages:
         sent: Chats the campaign's message reached whose message id the ledger keeps.
         past_delete_limit: Of those, the ones sent longer ago than Telegram lets a bot
             delete (48 hours, by the ledger's clock, less a margin of ten minutes).
-        running: Chats of the campaign claimed right now: a run is still sending.
+        running: Chats of the campaign claimed right now, their lease still running: a
+            run is still sending (a crashed run's claims, their lease out, are not).
         unsent: Chats the campaign tried without a known delivery (failed, unknown).
     """
 
@@ -285,7 +286,9 @@ class CampaignRevision:
             mine,
             t.c.status.in_([SlotStatus.FAILED.value, SlotStatus.UNKNOWN.value]),
         )
-        running = sa.and_(mine, t.c.status == SlotStatus.CLAIMED.value)
+        # A claim whose lease ran out is a crashed run's, not a running one's.
+        live = t.c.lease_until > ledger.now()
+        running = sa.and_(mine, t.c.status == SlotStatus.CLAIMED.value, live)
         counts = []
         try:
             async with ledger.engine.connect() as conn:
