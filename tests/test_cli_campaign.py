@@ -200,3 +200,17 @@ def _rows(backend: Backend, table: str) -> int:
             return int(conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one())
     finally:
         engine.dispose()
+
+
+def test_an_edit_shows_its_progress_in_the_admin_chat(
+    sent: list[str], server: BotAPIServer, tmp_path: Path
+) -> None:
+    """--progress-chat: one message in the admin's chat, ending with the revision's
+    summary; the admin chat's message is not among the campaign's edits."""
+    (tmp_path / "new.txt").write_text("Sale until Sunday")
+    edit = campaign("edit", sent, "--text-file", str(tmp_path / "new.txt"))
+    assert 0 == main([*edit, "--progress-chat", "999"])
+    posted = [d for d in server.deliveries if d.chat_id == "999"]
+    assert 1 == len(posted)
+    text = server.message_text(999, posted[0].message_id) or ""
+    assert text.startswith("Broadcast news/c1#edit-2: finished, 20 of 20 handled"), text

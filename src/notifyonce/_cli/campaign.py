@@ -41,11 +41,13 @@ from notifyonce._ledger.ledger import AsyncLedger
 from notifyonce._message import Message
 from notifyonce._notifier import Notifier
 from notifyonce._outcome import DeliveryMode
+from notifyonce._progress_chat import ProgressMessage
 from notifyonce._revision import (
     FOLLOW_UP_STATUSES,
     CampaignRevision,
     recipients_from_campaign,
 )
+from notifyonce._senders.telegram.chat import validate_recipient
 
 __all__ = ["add_parser", "run"]
 
@@ -81,6 +83,12 @@ def add_parser(commands: argparse._SubParsersAction[Any], db: argparse.ArgumentP
     common.add_argument("--mode", choices=["at-most-once", "at-least-once"], default="at-most-once")
     common.add_argument("--lease", type=duration_arg, default=dt.timedelta(minutes=5))
     common.add_argument("--progress-every", type=float, default=5.0, metavar="SECONDS")
+    common.add_argument(
+        "--progress-chat",
+        metavar="CHAT_ID",
+        default=None,
+        help="also show the progress in this chat (an admin's): one message, edited in place",
+    )
     text = argparse.ArgumentParser(add_help=False)
     text.add_argument("--parse-mode", choices=["HTML", "MarkdownV2"], default=None)
 
@@ -136,6 +144,11 @@ def run(args: argparse.Namespace) -> int:
         edit = {"text": _read("--text-file", args.text_file)}
     if args.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
+    if args.progress_chat is not None:
+        try:
+            validate_recipient(args.progress_chat)
+        except ValidationError as exc:
+            raise UsageError(f"--progress-chat: {exc.problem}") from None
     if args.rate < 0:
         raise UsageError("--rate must be 0 (no limit) or positive")
     url = args.database_url or os.environ.get(ENV_URL)
@@ -215,6 +228,8 @@ async def _run(args: argparse.Namespace, url: str, token: str, edit: dict[str, A
             concurrency=args.concurrency,
         )
         show = _Progress(args.progress_every)
+        if args.progress_chat is not None:
+            show.chat = ProgressMessage(sender, args.progress_chat)
         try:
             if args.campaign_command == "follow-up":
                 report = await _follow_up(args, notifier, ledger, edit["text"], show)
@@ -237,7 +252,9 @@ async def _revise(
     revision = CampaignRevision(notifier, args.action, args.campaign)
     if args.campaign_command == "edit":
         return await _interruptibly(
-            revision.edit(parse_mode=args.parse_mode, on_progress=show, **edit)
+            revision.edit(
+                parse_mode=args.parse_mode, on_progress=show, progress_chat=show.chat, **edit
+            )
         )
     standing = await revision.messages()
     if standing.sent and standing.past_delete_limit:
@@ -256,7 +273,9 @@ async def _revise(
         if not args.what_is_possible:
             raise UsageError("messages past the 48-hour limit; nothing was deleted")
     return await _interruptibly(
-        revision.delete(what_is_possible=args.what_is_possible, on_progress=show)
+        revision.delete(
+            what_is_possible=args.what_is_possible, on_progress=show, progress_chat=show.chat
+        )
     )
 
 
@@ -271,7 +290,13 @@ async def _follow_up(
         )
     message = Message(text, parse_mode=args.parse_mode)
     broadcast = Broadcast(
-        notifier, args.action, args.to_campaign, message, source, on_progress=show
+        notifier,
+        args.action,
+        args.to_campaign,
+        message,
+        source,
+        on_progress=show,
+        progress_chat=show.chat,
     )
     return await _interruptibly(broadcast.run())
 
@@ -292,11 +317,13 @@ async def _interruptibly(work: Any) -> BroadcastReport:
 
 
 class _Progress:
-    """One progress line on stderr every ``every`` seconds."""
+    """One progress line on stderr every ``every`` seconds (and the admin chat's message,
+    with ``--progress-chat``)."""
 
     def __init__(self, every: float) -> None:
         self.every = every
         self.last = 0.0
+        self.chat: ProgressMessage | None = None
 
     def __call__(self, p: BroadcastProgress) -> None:
         if p.finished or p.elapsed - self.last < self.every:
