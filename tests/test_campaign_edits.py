@@ -7,8 +7,10 @@ or deletes each message a campaign sent once, through the ledger's slots.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import re
+from collections.abc import AsyncIterator
 
 import pytest
 import sqlalchemy as sa
@@ -23,6 +25,7 @@ from notifyonce import (
     Notifier,
     PermanentSendError,
     Photo,
+    Receipt,
     Revision,
     SentMessages,
     ValidationError,
@@ -383,3 +386,51 @@ async def test_a_crashed_runs_expired_claim_does_not_count_as_running(
         report = await revision.edit("Hello")
     assert SentMessages(2, 0, 0, 0) == standing
     assert 2 == report.progress.sent
+
+
+class _TurnCountingEditor:
+    """An editor that records each rate-limit turn and what was done inside it."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, str]] = []
+        self.inside: str | None = None
+
+    async def send(self, recipient: str, message: Message) -> Receipt:
+        self.log.append(("send", recipient))
+        return Receipt(recipient, int(recipient) * 10)
+
+    @contextlib.asynccontextmanager
+    async def turn(self, recipient: str | int) -> AsyncIterator[None]:
+        self.inside = str(recipient)
+        self.log.append(("turn", str(recipient)))
+        try:
+            yield
+        finally:
+            self.inside = None
+
+    async def edit_message(self, recipient: str | int, message_id: int, **_: object) -> bool:
+        assert str(recipient) == self.inside, "an edit outside its chat's turn"
+        self.log.append(("edit", str(recipient)))
+        return True
+
+    async def delete_messages(self, recipient: str | int, message_ids: object, **_: object) -> None:
+        assert str(recipient) == self.inside, "a delete outside its chat's turn"
+        self.log.append(("delete", str(recipient)))
+
+    def check_edit(self, text: str | None, **_: object) -> None:
+        return None
+
+
+async def test_edits_and_deletes_take_the_senders_rate_limit_turns(ledger: AsyncLedger) -> None:
+    """Each edit and each delete runs inside its chat's rate-limit turn, one turn each,
+    as a send does: the bot's budget counts them."""
+    editor = _TurnCountingEditor()
+    notifier = Notifier(ledger, editor, concurrency=1)  # type: ignore[arg-type]
+    await Broadcast(notifier, "news", "c9", Message("Hi"), [1, 2]).run()
+    editor.log.clear()
+    revision = CampaignRevision(notifier, "news", "c9")
+    await revision.edit("Hello")
+    await revision.delete()
+    expected = [("turn", "1"), ("edit", "1"), ("turn", "2"), ("edit", "2")]
+    expected += [("turn", "1"), ("delete", "1"), ("turn", "2"), ("delete", "2")]
+    assert expected == editor.log

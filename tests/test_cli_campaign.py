@@ -113,6 +113,7 @@ def test_a_delete_past_48_hours_is_refused_with_counts_then_done_as_possible(
         (("edit", "--text-file", "LONG"), "--text-file: the text is 5000 characters"),
         (("edit", "--caption-file", "CAPTION"), "--caption-file: the text is 2000 characters"),
         (("edit", "--buttons-file", "BAD"), "--buttons-file: not JSON"),
+        (("edit", "--buttons-file", "NOACTION"), "--buttons-file"),
         (("edit",), "edit needs --text-file, --caption-file or --buttons-file"),
         (("edit", "--text-file", "MISSING"), "--text-file: cannot read it"),
         (("edit", "--text-file", "OK", "--campaign", "nope"), "has no sent message"),
@@ -130,13 +131,15 @@ def test_bad_input_is_refused_before_any_request_or_claim(
     args: tuple[str, ...],
     problem: str,
 ) -> None:
-    """A text or caption over Telegram's limit, a keyboard that is not JSON, nothing to
-    edit, an unreadable file, a campaign that sent nothing, a follow-up to nobody: exit 2
-    naming the problem, no request, no row written."""
+    """A text or caption over Telegram's limit, a keyboard that is not JSON or has a
+    button without an action, nothing to edit, an unreadable file, a campaign that sent
+    nothing, a follow-up to nobody: exit 2 naming the problem, no request, no row
+    written."""
     files = {
         "LONG": "x" * 5000,
         "CAPTION": "x" * 2000,
         "BAD": "[[{",
+        "NOACTION": '[[{"text": "Open"}]]',
         "OK": "fine",
     }
     for name, content in files.items():
