@@ -617,5 +617,7 @@ def recipients_from_campaign(
 
 
 def _ids_ok(stored: object) -> bool:
+    """Whether a sent slot's ``message_id`` is Telegram's: an id, or an album's ids joined
+    by commas (another sender's receipt, a webhook's, is left alone)."""
     parts = str(stored).split(",")
     return 1 <= len(parts) <= 100 and all(p.isdigit() and p != "0" for p in parts)
