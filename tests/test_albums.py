@@ -66,14 +66,15 @@ async def test_an_album_goes_out_in_one_request_with_the_caption_on_the_first(
     bot_api_server: BotAPIServer,
 ) -> None:
     """Two photos and a video: one sendMediaGroup request, three messages, the caption on
-    the first; the receipt has the first message's id and the three file ids."""
+    the first; the receipt has the three messages' ids and the three file ids."""
     album = Album([*photos(2), Video(b"\x00\x00\x00\x18ftypmp42" * 50, filename="v.mp4")])
     async with TelegramSender(TOKEN, base_url=bot_api_server.url, rate_limit=None) as sender:
         receipt = await sender.send("1", Message("<b>Menu</b>", parse_mode="HTML", media=album))
     assert ["sendMediaGroup"] == [r.method for r in bot_api_server.requests]
     first, second, third = bot_api_server.deliveries
     assert ("<b>Menu</b>", "", "") == (first.text, second.text, third.text)
-    assert receipt.message_id == first.message_id
+    expected_ids = f"{first.message_id},{second.message_id},{third.message_id}"
+    assert expected_ids == receipt.message_id
     assert [first.file_id, second.file_id, third.file_id] == str(receipt.file_id).split(",")
     assert 3 == len(bot_api_server.uploads)
 

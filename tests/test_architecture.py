@@ -344,6 +344,7 @@ CLI_LAYERS = (
     (
         "notifyonce._cli.ledger",
         "notifyonce._cli.broadcast",
+        "notifyonce._cli.campaign",
         "notifyonce._cli.recipients",
         "notifyonce._cli.serve",
         "notifyonce._cli.web",

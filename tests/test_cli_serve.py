@@ -16,7 +16,7 @@ from typing import IO
 
 import pytest
 
-from notifyonce import Message
+from notifyonce import Message, PermanentSendError
 from notifyonce.telegram import TelegramSender
 
 
@@ -145,3 +145,25 @@ def test_a_taken_port_is_a_usage_error(served: tuple[subprocess.Popen[str], Line
     assert 2 == second.returncode
     assert f"cannot listen on 127.0.0.1:{port}" in err
     assert "Pass --port" in err
+
+
+async def test_it_prints_each_edit_and_delete_and_their_refusals(
+    served: tuple[subprocess.Popen[str], Lines, str],
+) -> None:
+    """An edit and a delete are printed with the message and chat they changed; an edit of
+    a message that is gone is printed as refused."""
+    _, output, url = served
+    async with TelegramSender("123456:any-token", base_url=url, rate_limit=None) as sender:
+        receipt = await sender.send(42, Message("6 hours left"))
+        assert isinstance(receipt.message_id, int)
+        await sender.edit_message(42, receipt.message_id, text="5 hours left")
+        await sender.delete_messages(42, [receipt.message_id])
+        with pytest.raises(PermanentSendError):
+            await sender.edit_message(42, receipt.message_id, text="4 hours left")
+    mid = receipt.message_id
+    edited = output.until("edited message")[-1]
+    deleted = output.until("deleted message")[-1]
+    refused = output.until("refused editMessageText")[-1]
+    assert edited.endswith(f"edited message {mid} in chat 42 (editMessageText)")
+    assert deleted.endswith(f"deleted message {mid} in chat 42 (deleteMessage)")
+    assert refused.endswith("refused editMessageText to chat 42: 400")

@@ -410,6 +410,7 @@ def test_public_names() -> None:
     assert [
         "OK",
         "BotAPIServer",
+        "Change",
         "Delivery",
         "FakeSender",
         "Reply",

@@ -52,6 +52,12 @@ from notifyonce._observe import Observer, SendEvent, report_flood_wait
 from notifyonce._outcome import DeliveryMode, Outcome
 from notifyonce._progress_chat import ProgressMessage
 from notifyonce._quiet import QuietHours
+from notifyonce._revision import (
+    CampaignRevision,
+    Revision,
+    SentMessages,
+    recipients_from_campaign,
+)
 from notifyonce._schedule.schedule import Schedule
 from notifyonce._schedule.selection import (
     deadline_filter,
@@ -73,6 +79,7 @@ __all__ = [
     "Broadcast",
     "BroadcastProgress",
     "BroadcastReport",
+    "CampaignRevision",
     "Channel",
     "ChannelReceipt",
     "Claim",
@@ -107,12 +114,14 @@ __all__ = [
     "RecipientState",
     "Report",
     "Result",
+    "Revision",
     "Schedule",
     "ScheduleError",
     "SendError",
     "SendEvent",
     "Sender",
     "SenderConfigError",
+    "SentMessages",
     "SlotKey",
     "SlotRecord",
     "SlotStatus",
@@ -131,6 +140,7 @@ __all__ = [
     "deadline_filter",
     "inline_keyboard",
     "make_key",
+    "recipients_from_campaign",
     "recipients_from_file",
     "recipients_from_query",
     "report_flood_wait",

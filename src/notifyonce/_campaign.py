@@ -56,6 +56,7 @@ __all__ = [
     "CANCEL_POLL",
     "PROGRESS_ACTION",
     "RESERVED_ACTIONS",
+    "REVISION_ACTION",
     "cancel_requested",
     "cancel_statement",
     "check_message",
@@ -63,6 +64,7 @@ __all__ = [
     "compare_message",
     "fingerprint",
     "keep_progress_message",
+    "own_row",
     "progress_message",
     "record_campaign",
     "record_total",
@@ -77,8 +79,10 @@ _DATABASE_ERRORS = (SQLAlchemyError, *DATABASE_ERRORS)
 
 CAMPAIGN_ACTION = "notifyonce.campaign"
 PROGRESS_ACTION = "notifyonce.progress"
+#: The rows of a campaign's revisions (its edits and its delete; see ``_revision``).
+REVISION_ACTION = "notifyonce.revision"
 #: Actions of the ledger's own rows, which no broadcast may use (and the console hides).
-RESERVED_ACTIONS = frozenset({CAMPAIGN_ACTION, PROGRESS_ACTION})
+RESERVED_ACTIONS = frozenset({CAMPAIGN_ACTION, PROGRESS_ACTION, REVISION_ACTION})
 _PREFIX = "msg-sha256:"
 #: What a cancel request stored in a campaign's row starts with (the time follows).
 CANCEL_NOTE = "cancelled from the console"
@@ -209,7 +213,7 @@ async def record_campaign(
             try:
                 async with ledger.engine.begin() as conn:
                     await conn.execute(
-                        sa.insert(table).values({**_own_row(key, now, wanted), **values})
+                        sa.insert(table).values({**own_row(key, now, wanted), **values})
                     )
                 return
             except IntegrityError:
@@ -222,7 +226,7 @@ async def record_campaign(
         ) from exc
 
 
-def _own_row(key: SlotKey, now: dt.datetime, value: str) -> dict[str, Any]:
+def own_row(key: SlotKey, now: dt.datetime, value: str) -> dict[str, Any]:
     """A new row of the campaign's own (its message, its progress message): settled, not
     a delivery, ``value`` where a message id goes."""
     return {
@@ -316,7 +320,7 @@ async def keep_progress_message(
     key, where = _row(table, action, campaign, PROGRESS_ACTION)
     value = f"{chat}:{message_id}"
     now = ledger.now()
-    row = _own_row(key, now, value)
+    row = own_row(key, now, value)
     try:
         try:
             async with ledger.engine.begin() as conn:

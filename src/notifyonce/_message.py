@@ -158,7 +158,8 @@ class Receipt:
     Attributes:
         recipient: Where the message was actually delivered. Differs from the requested
             recipient when the chat moved (see ``migrated_to``).
-        message_id: The provider's id of the delivered message, if it gives one.
+        message_id: The provider's id of the delivered message, if it gives one (a
+            Telegram album's: the ids of its messages joined by commas, ``"101,102,103"``).
         migrated_to: The new chat id when Telegram moved the chat (a group became a
             supergroup) and the sender followed it; otherwise None. Store it.
         file_id: The Telegram ``file_id`` of the message's media (a photo's largest

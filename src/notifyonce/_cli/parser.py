@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from notifyonce._cli import broadcast, ledger, recipients, serve, web
+from notifyonce._cli import broadcast, campaign, ledger, recipients, serve, web
 from notifyonce._cli.common import (
     DURATION_HELP,
     ENV_URL,
@@ -170,6 +170,7 @@ def _parser() -> argparse.ArgumentParser:
     migrate.add_argument("--revision", default="head", help="target revision (default: head)")
     _add_operator_commands(commands, db)
     broadcast.add_parser(commands, db)
+    campaign.add_parser(commands, db)
     recipients.add_parser(commands, db)
     serve.add_parser(commands)
     web.add_parser(commands, db)
@@ -235,6 +236,7 @@ def _add_operator_commands(
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     **ledger.COMMANDS,
     "broadcast": broadcast.run,
+    "campaign": campaign.run,
     "recipients": recipients.run,
     "serve-test-api": serve.run,
     "web": web.run,

@@ -117,7 +117,7 @@ class _Log:
         self.server = server
         self.out = out
         self.as_json = as_json
-        self.seen = {"calls": 0, "requests": 0, "deliveries": 0}
+        self.seen = {"calls": 0, "requests": 0, "deliveries": 0, "changes": 0}
 
     def _new(self, name: str, items: list[Any]) -> list[Any]:
         fresh = items[self.seen[name] :]
@@ -126,10 +126,20 @@ class _Log:
 
     def print_new(self) -> None:
         for method in self._new("calls", self.server.calls):
-            if method not in _SENDS and method != "getUpdates":
+            if method not in _SENDS and method not in _CHANGES and method != "getUpdates":
                 self._print({"event": "call", "method": method}, method)
         for delivery in self._new("deliveries", self.server.deliveries):
             self._delivered(delivery)
+        for change in self._new("changes", self.server.changes):
+            verb = "deleted" if change.method.startswith("delete") else "edited"
+            record = {
+                "event": verb,
+                "method": change.method,
+                "chat_id": change.chat_id,
+                "message_id": change.message_id,
+            }
+            line = f"{verb} message {change.message_id} in chat {change.chat_id} ({change.method})"
+            self._print(record, line)
         for request in self._new("requests", self.server.requests):
             if not request.reply.delivers:
                 self._refused(request)
@@ -169,3 +179,11 @@ class _Log:
 
 
 _SENDS = {"sendMessage", "sendPhoto", "sendDocument", "sendVideo"}
+# Edits and deletes: printed as what they changed (a refused one as refused).
+_CHANGES = {
+    "editMessageText",
+    "editMessageCaption",
+    "editMessageReplyMarkup",
+    "deleteMessage",
+    "deleteMessages",
+}

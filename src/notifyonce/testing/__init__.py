@@ -29,11 +29,12 @@ from notifyonce.testing._receiver import (
     WebhookReply,
     WebhookRequest,
 )
-from notifyonce.testing._server import BotAPIServer, Delivery, Reply, Request, Upload
+from notifyonce.testing._server import BotAPIServer, Change, Delivery, Reply, Request, Upload
 
 __all__ = [
     "OK",
     "BotAPIServer",
+    "Change",
     "Delivery",
     "FakeSender",
     "Reply",

@@ -25,6 +25,7 @@ R = TypeVar("R")
 
 __all__ = [
     "BotAPIServer",
+    "Change",
     "Delivery",
     "LocalServer",
     "Reply",
@@ -33,6 +34,12 @@ __all__ = [
     "read_body",
     "read_head",
 ]
+
+# How long a bot may delete a message it sent in a chat (Telegram's rule for bots).
+DELETE_LIMIT = 48 * 3600.0
+# The methods that change or remove a message the server holds.
+_EDIT_METHODS = frozenset({"editMessageText", "editMessageCaption", "editMessageReplyMarkup"})
+_DELETE_METHODS = frozenset({"deleteMessage", "deleteMessages"})
 
 # The Bot API methods that send media, and the parameter carrying the file.
 _MEDIA_METHODS = {"sendPhoto": "photo", "sendDocument": "document", "sendVideo": "video"}
@@ -61,6 +68,19 @@ def _api_error(status: int, description: str, **parameters: Any) -> bytes:
     if parameters:
         body["parameters"] = parameters
     return json.dumps(body).encode()
+
+
+def _markup(value: object) -> str:
+    """A message's inline keyboard as compared for "message is not modified": its JSON
+    with sorted keys, "" for none."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return str(value)
+    return json.dumps(value, sort_keys=True)
 
 
 def _chat(chat_id: str) -> dict[str, Any]:
@@ -277,6 +297,24 @@ class Delivery:
     message_id: int
     method: str = "sendMessage"
     file_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A message the server changed or removed on a bot's request.
+
+    Attributes:
+        method: ``"editMessageText"``, ``"editMessageCaption"``,
+            ``"editMessageReplyMarkup"``, ``"deleteMessage"`` or ``"deleteMessages"``.
+        chat_id: The message's chat.
+        message_id: The message (a ``deleteMessages`` has one change per message removed).
+        at: Server-side ``time.monotonic()`` when the request was read in full.
+    """
+
+    method: str
+    chat_id: str
+    message_id: int
+    at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -610,8 +648,17 @@ class BotAPIServer(LocalServer):
     [`delete_message`][notifyonce.testing.BotAPIServer.delete_message]) is refused with
     400 "message to copy not found". ``sendMediaGroup`` delivers 2-10 photos and videos
     (uploaded, by file_id or URL) as one message each and refuses a group of another
-    size. ``editMessageText`` changes a message it holds (see `message_text`), refusing a
-    missing one and an unchanged text ("message is not modified"). Every request that
+    size. ``editMessageText``, ``editMessageCaption`` and ``editMessageReplyMarkup``
+    change a message it holds (see `message_text`), refusing a missing one ("message to
+    edit not found"), an edit that changes nothing ("message is not modified") and a text
+    edit of a media message or a caption edit of a text one, as Telegram does.
+    ``deleteMessage`` and ``deleteMessages`` remove held messages, refusing a missing one
+    ("message to delete not found") and one older than 48 hours by the server's clock
+    ("message can't be deleted for everyone"; see
+    [`advance_clock`][notifyonce.testing.BotAPIServer.advance_clock] and
+    [`set_message_date`][notifyonce.testing.BotAPIServer.set_message_date]). What bots
+    edited and deleted is in [`changes`][notifyonce.testing.BotAPIServer.changes]. Every
+    request that
     carried file bytes is in
     [`uploads`][notifyonce.testing.BotAPIServer.uploads]. It answers 404 for any path that
     is not ``/bot<token>/<method>`` (a wrong ``base_url``), 401 for a wrong token, keeps
@@ -687,6 +734,13 @@ class BotAPIServer(LocalServer):
         # (chat id, message id) -> the text or caption of every message the server holds:
         # what copyMessage copies.
         self._messages: dict[tuple[str, int], str] = {}
+        # What else Telegram knows of each message it holds: whether its text is a caption
+        # (media), its inline keyboard (JSON, "" for none) and its date (the server's clock).
+        self._captioned: set[tuple[str, int]] = set()
+        self._markups: dict[tuple[str, int], str] = {}
+        self._dates: dict[tuple[str, int], float] = {}
+        self._changes: list[Change] = []
+        self._clock_offset = 0.0  # seconds the server's clock is ahead of this machine's
         self._file_numbers = itertools.count(1)
         # chat id -> how every send to it is refused while the user has blocked the bot or
         # the bot is out of the group (persistent, unlike a script)
@@ -761,7 +815,7 @@ class BotAPIServer(LocalServer):
             update_id = next(self._update_ids)
             message: dict[str, Any] = {
                 "message_id": next(self._message_ids),
-                "date": int(time.time()),
+                "date": int(self.now()),
                 "chat": _chat(str(chat_id)),
                 "from": sender,
                 "text": text,
@@ -771,7 +825,7 @@ class BotAPIServer(LocalServer):
                 original = self._messages.get((str(chat_id), reply_to))
                 message["reply_to_message"] = {
                     "message_id": reply_to,
-                    "date": int(time.time()),
+                    "date": int(self.now()),
                     "chat": _chat(str(chat_id)),
                     "from": sender,
                     "text": original or "",
@@ -797,14 +851,61 @@ class BotAPIServer(LocalServer):
             if message_id is None:
                 message_id = next(self._message_ids)
             self._messages[(str(chat_id), message_id)] = text
+            self._dates[(str(chat_id), message_id)] = self.now()
         return message_id
 
     def delete_message(self, chat_id: int | str, message_id: int) -> None:
         """The message is gone (its author deleted it): copying it is refused with
-        "message to copy not found", as Telegram refuses it. Over HTTP:
-        ``POST /delete_message``."""
+        "message to copy not found", editing it with "message to edit not found", as
+        Telegram refuses them. Over HTTP: ``POST /delete_message``."""
         with self._lock:
-            self._messages.pop((str(chat_id), message_id), None)
+            self._forget((str(chat_id), message_id))
+
+    def _forget(self, key: tuple[str, int]) -> None:
+        """Drop every trace of a held message (the caller holds the lock)."""
+        self._messages.pop(key, None)
+        self._captioned.discard(key)
+        self._markups.pop(key, None)
+        self._dates.pop(key, None)
+
+    # -- the server's clock, and what bots changed -------------------------------------
+
+    def now(self) -> float:
+        """The server's clock (Unix seconds): this machine's, plus what `advance_clock`
+        added. Messages are dated by it, and Telegram's 48-hour limit on deleting is
+        counted on it. (A float read needs no lock, so it is safe under one.)"""
+        return time.time() + self._clock_offset
+
+    def advance_clock(self, seconds: float) -> None:
+        """Move the server's clock ``seconds`` ahead: every message it holds grows that
+        much older (past 48 hours, a bot can no longer delete it)."""
+        with self._lock:
+            self._clock_offset += seconds
+
+    def message_date(self, chat_id: int | str, message_id: int) -> float | None:
+        """When a held message was sent, by the server's clock; None when it holds none."""
+        with self._lock:
+            return self._dates.get((str(chat_id), message_id))
+
+    def set_message_date(self, chat_id: int | str, message_id: int, date: float) -> None:
+        """Date a held message ``date`` (Unix seconds, the server's clock): an old message
+        without waiting two days.
+
+        Raises:
+            KeyError: The server holds no such message.
+        """
+        key = (str(chat_id), message_id)
+        with self._lock:
+            if key not in self._messages:
+                raise KeyError(f"no message {message_id} in chat {chat_id}")
+            self._dates[key] = date
+
+    @property
+    def changes(self) -> list[Change]:
+        """Every message a bot edited or deleted, in order (refused requests are not here:
+        they are in `requests`)."""
+        with self._lock:
+            return list(self._changes)
 
     def block(self, chat_id: int | str) -> None:
         """The user of ``chat_id`` blocked the bot: every later send to the chat is refused
@@ -911,7 +1012,7 @@ class BotAPIServer(LocalServer):
             where = message_id if message_id is not None else next(self._message_ids)
             message = {
                 "message_id": where,
-                "date": int(time.time()),
+                "date": int(self.now()),
                 "chat": _chat(str(chat_id)),
                 "from": dict(_ME),
                 "text": self._messages.get((str(chat_id), where), ""),
@@ -948,7 +1049,7 @@ class BotAPIServer(LocalServer):
         change = {
             "chat": chat,
             "from": _user(by),
-            "date": int(time.time()),
+            "date": int(self.now()),
             "old_chat_member": _member(self._statuses.get(key, old)),
             "new_chat_member": _member(new),
         }
@@ -974,6 +1075,7 @@ class BotAPIServer(LocalServer):
             self._calls.clear()
             self._updates.clear()
             self._uploads.clear()
+            self._changes.clear()
 
     # -- HTTP ---------------------------------------------------------------------------
 
@@ -1051,8 +1153,14 @@ class BotAPIServer(LocalServer):
                 return await self._answer(writer, 400, bad, keep_alive)
             result = {"ok": True, "result": updates}
             return await self._answer(writer, 200, json.dumps(result).encode(), keep_alive)
-        if verb == "POST" and method == "editMessageText":
-            return await self._edit(writer, headers, body, received, connection, token, keep_alive)
+        if verb == "POST" and method in _EDIT_METHODS:
+            return await self._edit(
+                method, writer, headers, body, received, connection, token, keep_alive
+            )
+        if verb == "POST" and method in _DELETE_METHODS:
+            return await self._delete(
+                method, writer, headers, body, received, connection, token, keep_alive
+            )
         if verb == "POST" and method == "sendMediaGroup":
             return await self._media_group(
                 writer, headers, body, received, connection, token, keep_alive
@@ -1075,7 +1183,10 @@ class BotAPIServer(LocalServer):
                     assert refusal.body is not None
                     return await self._answer(writer, 400, refusal.body, keep_alive)
                 text = str(params.get("caption", original))
+                with self._lock:
+                    captioned = source in self._captioned
             else:
+                captioned = kind is not None
                 text = str(params["text"] if kind is None else params.get("caption", ""))
         except (ValueError, KeyError, TypeError):
             what = "message text is empty" if kind is None and not copying else "wrong parameters"
@@ -1098,14 +1209,14 @@ class BotAPIServer(LocalServer):
         if kind is not None:
             media = self._media(kind, method, chat_id, file, params.get(kind), reply.delivers)
         file_id = None if media is None else _largest_file_id(media)
-        message_id = self._deliver(arrived, text, params, file_id)
+        message_id = self._deliver(arrived, text, params, file_id, captioned=captioned)
         if not await self._before_answer(arrived):
             return False
         body_out = reply.body
         if body_out is None and copying:  # copyMessage answers a MessageId
             body_out = json.dumps({"ok": True, "result": {"message_id": message_id}}).encode()
         if body_out is None:
-            result = {"message_id": message_id, "date": int(time.time()), "chat": _chat(chat_id)}
+            result = {"message_id": message_id, "date": int(self.now()), "chat": _chat(chat_id)}
             if media is None:
                 result["text"] = text
             else:
@@ -1117,6 +1228,7 @@ class BotAPIServer(LocalServer):
 
     async def _edit(
         self,
+        method: str,
         writer: asyncio.StreamWriter,
         headers: dict[str, str],
         body: bytes,
@@ -1125,39 +1237,114 @@ class BotAPIServer(LocalServer):
         token: str | None,
         keep_alive: bool,
     ) -> bool:
-        """``editMessageText``: a message the server holds gets the new text; a missing one
-        and an unchanged text are refused as Telegram refuses them."""
+        """``editMessageText``, ``editMessageCaption``, ``editMessageReplyMarkup``: a
+        message the server holds gets the new text, caption or keyboard; a missing one, a
+        text edit of a media message (or a caption edit of a text one) and an edit that
+        changes nothing are refused as Telegram refuses them."""
         try:
             params = parse_form(headers.get("content-type", ""), body)[0]
             chat_id, where = str(params["chat_id"]), int(params["message_id"])
-            text = str(params["text"])
+            text = str(params["text"]) if method == "editMessageText" else None
+            if method == "editMessageCaption":
+                text = str(params.get("caption", ""))
         except (ValueError, KeyError, TypeError):
             bad = _api_error(400, "Bad Request: wrong parameters")
             return await self._answer(writer, 400, bad, keep_alive)
+        key = (chat_id, where)
+        markup = _markup(params.get("reply_markup"))
         with self._lock:
-            old = self._messages.get((chat_id, where))
-        if old is None or old == text:
+            old = self._messages.get(key)
+            captioned = key in self._captioned
+            old_markup = self._markups.get(key, "")
+        problem = None
+        if old is None:
+            problem = "message to edit not found"
+        elif method == "editMessageText" and captioned:
+            problem = "there is no text in the message to edit"
+        elif method == "editMessageCaption" and not captioned:
+            problem = "there is no caption in the message to edit"
+        elif (text is None or text == old) and markup == old_markup:
             problem = (
-                "message to edit not found"
-                if old is None
-                else "message is not modified: specified new message content and reply "
+                "message is not modified: specified new message content and reply "
                 "markup are exactly the same as a current content and reply markup of the "
                 "message"
             )
-            reply = Reply.error(400, f"Bad Request: {problem}")
-        else:
-            reply = self._next_reply(chat_id, received)
-        arrived = Request("editMessageText", chat_id, received, connection, reply, _bot_id(token))
+        reply = (
+            Reply.error(400, f"Bad Request: {problem}")
+            if problem is not None
+            else self._next_reply(chat_id, received)
+        )
+        arrived = Request(method, chat_id, received, connection, reply, _bot_id(token))
+        self._record(arrived)
+        new = old if text is None else text
+        if reply.delivers and reply.body is None:
+            with self._lock:
+                if key in self._messages:
+                    self._messages[key] = new or ""
+                    self._markups[key] = markup
+                    self._changes.append(Change(method, chat_id, where, received))
+        if not await self._before_answer(arrived):
+            return False
+        result = {"message_id": where, "date": int(self.now()), "chat": _chat(chat_id)}
+        result["caption" if captioned else "text"] = new
+        body_out = reply.body or json.dumps({"ok": True, "result": result}).encode()
+        return await self._answer(writer, reply.status, body_out, keep_alive, reply.content_type)
+
+    async def _delete(
+        self,
+        method: str,
+        writer: asyncio.StreamWriter,
+        headers: dict[str, str],
+        body: bytes,
+        received: float,
+        connection: int,
+        token: str | None,
+        keep_alive: bool,
+    ) -> bool:
+        """``deleteMessage`` (one message) and ``deleteMessages`` (1-100, such as an
+        album's): a message the server holds is removed, unless it is older than 48 hours
+        by the server's clock (Telegram's limit for bots: "message can't be deleted for
+        everyone"); a missing one is "message to delete not found". ``deleteMessages``
+        skips the messages it cannot delete, as Telegram does, and is refused only when it
+        can delete none of them."""
+        try:
+            params = parse_form(headers.get("content-type", ""), body)[0]
+            chat_id = str(params["chat_id"])
+            if method == "deleteMessage":
+                wanted = [int(params["message_id"])]
+            else:
+                listed = params["message_ids"]
+                if not isinstance(listed, list) or not 1 <= len(listed) <= 100:
+                    raise ValueError("message_ids is not a list of 1-100 ids")
+                wanted = [int(i) for i in listed]
+        except (ValueError, KeyError, TypeError):
+            bad = _api_error(400, "Bad Request: wrong parameters")
+            return await self._answer(writer, 400, bad, keep_alive)
+        now = self.now()
+        with self._lock:
+            held = [i for i in wanted if (chat_id, i) in self._messages]
+            young = [i for i in held if now - self._dates.get((chat_id, i), now) <= DELETE_LIMIT]
+        problem = None
+        if not held:
+            problem = "message to delete not found"
+        elif not young:
+            problem = "message can't be deleted for everyone"
+        reply = (
+            Reply.error(400, f"Bad Request: {problem}")
+            if problem is not None
+            else self._next_reply(chat_id, received)
+        )
+        arrived = Request(method, chat_id, received, connection, reply, _bot_id(token))
         self._record(arrived)
         if reply.delivers and reply.body is None:
             with self._lock:
-                self._messages[(chat_id, where)] = text
+                for i in young:
+                    if (chat_id, i) in self._messages:
+                        self._forget((chat_id, i))
+                        self._changes.append(Change(method, chat_id, i, received))
         if not await self._before_answer(arrived):
             return False
-        result = {"message_id": where, "date": int(time.time()), "chat": _chat(chat_id)}
-        body_out = (
-            reply.body or json.dumps({"ok": True, "result": {**result, "text": text}}).encode()
-        )
+        body_out = reply.body or json.dumps({"ok": True, "result": True}).encode()
         return await self._answer(writer, reply.status, body_out, keep_alive, reply.content_type)
 
     def received(self) -> dict[str, list[dict[str, Any]]]:
@@ -1195,10 +1382,16 @@ class BotAPIServer(LocalServer):
             return self._messages.get((str(chat_id), message_id))
 
     def _deliver(
-        self, arrived: Request, text: str, params: dict[str, Any], file_id: str | None
+        self,
+        arrived: Request,
+        text: str,
+        params: dict[str, Any],
+        file_id: str | None,
+        *,
+        captioned: bool = False,
     ) -> int:
         """Record one delivered message of ``arrived`` if its reply delivers; its id (0
-        when it does not)."""
+        when it does not). ``captioned``: a media message, whose text is a caption."""
         if not arrived.reply.delivers:
             return 0
         assert arrived.chat_id is not None
@@ -1213,9 +1406,14 @@ class BotAPIServer(LocalServer):
             arrived.method,
             file_id,
         )
+        key = (arrived.chat_id, message_id)
         with self._lock:
             self._deliveries.append(delivery)
-            self._messages[(arrived.chat_id, message_id)] = text
+            self._messages[key] = text
+            self._dates[key] = self.now()
+            self._markups[key] = _markup(params.get("reply_markup"))
+            if captioned:
+                self._captioned.add(key)
         return message_id
 
     async def _before_answer(self, arrived: Request) -> bool:
@@ -1276,8 +1474,14 @@ class BotAPIServer(LocalServer):
         for number, (kind, file, source) in enumerate(sources):
             media = self._media(kind, method, chat_id, file, source, reply.delivers)
             text = caption if number == 0 else ""
-            message_id = self._deliver(arrived, text, params, _largest_file_id(media))
-            message = {"message_id": message_id, "date": int(time.time()), "chat": _chat(chat_id)}
+            message_id = self._deliver(
+                arrived,
+                text,
+                params if number == 0 else {},
+                _largest_file_id(media),
+                captioned=True,
+            )
+            message = {"message_id": message_id, "date": int(self.now()), "chat": _chat(chat_id)}
             message.update(media)
             if text:
                 message["caption"] = text

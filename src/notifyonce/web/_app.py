@@ -562,7 +562,14 @@ async def campaign_page(console: Console, request: Request, session: Session) ->
     if progress.state in q.CampaignState.RESUMABLE:
         cancelled = progress.state == q.CampaignState.CANCELLED
         resume = resume_command(*args, cancelled=cancelled)
-    context = {"p": progress, "resume": resume, "ended": q.CampaignState.ENDED}
+    t = console.table
+    revisions = await console.read(lambda conn: q.campaign_revisions(conn, t, *args))
+    context = {
+        "p": progress,
+        "resume": resume,
+        "ended": q.CampaignState.ENDED,
+        "revisions": revisions,
+    }
     return console.respond(request, session, "campaign.html", context)
 
 

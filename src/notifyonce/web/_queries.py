@@ -28,7 +28,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from notifyonce._campaign import CAMPAIGN_ACTION, RESERVED_ACTIONS, cancel_note
+from notifyonce._campaign import CAMPAIGN_ACTION, RESERVED_ACTIONS, REVISION_ACTION, cancel_note
 from notifyonce._drivers import driver_class
 from notifyonce._ledger.table import SlotStatus
 
@@ -523,6 +523,48 @@ def campaign_progress(
         state,
         scheduled_at,
     )
+
+
+@dataclass(frozen=True)
+class RevisionCounts:
+    """One revision of a campaign (an edit or its delete) with its slots per status."""
+
+    cycle: str
+    label: str  # "edit 2", "delete"
+    counts: dict[str, Count]
+
+
+#: The most revisions a campaign's page lists (each costs a count per status).
+MAX_REVISIONS = 20
+
+
+def campaign_revisions(
+    conn: Connection, t: sa.Table, action: str, campaign: str
+) -> list[RevisionCounts]:
+    """A campaign's revisions, from their own rows (the unique key's range of the
+    campaign's id and ``#``), each with its exact counts: edits in order, then the
+    delete."""
+    rows = conn.execute(
+        sa.select(t.c.cycle)
+        .where(
+            t.c.action == REVISION_ACTION,
+            t.c.subject == action,
+            t.c.cycle.startswith(campaign + "#", autoescape=True),
+        )
+        .limit(MAX_REVISIONS)
+    ).scalars()
+    found = []
+    for cycle in rows:
+        tail = cycle[len(campaign) + 1 :]
+        number = tail[5:] if tail.startswith("edit-") and tail[5:].isdigit() else None
+        if number is None and tail != "delete":
+            continue
+        label = "delete" if number is None else f"edit {number}"
+        order = (number is None, int(number or 0))
+        found.append(
+            (order, RevisionCounts(cycle, label, _status_counts(conn, t, action, cycle, None)))
+        )
+    return [revision for _, revision in sorted(found, key=lambda item: item[0])]
 
 
 def _slot(row: Any) -> SlotRow:

@@ -79,9 +79,10 @@ _ABOUT_MESSAGE = (
 
 @dataclass(frozen=True, slots=True)
 class Delivered:
-    """Telegram accepted the message."""
+    """Telegram accepted the message (an album's ``message_id``: its messages' ids,
+    joined by commas)."""
 
-    message_id: int | None
+    message_id: int | str | None
     chat_id: str | None
     file_id: str | None = None
 
@@ -256,12 +257,15 @@ def _delivered(result: object) -> Delivered:
     message_id: int | None = None
     chat_id: str | None = None
     if isinstance(result, list) and result and all(isinstance(m, dict) for m in result):
-        # An album's messages: the first one's id; every item's file_id, joined by commas
-        # (file_ids are URL-safe base64: no commas), when each has one.
+        # An album's messages: every one's id, joined by commas (what the ledger keeps,
+        # so that deleting the album later deletes each of them); every item's file_id,
+        # joined by commas (file_ids are URL-safe base64: no commas), when each has one.
         first = _delivered(result[0])
         ids = [_file_id(m) for m in result]
         joined = ",".join(i for i in ids if i is not None) if None not in ids else None
-        return Delivered(first.message_id, first.chat_id, joined)
+        numbers = [_delivered(m).message_id for m in result]
+        album_ids = ",".join(str(n) for n in numbers) if None not in numbers else first.message_id
+        return Delivered(album_ids, first.chat_id, joined)
     if isinstance(result, dict):
         mid = result.get("message_id")
         if isinstance(mid, int) and not isinstance(mid, bool):

@@ -56,9 +56,12 @@ from notifyonce._senders.telegram.chat import message_fields
 from notifyonce._senders.telegram.chat import validate_recipient as _validate_recipient
 from notifyonce._senders.telegram.classify import Delivered, Migrated, classify_response
 from notifyonce._senders.telegram.files import FileIdStore, UploadOnce, file_key, read_upload
+from notifyonce._senders.telegram.markup import check_markup
 from notifyonce._senders.telegram.payload import (
     Upload,
+    check_caption,
     check_message,
+    check_text,
     encode,
     jsonable,
     multipart,
@@ -136,8 +139,42 @@ def check_token(token: object) -> str:
     )
 
 
+# A stand-in media, only to check a new caption against a caption's limit.
+_CAPTION_PROBE = Copy(from_chat_id=1, message_id=1)
+
 # The Bot API method that sends each kind of media.
 _METHODS = {"photo": "sendPhoto", "document": "sendDocument", "video": "sendVideo"}
+
+
+def edit_payload(
+    message_id: object,
+    text: str | None,
+    parse_mode: str | None,
+    reply_markup: Any,
+    *,
+    caption: bool,
+) -> dict[str, Any]:
+    """The checked fields of an edit: the message id, the new text (or caption: its own
+    limit) and keyboard. A ValidationError names the field, before any request."""
+    if isinstance(message_id, bool) or not isinstance(message_id, int) or message_id < 1:
+        raise ValidationError("message_id", "must be a positive message id")
+    payload: dict[str, Any] = {"message_id": message_id}
+    if text is None and reply_markup is None:
+        raise ValidationError("text", "an edit needs a new text, caption or keyboard")
+    if text is not None:
+        probe = Message(text, parse_mode=parse_mode)
+        check_markup(probe)
+        if caption:
+            check_caption(Message(text, parse_mode=parse_mode, media=_CAPTION_PROBE))
+        else:
+            check_text(probe)
+        payload["caption" if caption else "text"] = text
+        if parse_mode is not None:
+            payload["parse_mode"] = parse_mode
+    if reply_markup is not None:
+        payload["reply_markup"] = jsonable(reply_markup, "reply_markup")
+        encode({"reply_markup": payload["reply_markup"]})
+    return payload
 
 
 def _payload(message: Message) -> dict[str, Any]:
@@ -369,24 +406,115 @@ class TelegramSender(HTTPSenderBase):
             ValidationError: A malformed chat id, a message id below 1, an empty text.
             SendError: As `send` (the message is gone, a flood wait, ...).
         """
+        return await self.edit_message(
+            recipient, message_id, text=text, parse_mode=parse_mode, budget=budget
+        )
+
+    async def edit_message(
+        self,
+        recipient: str | int,
+        message_id: int,
+        *,
+        text: str | None = None,
+        parse_mode: str | None = None,
+        reply_markup: Any = None,
+        caption: bool = False,
+        budget: float | None = None,
+    ) -> bool:
+        """Edit a message this bot sent, within the sender's rate limit like any send:
+        its text (``editMessageText``), or with ``caption`` its media's caption
+        (``editMessageCaption``), or without ``text`` only its inline keyboard
+        (``editMessageReplyMarkup``). A text edit of a media message, or a caption edit of
+        a text one, is tried once more the other way: the copy of a post may be either.
+
+        Returns:
+            True when edited; False when Telegram answered "message is not modified" (it
+            already was so).
+
+        Raises:
+            ValidationError: A malformed chat id, a message id below 1, an empty text or
+                one over Telegram's limit, a keyboard the JSON encoder cannot handle.
+            SendError: As `send`; "message to edit not found" is a PermanentSendError.
+        """
         target = _validate_recipient(recipient)
-        if isinstance(message_id, bool) or not isinstance(message_id, int) or message_id < 1:
-            raise ValidationError("message_id", "must be a positive message id")
-        check_message(Message(text, parse_mode=parse_mode))
-        payload: dict[str, Any] = {"message_id": message_id, "text": text}
-        if parse_mode is not None:
-            payload["parse_mode"] = parse_mode
-        try:
-            await self._send(target, payload, self._budget(budget), "editMessageText")
-        except PermanentSendError as exc:
-            if "message is not modified" not in exc.description.lower():
-                error: SendError = exc
+        payload = edit_payload(message_id, text, parse_mode, reply_markup, caption=caption)
+        methods = ["editMessageCaption", "editMessageText"]
+        if text is None:
+            methods = ["editMessageReplyMarkup"]
+        elif not caption:
+            methods.reverse()
+        error: SendError | None = None
+        for method in methods:
+            fields = dict(payload)
+            if method == "editMessageText":
+                fields["text"] = fields.pop("caption", text)
+            elif method == "editMessageCaption":
+                fields["caption"] = fields.pop("text", text)
+            try:
+                await self._send(target, fields, self._budget(budget), method)
+            except PermanentSendError as exc:
+                lowered = exc.description.lower()
+                if "message is not modified" in lowered:
+                    return False
+                error = exc
+                if "there is no text in the message" in lowered or (
+                    "there is no caption in the message" in lowered
+                ):
+                    continue  # the other kind of message: try the other method
+                break
+            except SendError as exc:
+                error = exc
+                break
             else:
-                return False
-        else:
-            return True
+                return True
         del payload, text
+        assert error is not None
         raise scrubbed(error)
+
+    async def delete_messages(
+        self, recipient: str | int, message_ids: Sequence[int], *, budget: float | None = None
+    ) -> None:
+        """Delete messages this bot sent to one chat, within the sender's rate limit like
+        any send: one with ``deleteMessage``, several (an album's) with one
+        ``deleteMessages``, so that they go together or not at all.
+
+        Telegram lets a bot delete its messages for 48 hours; past that it answers
+        "message can't be deleted for everyone" (a PermanentSendError).
+
+        Raises:
+            ValidationError: A malformed chat id, no ids, more than 100, an id below 1.
+            SendError: As `send`; "message to delete not found" is a PermanentSendError.
+        """
+        target = _validate_recipient(recipient)
+        ids = list(message_ids) if isinstance(message_ids, (list, tuple)) else None
+        if not ids or len(ids) > 100:
+            raise ValidationError("message_ids", "must be a list of 1 to 100 message ids")
+        for one in ids:
+            if isinstance(one, bool) or not isinstance(one, int) or one < 1:
+                raise ValidationError("message_ids", "must hold positive message ids")
+        if len(ids) == 1:
+            payload: dict[str, Any] = {"message_id": ids[0]}
+            method = "deleteMessage"
+        else:
+            payload, method = {"message_ids": ids}, "deleteMessages"
+        try:
+            await self._send(target, payload, self._budget(budget), method)
+        except SendError as exc:
+            raise scrubbed(exc) from None
+
+    def check_edit(
+        self,
+        text: str | None,
+        *,
+        parse_mode: str | None = None,
+        reply_markup: Any = None,
+        caption: bool = False,
+    ) -> None:
+        """Raise [`ValidationError`][notifyonce.ValidationError] if Telegram would refuse
+        this edit of any message (nothing is sent): no text and no keyboard, a text over
+        4096 characters or a caption over 1024 (as Telegram counts them), markup Telegram
+        cannot parse, a keyboard the JSON encoder cannot handle."""
+        edit_payload(1, text, parse_mode, reply_markup, caption=caption)
 
     def check(self, recipient: str | int, message: Message) -> None:
         """Raise [`ValidationError`][notifyonce.ValidationError] if Telegram would refuse this send
