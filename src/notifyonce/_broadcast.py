@@ -52,7 +52,6 @@ from notifyonce._personal import (
     as_recipient,
     check_local_at,
     file_format,
-    placeholders,
     read_rows,
     recipient_from_row,
 )
@@ -993,10 +992,9 @@ class Broadcast:
                     raise
                 variant = personal.pick(row.language)
                 if id(variant) not in bare:
-                    # The variant with every value empty: what fails so is the message's.
-                    empty = Recipient(row.chat, dict.fromkeys(_fields_of(personal, variant), ""))
+                    # The variant with every value one letter: what fails so is the message's.
                     try:
-                        check(str(row.chat), personal.render(empty))
+                        check(str(row.chat), personal.bare(variant))
                         bare[id(variant)] = None
                     except ValidationError as problem:
                         bare[id(variant)] = problem
@@ -1071,15 +1069,6 @@ class Broadcast:
         if ended:
             self._final_standing = (unknown, held)
         return unknown, held
-
-
-def _fields_of(personal: Personal, variant: Message) -> set[str]:
-    """The placeholders of a variant's texts (for its render with every value empty)."""
-    text, buttons = personal._templates[id(variant)]
-    names = set(placeholders(text))
-    for _, template in buttons:
-        names.update(placeholders(template))
-    return names
 
 
 def standing_query(table: sa.Table, action: str, campaign: str) -> sa.CompoundSelect[Any]:

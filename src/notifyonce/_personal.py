@@ -398,7 +398,9 @@ class Personal:
             ValidationError: (field ``recipient``) a placeholder has no value in its
                 fields nor a default.
         """
-        variant = self.pick(recipient.language)
+        return self._fill(self.pick(recipient.language), recipient)
+
+    def _fill(self, variant: Message, recipient: Recipient) -> Message:
         if not self.template:
             return variant
         text, buttons = self._templates[id(variant)]
@@ -423,6 +425,17 @@ class Personal:
                 f"has no field {filled.missing!r} for the template, and it has no default",
             )
         return replace(variant, text=rendered, reply_markup=markup)
+
+    def bare(self, variant: Message) -> Message:
+        """``variant`` with every placeholder filled with one letter: what a check of the
+        message itself sees (a problem it has is no recipient's)."""
+        if not self.template:
+            return variant
+        text, buttons = self._templates[id(variant)]
+        names = set(placeholders(text))
+        for _, template in buttons:
+            names.update(placeholders(template))
+        return self._fill(variant, Recipient(0, dict.fromkeys(names, "x")))
 
     def fingerprint_parts(self) -> list[str]:
         """What the campaign's fingerprint adds for a template and variants (nothing for a

@@ -42,6 +42,7 @@ from notifyonce._broadcast import (
     skipped_text,
 )
 from notifyonce._buttons import inline_keyboard
+from notifyonce._cli import personal
 from notifyonce._cli.common import (
     ENV_URL,
     EXIT_OK,
@@ -100,11 +101,17 @@ def add_parser(
         "listed), 2 usage error, 3 database error, 130 interrupted (run again to resume).",
     )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--recipients-file", metavar="PATH", help="chat ids, one a line")
+    source.add_argument(
+        "--recipients-file",
+        metavar="PATH",
+        help="chat ids one a line, or rows: CSV with a header or JSON lines (chat_id, "
+        "language, tz, and fields for --template)",
+    )
     source.add_argument(
         "--recipients-sql",
         metavar="SELECT",
-        help="a SELECT whose first column is the chat id, run against --database-url",
+        help="a SELECT whose first column is the chat id, run against --database-url; "
+        "every column is kept (language, tz, and fields for --template)",
     )
     parser.add_argument(
         "--text-file",
@@ -256,6 +263,7 @@ def add_parser(
         metavar="SECONDS",
         help="seconds between progress updates (default: 0.2 on a terminal, else 5)",
     )
+    personal.add_options(parser)
 
 
 class _InOrder(argparse.Action):
@@ -300,6 +308,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``notifyonce broadcast``; the exit code."""
     _check_start(args.at, args.at_or_now)
     message = _message(args)
+    args.personal = personal.broadcast_options(args, message, _read_text, _buttons)
     args.base_url = args.base_url or default_api_url()
     token = os.environ.get(args.token_env, "")
     if not token and not args.dry_run:
@@ -377,7 +386,7 @@ def _message(args: argparse.Namespace) -> Message:
         )
         # What Telegram would refuse for every chat (markup it cannot parse, a text too
         # long) stops here, before the database is opened: a dry run reports it too.
-        check_message(message)
+        check_message(personal.template_check(message, args.template))
     except ValidationError as exc:
         raise UsageError(f"{option}: {exc.field} {exc.problem}") from None
     return message
@@ -535,7 +544,7 @@ async def _broadcast(
             outage_patience=dt.timedelta(seconds=args.database_patience),
         )
         if args.recipients_file:
-            source = recipients_from_file(args.recipients_file)
+            source = recipients_from_file(args.recipients_file, format=args.recipients_format)
         else:
             source = recipients_from_query(engine, args.recipients_sql)  # the ledger's database
         display = _Display(sys.stderr, tty)
@@ -559,6 +568,7 @@ async def _broadcast(
                 resume_cancelled=args.resume_cancelled,
                 start_at=args.at,
                 progress_chat=progress_chat,
+                **args.personal,
             )
             if args.at is not None:
                 print(_start_line(args.at), file=sys.stderr)
@@ -676,6 +686,8 @@ def _count_items(p: BroadcastProgress) -> list[str]:
     if DRY_RUN_SEND in p.skips:
         items.append(f"would send {p.skips[DRY_RUN_SEND]:,}")
     skipped = skipped_text(p)
+    if p.waiting and p.next_due is not None:
+        items.append(f"waiting for their hour {p.waiting:,} (next {p.next_due:%Y-%m-%d %H:%M} UTC)")
     return items + ([skipped] if skipped else [])
 
 
