@@ -174,3 +174,32 @@ def test_bad_options_are_usage_errors_before_anything(
     assert 2 == done.returncode
     assert said in done.stderr
     assert [] == server.deliveries
+
+
+def test_a_copied_post_gets_each_languages_caption(workdir: Path, server: BotAPIServer) -> None:
+    """--copy-from with --caption-file-for ru: ru rows get the ru caption, filled in."""
+    post = server.post(999, "The winter sale starts now")
+    (workdir / "caption.txt").write_text("For you, $first_name\n")
+    (workdir / "caption.ru.txt").write_text("Для вас, $first_name\n")
+    args = command(
+        workdir,
+        server,
+        "--copy-from",
+        f"999:{post}",
+        "--caption-file",
+        str(workdir / "caption.txt"),
+        "--caption-file-for",
+        f"ru={workdir / 'caption.ru.txt'}",
+        "--template",
+        "--default",
+        "first_name=friend",
+    )
+    at = args.index("--text-file")
+    del args[at : at + 2]
+    at = args.index("--parse-mode")
+    del args[at : at + 2]
+    done = run(args)
+    assert 0 == done.returncode, done.stderr
+    captions = {d.chat_id: d.params.get("caption") for d in server.deliveries if d.chat_id != "999"}
+    expected = {"1": "For you, Ann", "2": "Для вас, <b>Bob</b>", "3": "For you, Bob_the_*"}
+    assert {**expected, "4": "For you, friend"} == captions

@@ -404,6 +404,20 @@ async def test_each_recipient_gets_it_at_ten_in_its_own_zone(
     assert 4 == max(seen)
 
 
+def test_the_progress_line_and_the_admin_chat_show_who_waits_for_their_hour() -> None:
+    """A local-time campaign's waiting rows and the next hour show in both displays."""
+    from notifyonce import BroadcastProgress
+    from notifyonce._cli.broadcast import render_line
+    from notifyonce._progress_chat import render_progress
+
+    later = dt.datetime(2026, 12, 2, 7, 0, tzinfo=UTC)
+    p = BroadcastProgress(sent=10, total=1210, waiting=1200, next_due=later)
+    said = "waiting for their hour 1,200 (next 2026-12-02 07:00 UTC)"
+    assert said in render_line(p)
+    assert said in render_progress("news/c1", p).splitlines()
+    assert "waiting" not in render_line(BroadcastProgress(sent=10))
+
+
 def _zone(name: str) -> dt.tzinfo:
     import zoneinfo
 

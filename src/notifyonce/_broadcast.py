@@ -71,6 +71,7 @@ __all__ = [
     "recipients_from_file",
     "recipients_from_query",
     "skipped_text",
+    "waiting_text",
 ]
 
 Recipients: TypeAlias = (
@@ -185,6 +186,15 @@ def skipped_text(p: BroadcastProgress) -> str:
     reasons = sorted((-n, reason) for reason, n in p.skips.items() if reason != DRY_RUN_SEND)
     why = ", ".join(f"{reason} {-n:,}" for n, reason in reasons)
     return f"skipped {count:,}" + (f" ({why})" if why else "")
+
+
+def waiting_text(p: BroadcastProgress) -> str:
+    """The recipients of a local-time campaign whose hour has not come, and when the next
+    one's does, in the words the progress line and the admin chat's message share:
+    ``"waiting for their hour 1,200 (next 2026-12-02 07:00 UTC)"``; "" when none."""
+    if not p.waiting or p.next_due is None:
+        return ""
+    return f"waiting for their hour {p.waiting:,} (next {p.next_due:%Y-%m-%d %H:%M} UTC)"
 
 
 @dataclass

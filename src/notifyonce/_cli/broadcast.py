@@ -40,6 +40,7 @@ from notifyonce._broadcast import (
     recipients_from_file,
     recipients_from_query,
     skipped_text,
+    waiting_text,
 )
 from notifyonce._buttons import inline_keyboard
 from notifyonce._cli import personal
@@ -686,8 +687,9 @@ def _count_items(p: BroadcastProgress) -> list[str]:
     if DRY_RUN_SEND in p.skips:
         items.append(f"would send {p.skips[DRY_RUN_SEND]:,}")
     skipped = skipped_text(p)
-    if p.waiting and p.next_due is not None:
-        items.append(f"waiting for their hour {p.waiting:,} (next {p.next_due:%Y-%m-%d %H:%M} UTC)")
+    waiting = waiting_text(p)
+    if waiting:
+        items.append(waiting)
     return items + ([skipped] if skipped else [])
 
 
