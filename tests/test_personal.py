@@ -404,6 +404,51 @@ async def test_each_recipient_gets_it_at_ten_in_its_own_zone(
     assert 4 == max(seen)
 
 
+async def test_a_cancel_from_the_console_ends_the_wait_for_the_next_hour(
+    async_engine: AsyncEngine, async_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelled between two hours: the rows still waiting are not sent, the run ends."""
+    import notifyonce._broadcast as broadcast
+    from notifyonce._campaign import request_cancel
+
+    monkeypatch.setattr(broadcast, "_LOCAL_STEP", 0.01)
+    monkeypatch.setattr(broadcast, "_CANCEL_POLL", 0.01)
+    clock = WallClock(dt.datetime(2026, 12, 1, 9, 30, tzinfo=UTC))
+    ledger = AsyncLedger(async_engine, table_name=async_table, clock=clock)
+    await ledger.create_schema()
+    sender = FakeSender()
+    rows = [Recipient(1), Recipient(2, timezone=_zone("Asia/Tokyo"))]  # Tokyo: tomorrow
+    job = Broadcast(
+        Notifier(ledger, sender),
+        "news",
+        "c1",
+        Message("Hi"),
+        rows,
+        start_at_local=dt.time(10),
+        default_tz="Europe/Berlin",  # 10:00 there is 09:00 UTC: row 1 is due at once
+        start_at=dt.datetime(2026, 12, 1, 8, 30, tzinfo=UTC),  # the hours count from here
+    )
+    task = asyncio.ensure_future(job.run())
+    for _ in range(200):
+        await asyncio.sleep(0.01)
+        if job.progress().sent:
+            break
+    assert await request_cancel(ledger, "news", "c1")
+    report = await asyncio.wait_for(task, 10)
+    assert ["1"] == [r.recipient for r in sender.sent]
+    assert report.cancelled
+    assert (report.report.stopped or "").startswith("cancelled from the console")
+
+
+async def test_a_dry_run_of_a_local_time_campaign_waits_for_no_hour(ledger: AsyncLedger) -> None:
+    """A dry run counts every row it would send, whatever its hour, without waiting."""
+    rows = [Recipient(1, timezone=_zone("Asia/Tokyo")), Recipient(2)]
+    notifier = Notifier(ledger, FakeSender(), dry_run=True)
+    job = Broadcast(notifier, "news", "c1", Message("Hi"), rows, start_at_local=dt.time(10))
+    report = await asyncio.wait_for(job.run(), 10)
+    assert {"dry run: would send": 2} == dict(report.progress.skips)
+
+
 def test_the_progress_line_and_the_admin_chat_show_who_waits_for_their_hour() -> None:
     """A local-time campaign's waiting rows and the next hour show in both displays."""
     from notifyonce import BroadcastProgress

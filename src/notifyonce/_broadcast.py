@@ -834,7 +834,7 @@ class Broadcast:
                     note,
                 )
                 self._stopped_by = note
-                self._run.halt(note)
+                self._run.halt(note)  # a pass that ended already: the next is not started
                 return
 
     def progress(self) -> BroadcastProgress:
@@ -860,8 +860,9 @@ class Broadcast:
     # -- plumbing ---------------------------------------------------------------------
 
     async def _send(self) -> Report:
-        """The sends: one stream, or for a local-time campaign one per hour reached."""
-        if self._local is None:
+        """The sends: one stream, or for a local-time campaign one per hour reached (a dry
+        run waits for no hour: it counts what the campaign would send)."""
+        if self._local is None or self.notifier.dry_run:
             return await self._send_many(self._notifications(None, None))
         # The recipients are read once per hour reached: each pass sends those whose hour
         # came since the last pass (the run's sends of one pass end before it sleeps),
@@ -881,6 +882,10 @@ class Broadcast:
                 return total
             handled_until = now
             while not self._cancel_requested:
+                if self._stopped_by is not None:
+                    # Cancelled from the console between two hours: no pass after it.
+                    total.stopped = self._stopped_by
+                    return total
                 left = (self._next_due - self.notifier._now()).total_seconds()
                 if left <= 0:
                     break
