@@ -265,6 +265,21 @@ async def test_a_missing_field_without_default_is_refused_before_any_claim(
     assert ([], 0) == (sender.sent, await claimed(ledger))
 
 
+async def test_a_list_row_without_a_field_is_refused_before_any_claim(
+    ledger: AsyncLedger,
+) -> None:
+    """A list of rows is checked whole before the first send, as a file is: the row
+    without the field comes after the Notifier's first batches, which are not sent either."""
+    sender = FakeSender()
+    rows = [Recipient(chat, {"name": "Ann"}) for chat in range(1, 2001)] + [Recipient(2001)]
+    with pytest.raises(ValidationError) as info:
+        await Broadcast(
+            Notifier(ledger, sender), "news", "c1", Message("Hi $name"), rows, template=True
+        ).run()
+    assert "has no field 'name' for the template, and it has no default" == info.value.problem
+    assert ([], 0) == (sender.sent, await claimed(ledger))
+
+
 async def test_a_template_with_a_bad_dollar_is_refused_at_once(ledger: AsyncLedger) -> None:
     """A $ that starts no placeholder in a template is refused when the Broadcast is built."""
     with pytest.raises(ValidationError) as info:

@@ -701,7 +701,7 @@ class Broadcast:
             total = checked if total is None else total
         elif total is None and isinstance(self.recipients, Sized):
             total = len(self.recipients)
-        if isinstance(self.recipients, (list, tuple)):
+        if isinstance(self.recipients, (list, tuple)) and personal is not None:
             # In memory already: each row checked before the first send, as a file's are.
             rule = self._row_rule()
             for item in self.recipients:
