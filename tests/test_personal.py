@@ -531,3 +531,16 @@ async def test_a_changed_variant_or_button_is_refused_on_resume(ledger: AsyncLed
     other = {"inline_keyboard": [[{"text": "Open", "url": "https://y.test"}]]}
     with pytest.raises(ValidationError):
         await Broadcast(notifier, "news", "c2", Message("Hi", reply_markup=other), [2]).run()
+
+
+async def test_buttons_json_has_no_form_for_keep_one_fingerprint() -> None:
+    """An object in the buttons (its repr holds its address) fingerprints the same on
+    every run, so a resume is not refused for it."""
+    from notifyonce._campaign import fingerprint
+
+    class Markup:
+        pass
+
+    first = await fingerprint(Message("Hi", reply_markup={"keyboard": Markup()}))
+    again = await fingerprint(Message("Hi", reply_markup={"keyboard": Markup()}))
+    assert first == again

@@ -116,8 +116,16 @@ async def _parts(message: Message) -> list[str]:
     elif media is not None:
         parts += [media.kind, await _content(media)]
     if message.reply_markup is not None:
-        parts += ["buttons", json.dumps(message.reply_markup, sort_keys=True, default=str)]
+        parts += ["buttons", json.dumps(message.reply_markup, sort_keys=True, default=_stable)]
     return parts
+
+
+def _stable(value: object) -> object:
+    """A value JSON has no form for, in one that is the same on every run: a pydantic
+    model's fields (an aiogram button), else its type's name (never a repr, which may hold
+    a memory address and would make every resume look changed)."""
+    dump = getattr(value, "model_dump", None)
+    return dump() if callable(dump) else type(value).__name__
 
 
 async def _content(media: Media) -> str:
