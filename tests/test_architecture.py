@@ -349,6 +349,7 @@ CLI_LAYERS = (
         "notifyonce._cli.serve",
         "notifyonce._cli.web",
     ),
+    ("notifyonce._cli.personal",),  # the broadcast's options of a personalised campaign
     ("notifyonce._cli.common",),
 )
 CLI = [(m, p) for m, p in MODULES if _room(m) == "_cli"]

@@ -10,6 +10,7 @@ ledger's database, and the second sends by it.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import os
@@ -386,3 +387,66 @@ def test_album_campaign_killed_halfway_uploads_each_file_once(
     assert {u.file_id for u in uploads} == {d.file_id for d in albums}
     assert 3 * sum(runs.delivered().values()) == len(albums)
     _assert_one_progress_message(runs, "crash-1")
+
+
+PERSONAL_CHATS = 3_000
+#: Where the rows live: 10:00 there is 10:00, 09:00 and 07:00 UTC.
+ZONES = ("UTC", "Europe/Berlin", "Europe/Moscow")
+
+
+def _row_name(chat: int) -> str:
+    """A name per chat; every seventh is written as markup, which must arrive as text."""
+    return f"<b>User {chat}</b>" if chat % 7 == 0 else f"User_{chat}"
+
+
+def test_a_personal_local_time_campaign_killed_halfway_sends_each_chat_its_own_text(
+    backend: Backend, table: str, tmp_path: Path
+) -> None:
+    """A CSV of 3,000 rows (a name, English or Russian, one of three time zones), a
+    template in two languages at 10:00 local, SIGKILLed at half and re-run: each chat once,
+    its own name in its own language, markup in a name as literal text. The campaign
+    started (--at) the morning before, so every row's 10:00 has come and a re-run counts
+    the hours from that same start."""
+    rows = tmp_path / "people.csv"
+    with rows.open("w") as file:
+        file.write("chat_id,name,language,tz\n")
+        for chat in range(1, PERSONAL_CHATS + 1):
+            language = "ru" if chat % 2 else "en"
+            file.write(f'{chat},"{_row_name(chat)}",{language},{ZONES[chat % 3]}\n')
+    english = tmp_path / "news.html"
+    english.write_text("<b>Hello</b>, $name!\n")
+    russian = tmp_path / "news.ru.html"
+    russian.write_text("<b>Привет</b>, $name!\n")
+    yesterday = dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)
+    start = dt.datetime.combine(yesterday, dt.time(6), dt.timezone.utc).isoformat()
+    content = [
+        "--text-file",
+        str(english),
+        "--text-file-for",
+        f"ru={russian}",
+        "--parse-mode",
+        "HTML",
+        "--template",
+        "--at-local",
+        "10:00",
+        "--default-tz",
+        "Europe/Berlin",
+        "--at",
+        start,
+        "--at-or-now",
+    ]
+
+    def command(server: str, chats: Path) -> list[str]:
+        return _cli(backend, table, *content)(server, rows)
+
+    runs = _kill_halfway_and_rerun(backend, table, tmp_path, command, chats=PERSONAL_CHATS)
+    _assert_each_chat_once(runs)
+    expected = {
+        str(chat): ("<b>Привет</b>, " if chat % 2 else "<b>Hello</b>, ")
+        + _row_name(chat).replace("<", "&lt;").replace(">", "&gt;")
+        + "!"
+        for chat in range(1, PERSONAL_CHATS + 1)
+    }
+    got = {d.chat_id: d.text for d in runs.deliveries}
+    assert {chat: expected[chat] for chat in got} == got, "each chat its own row's text"
+    assert set() == runs.sent - set(got), "every chat recorded sent was seen sent"

@@ -50,6 +50,7 @@ from notifyonce._message import Message, Receipt, Sender, SupportsCheck, Support
 from notifyonce._notifier import Notification, Notifier, Report, Result, TickReport
 from notifyonce._observe import Observer, SendEvent, report_flood_wait
 from notifyonce._outcome import DeliveryMode, Outcome
+from notifyonce._personal import Recipient
 from notifyonce._progress_chat import ProgressMessage
 from notifyonce._quiet import QuietHours
 from notifyonce._revision import (
@@ -110,6 +111,7 @@ __all__ = [
     "ProgressMessage",
     "QuietHours",
     "Receipt",
+    "Recipient",
     "RecipientSource",
     "RecipientState",
     "Report",

@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from notifyonce._campaign import (
     CANCEL_POLL,
     RESERVED_ACTIONS,
+    campaign_started,
     cancel_requested,
     clear_cancel,
     compare_message,
@@ -35,10 +36,27 @@ from notifyonce._campaign import (
 from notifyonce._dispatch import INTERRUPTED
 from notifyonce._drivers import Driver, driver_class
 from notifyonce._errors import LedgerError, ValidationError, ValidationTypeError
-from notifyonce._keys import Subject, normalize_action, normalize_cycle, normalize_subject
+from notifyonce._keys import (
+    Subject,
+    make_key,
+    normalize_action,
+    normalize_cycle,
+    normalize_subject,
+)
 from notifyonce._ledger.table import SlotStatus
 from notifyonce._message import Message
 from notifyonce._outcome import Outcome
+from notifyonce._personal import (
+    FORMATS,
+    LocalHour,
+    Personal,
+    Recipient,
+    as_recipient,
+    check_local_at,
+    file_format,
+    read_rows,
+    recipient_from_row,
+)
 from notifyonce._results import DRY_RUN_SEND, Notification, Report, Result
 
 if TYPE_CHECKING:
@@ -56,9 +74,12 @@ __all__ = [
     "recipients_from_query",
     "skipped_text",
     "stop_line",
+    "waiting_text",
 ]
 
-Recipients: TypeAlias = "Iterable[Subject] | AsyncIterable[Subject] | RecipientSource"
+Recipients: TypeAlias = (
+    "Iterable[Subject | Recipient] | AsyncIterable[Subject | Recipient] | RecipientSource"
+)
 
 
 class ProgressFollower(Protocol):
@@ -78,6 +99,9 @@ _CANCEL_POLL = CANCEL_POLL
 
 # The longest a scheduled run sleeps before it reads the clock again.
 _START_STEP = 1.0
+# The longest a local-time campaign sleeps before it reads the clock again: its job
+# period, within which a recipient's hour is met.
+_LOCAL_STEP = 1.0
 
 logger = logging.getLogger("notifyonce.broadcast")
 
@@ -104,6 +128,8 @@ class BroadcastProgress:
         elapsed: Seconds since the run started.
         rate: Recipients handled per second over the last few seconds.
         finished: True in the last snapshot of a run.
+        waiting: Recipients of a local-time campaign whose hour has not come yet.
+        next_due: When the next of them is due (aware, UTC), or None.
     """
 
     sent: int = 0
@@ -118,6 +144,8 @@ class BroadcastProgress:
     rate: float = 0.0
     finished: bool = False
     skips: Mapping[str, int] = field(default_factory=dict)
+    waiting: int = 0
+    next_due: dt.datetime | None = None
 
     @property
     def done(self) -> int:
@@ -247,6 +275,15 @@ def unknown_text(this_run: int, campaign: int) -> str:
     )
 
 
+def waiting_text(p: BroadcastProgress) -> str:
+    """The recipients of a local-time campaign whose hour has not come, and when the next
+    one's does, in the words the progress line and the admin chat's message share:
+    ``"waiting for their hour 1,200 (next 2026-12-02 07:00 UTC)"``; "" when none."""
+    if not p.waiting or p.next_due is None:
+        return ""
+    return f"waiting for their hour {p.waiting:,} (next {p.next_due:%Y-%m-%d %H:%M} UTC)"
+
+
 @dataclass
 class BroadcastReport:
     """What a [`Broadcast.run`][notifyonce.Broadcast.run] did, and where the campaign stands
@@ -302,6 +339,18 @@ class RecipientSource:
     def __aiter__(self) -> AsyncIterator[Subject]:
         raise NotImplementedError
 
+    async def rows(self) -> AsyncIterator[Recipient]:
+        """The recipients as rows (their language, time zone and fields): a source that
+        has only chat ids gives each as a row of its chat alone."""
+        async for chat in self:
+            yield as_recipient(chat)
+
+    async def check_rows(self, rule: Callable[[Recipient], None]) -> int | None:
+        """Apply ``rule`` to every row before the first send, for a personalised campaign
+        (one filled in from the rows); their number, or None. The default checks each
+        row as it is sent."""
+        return await self.count()
+
     async def count(self) -> int | None:
         """How many recipients the stream will yield, or None when unknown."""
         return None
@@ -323,8 +372,18 @@ _RECIPIENT_FIELDS = frozenset({"subject", "recipient"})
 
 
 class _FileRecipients(RecipientSource):
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], fmt: str = "auto") -> None:
         self.path = os.fspath(path)
+        self.format = file_format(self.path, fmt)
+
+    async def rows(self) -> AsyncIterator[Recipient]:
+        for number, _, found in read_rows(self.path, self.format):
+            if isinstance(found, ValidationError):
+                raise ValidationError("recipients", f"line {number}: {found.problem}")
+            yield found
+
+    async def check_rows(self, rule: Callable[[Recipient], None]) -> int:
+        return _check_lines(read_rows(self.path, self.format), rule)
 
     def _lines(self) -> Iterable[tuple[int, str]]:
         with open(self.path, encoding="utf-8") as lines:
@@ -334,6 +393,10 @@ class _FileRecipients(RecipientSource):
                     yield number, text
 
     async def __aiter__(self) -> AsyncIterator[Subject]:
+        if self.format != "lines":
+            async for row in self.rows():
+                yield row.chat
+            return
         for number, text in self._lines():
             try:
                 normalize_subject(text)
@@ -342,6 +405,8 @@ class _FileRecipients(RecipientSource):
             yield int(text) if _is_int(text) else text
 
     async def count(self) -> int:
+        if self.format != "lines":
+            return sum(1 for _ in read_rows(self.path, self.format))
         return sum(1 for _ in self._lines())
 
     async def check(self, rule: Callable[[Subject], None]) -> int:
@@ -349,35 +414,63 @@ class _FileRecipients(RecipientSource):
         with its number, and nothing is sent, instead of stopping the broadcast there. A
         problem of the message itself (its text, its media) is raised as it is, once: it
         is no line's."""
-        count, bad, problems = 0, 0, list[str]()
-        for number, text in self._lines():
-            count += 1
-            try:
-                normalize_subject(text)
-                rule(int(text) if _is_int(text) else text)
-            except ValidationError as exc:
-                if exc.field not in _RECIPIENT_FIELDS:
-                    raise
-                bad += 1
-                if len(problems) < _BAD_LINES_SHOWN:
-                    problems.append(f"line {number} ({text[:40]!r}): {exc.field} {exc.problem}")
-        if problems:
-            more = f"; {bad} bad lines in all" if bad > len(problems) else ""
-            raise ValidationError("recipients", "; ".join(problems) + more)
-        return count
+        return _check_lines(read_rows(self.path, self.format), lambda row: rule(row.chat))
+
+
+def _check_lines(
+    lines: Iterable[tuple[int, str, Recipient | ValidationError]], rule: Callable[[Recipient], None]
+) -> int:
+    """Every row of a file checked and counted, streamed: the bad lines named (up to
+    ``_BAD_LINES_SHOWN``, and how many in all); a problem of the message itself raised
+    as it is, once."""
+    count, bad, problems = 0, 0, list[str]()
+    for number, text, found in lines:
+        count += 1
+        try:
+            if isinstance(found, ValidationError):
+                raise found
+            rule(found)
+        except ValidationError as exc:
+            if exc.field not in _RECIPIENT_FIELDS:
+                raise
+            bad += 1
+            if len(problems) < _BAD_LINES_SHOWN:
+                problems.append(f"line {number} ({text[:40]!r}): {exc.field} {exc.problem}")
+    if problems:
+        more = f"; {bad} bad lines in all" if bad > len(problems) else ""
+        raise ValidationError("recipients", "; ".join(problems) + more)
+    return count
 
 
 def _is_int(text: str) -> bool:
     return text.lstrip("-").isdigit() and not (len(text) > 1 and text.lstrip("-")[0] == "0")
 
 
-def recipients_from_file(path: str | os.PathLike[str]) -> RecipientSource:
-    """Chat ids from a text file, one a line; blank lines and ``#`` comments are ignored.
+def recipients_from_file(path: str | os.PathLike[str], *, format: str = "auto") -> RecipientSource:
+    """Recipients from a file: chat ids one a line, a CSV file with a header, or JSON lines.
 
-    Lines of digits (with an optional ``-``, as group chats have) become ints, the others
-    (``@channel`` names) stay str. The file is read as it is sent, and counted once first.
+    One chat id a line: blank lines and ``#`` comments are ignored. Lines of digits (with
+    an optional ``-``, as group chats have) become ints, the others (``@channel`` names)
+    stay str. CSV (a header first) and JSON lines (one object a line) give rows: the
+    column ``chat_id`` (in a CSV file without one, the first column) is the chat,
+    ``language`` picks the message's variant, ``tz`` (an IANA name) is where its local
+    hour is read, and every column is a field for a template (see
+    [`Recipient`][notifyonce.Recipient]).
+
+    The file is read as it is sent, one line at a time (a million rows take the memory
+    of one), and checked once first: a bad line (no chat id, a bad ``tz``, a row of the
+    wrong width, a line that is no JSON object) is named with its number and nothing is
+    sent.
+
+    Args:
+        path: The file.
+        format: ``"lines"``, ``"csv"``, ``"jsonl"``, or ``"auto"``: by the extension
+            (``.csv``; ``.jsonl``, ``.ndjson``), else by the first line (``{``: JSON
+            lines; a comma: CSV; else one chat id a line).
     """
-    return _FileRecipients(path)
+    if format not in FORMATS:
+        raise ValidationError("format", f"must be one of {', '.join(FORMATS)}, got {format!r}")
+    return _FileRecipients(path, format)
 
 
 class _QueryRecipients(RecipientSource):
@@ -401,16 +494,60 @@ class _QueryRecipients(RecipientSource):
             async for row in result:
                 yield row[0]
 
+    async def rows(self) -> AsyncIterator[Recipient]:
+        # The first column is the chat id, whatever its name; every column is a field.
+        async for row in self._rows():
+            yield _query_row(row)
+
+    async def _rows(self) -> AsyncIterator[sa.Row[Any]]:
+        if not driver_class(self.engine.dialect, fallback=Driver).streams_reads:
+            async with self.engine.connect() as conn:
+                rows = (await conn.execute(self.query)).all()
+            for row in rows:
+                yield row
+            return
+        async with self.engine.connect() as conn:
+            result = await conn.stream(self.query.execution_options(yield_per=self.chunk))
+            async for row in result:
+                yield row
+
+    async def check_rows(self, rule: Callable[[Recipient], None]) -> int:
+        """Every row read and checked before the first send; a bad one is named by its
+        number in the query's order (up to five, and how many in all)."""
+        count, bad, problems = 0, 0, list[str]()
+        async for row in self._rows():
+            count += 1
+            try:
+                rule(_query_row(row))
+            except ValidationError as exc:
+                if exc.field not in _RECIPIENT_FIELDS:
+                    raise
+                bad += 1
+                if len(problems) < _BAD_LINES_SHOWN:
+                    problems.append(f"row {count}: {exc.field} {exc.problem}")
+        if problems:
+            more = f"; {bad} bad rows in all" if bad > len(problems) else ""
+            raise ValidationError("recipients", "; ".join(problems) + more)
+        return count
+
     async def count(self) -> int:
         counted = sa.select(sa.func.count()).select_from(self.query.subquery())
         async with self.engine.connect() as conn:
             return int((await conn.execute(counted)).scalar_one())
 
 
+def _query_row(row: sa.Row[Any]) -> Recipient:
+    values = dict(row._mapping)
+    first = next(iter(row._mapping.keys()))
+    return recipient_from_row(values, str(first))
+
+
 def recipients_from_query(
     engine: AsyncEngine, query: sa.Select[Any] | str, *, chunk: int = 1000
 ) -> RecipientSource:
-    """Chat ids from the first column of a SQL query, streamed ``chunk`` rows at a time.
+    """Recipients from a SQL query, streamed ``chunk`` rows at a time: the first column
+    is the chat id; every column is kept, as a CSV file's are (``language``, ``tz``, and
+    fields for a template; see [`Recipient`][notifyonce.Recipient]).
 
     On PostgreSQL and MySQL/MariaDB the rows are streamed (a server-side cursor; reads
     there do not block the ledger's writes). On SQLite, where an open read would block
@@ -475,6 +612,24 @@ class Broadcast:
         transactional: Opt-outs do not apply (a notice every user must get); gone chats
             are still skipped.
         skip_gone: Whether chats known to be gone are skipped; default: the Notifier's.
+        template: The texts (and captions, button texts and URLs) are
+            ``string.Template``s (``$name``, ``${first_name}``, ``$$`` for a dollar sign)
+            filled from each recipient's fields (see [`Recipient`][notifyonce.Recipient]),
+            each value escaped for the parse mode so it arrives as written, never as
+            markup. A recipient without a field and no default for it is refused before
+            anything is claimed; one whose filled-in text is too long for the sender is
+            skipped alone, before its claim (``report.skips`` counts it).
+        variants: The message in other languages (``{"ru": Message(...)}``), each with
+            its own text, caption and buttons, picked by the recipient's ``language``
+            (``pt-br`` falls back to ``pt``); ``message`` is every other language's.
+        defaults: A value for each field a recipient may lack, for a template.
+        start_at_local: A local time of day (``dt.time(10)``): each recipient is sent to
+            when it is that time in its own ``tz`` (``default_tz`` for rows without one),
+            the first such moment after the campaign started (``start_at``, or its first
+            run): the run lasts up to a day, and a resumed run keeps the same hours. The
+            recipients must be a source or a list (read once per hour reached).
+        default_tz: The time zone of recipients without one (a tzinfo or an IANA name;
+            default UTC).
 
     Examples:
         >>> import asyncio
@@ -513,6 +668,11 @@ class Broadcast:
         category: str | None = None,
         transactional: bool = False,
         skip_gone: bool | None = None,
+        template: bool = False,
+        variants: Mapping[str, Message] | None = None,
+        defaults: Mapping[str, str] | None = None,
+        start_at_local: dt.time | None = None,
+        default_tz: dt.tzinfo | str | None = None,
     ) -> None:
         self.action = normalize_action(action)
         if self.action in RESERVED_ACTIONS:
@@ -575,6 +735,27 @@ class Broadcast:
         self._cancel_requested = False
         self._last: BroadcastProgress | None = None
         self._final_standing: tuple[list[str], list[str]] | None = None
+        self._personal: Personal | None = None
+        if template or variants or defaults:
+            if not isinstance(message, Message):
+                raise ValidationError(
+                    "message", "must be a Message for a template or variants, not a function"
+                )
+            self._personal = Personal(message, variants, template=template, defaults=defaults)
+        self._local_at: tuple[dt.time, dt.tzinfo] | None = None
+        if start_at_local is not None:
+            self._local_at = check_local_at(start_at_local, default_tz)
+            if not isinstance(recipients, (RecipientSource, list, tuple)):
+                raise ValidationTypeError(
+                    "recipients",
+                    "must be a RecipientSource, a list or a tuple with start_at_local: it "
+                    "is read again as each hour comes",
+                )
+        elif default_tz is not None:
+            raise ValidationError("default_tz", "applies with start_at_local only")
+        self._local: LocalHour | None = None
+        self._waiting = 0
+        self._next_due: dt.datetime | None = None
 
     def __repr__(self) -> str:
         return f"Broadcast({self.action!r}, campaign={self.campaign!r})"
@@ -598,6 +779,7 @@ class Broadcast:
             raise RuntimeError("this Broadcast is already running or ran; build a new one")
         ledger, dry_run = self.notifier.ledger, self.notifier.dry_run
         resumed = await self._check_cancelled()
+        personal = self._personal
         wanted = None
         if isinstance(self.message, Message):
             wanted = await compare_message(
@@ -606,6 +788,8 @@ class Broadcast:
                 self.campaign,
                 self.message,
                 allow_changed=self.allow_changed_message,
+                variants=None if personal is None else personal.variants,
+                extra=[] if personal is None else personal.fingerprint_parts(),
             )
         fixed_total = self.total
         self.total = await self._checked_total(fixed_total)
@@ -635,21 +819,13 @@ class Broadcast:
             self.total = await self._checked_total(None)
             if self.total is not None and wanted is not None and not dry_run:
                 await record_total(ledger, self.action, self.campaign, self.total)
+        if self._local_at is not None:
+            self._local = await self._local_hour()
         self._started = time.monotonic()
         # The start is the first sample, so the first snapshot already has a rate (the
         # recipients handled since the start), not 0/s and no ETA.
         self._samples.append((self._started, 0))
-        self._task = asyncio.ensure_future(
-            self.notifier._send_many(
-                self.action,
-                self._notifications(),
-                category=self.category,
-                transactional=self.transactional,
-                skip_gone=self.skip_gone,
-                on_result=self._count,
-                on_run=self._attach,
-            )
-        )
+        self._task = asyncio.ensure_future(self._send())
         if self._cancel_requested:
             self._task.cancel()
         ticker = asyncio.ensure_future(self._tick())
@@ -705,14 +881,34 @@ class Broadcast:
         return None if kind == "halt" else kind
 
     async def _checked_total(self, total: int | None) -> int | None:
-        """Check every recipient a source can read twice (before the first send); the
-        number of recipients, ``total`` when given, else counted when it can be."""
+        """Check every recipient a source can read twice, and every row of a list when
+        the campaign is personal (before the first send); the number of recipients,
+        ``total`` when given, else counted when it can be."""
+        personal = self._personal
         if isinstance(self.recipients, RecipientSource):
-            checked = await self.recipients.check(self._recipient_rule())
+            if personal is not None or self._local_at is not None:
+                checked = await self.recipients.check_rows(self._row_rule())
+            else:
+                checked = await self.recipients.check(self._recipient_rule())
             return checked if total is None else total
+        if isinstance(self.recipients, (list, tuple)) and personal is not None:
+            # In memory already: each row checked before the first send, as a file's are.
+            rule = self._row_rule()
+            for item in self.recipients:
+                rule(as_recipient(item))
         if total is None and isinstance(self.recipients, Sized):
             return len(self.recipients)
         return total
+
+    async def _local_hour(self) -> LocalHour:
+        """Each recipient's hour, counted from ``start_at`` or the campaign's first run
+        (kept in the ledger, so a resumed run keeps the hours), else from now."""
+        assert self._local_at is not None
+        at, zone = self._local_at
+        start = self.start_at
+        if start is None and not self.notifier.dry_run:
+            start = await campaign_started(self.notifier.ledger, self.action, self.campaign)
+        return LocalHour(at, zone, start or self.notifier._now())
 
     async def _wait_for_start(self) -> bool:
         """Sleep until ``start_at`` by the ledger's clock, a second at a time at most (so
@@ -786,7 +982,7 @@ class Broadcast:
                     note,
                 )
                 self._stopped_by = note
-                self._run.halt(note)
+                self._run.halt(note)  # a pass that ended already: the next is not started
                 return
 
     def progress(self) -> BroadcastProgress:
@@ -811,21 +1007,114 @@ class Broadcast:
 
     # -- plumbing ---------------------------------------------------------------------
 
-    async def _notifications(self) -> AsyncIterator[Notification]:
-        build = self.message
+    async def _send(self) -> Report:
+        """The sends: one stream, or for a local-time campaign one per hour reached (a dry
+        run waits for no hour: it counts what the campaign would send)."""
+        if self._local is None or self.notifier.dry_run:
+            return await self._send_many(self._notifications(None, None))
+        # The recipients are read once per hour reached: each pass sends those whose hour
+        # came since the last pass (the run's sends of one pass end before it sleeps),
+        # counts the others, and sleeps until the next is due.
+        handled_until: dt.datetime | None = None
+        total = Report(counts=dict.fromkeys(Outcome, 0))
+        while True:
+            now = self.notifier._now()
+            report = await self._send_many(self._notifications(now, handled_until))
+            for outcome, n in report.counts.items():
+                total.counts[outcome] += n
+            total.results += report.results
+            for reason, n in report.skips.items():
+                total.skips[reason] = total.skips.get(reason, 0) + n
+            total.dry_run, total.stopped = report.dry_run, report.stopped
+            if self._next_due is None or report.stopped is not None:
+                return total
+            handled_until = now
+            while not self._cancel_requested:
+                if self._stopped_by is not None:
+                    # Cancelled from the console between two hours: no pass after it.
+                    total.stopped = self._stopped_by
+                    return total
+                left = (self._next_due - self.notifier._now()).total_seconds()
+                if left <= 0:
+                    break
+                await asyncio.sleep(min(left, _LOCAL_STEP))
+
+    async def _send_many(self, notifications: AsyncIterator[Notification]) -> Report:
+        return await self.notifier._send_many(
+            self.action,
+            notifications,
+            category=self.category,
+            transactional=self.transactional,
+            skip_gone=self.skip_gone,
+            on_result=self._count,
+            on_run=self._attach,
+        )
+
+    async def _notifications(
+        self, now: dt.datetime | None, handled_until: dt.datetime | None
+    ) -> AsyncIterator[Notification]:
+        """Every recipient's notification; for a local-time campaign (``now`` given) those
+        whose hour came after ``handled_until`` and by ``now``, counting the others."""
+        local = self._local
+        waiting, next_due = 0, None
+        async for row in self._rows():
+            if local is not None and now is not None:
+                due = local.due(row.timezone)
+                if due > now:
+                    waiting += 1
+                    next_due = due if next_due is None else min(next_due, due)
+                    continue
+                if handled_until is not None and due <= handled_until:
+                    continue
+            note = self._notification(row)
+            if note is not None:
+                yield note
+        self._waiting, self._next_due = waiting, next_due
+
+    async def _rows(self) -> AsyncIterator[Recipient]:
         source = self.recipients
-        if isinstance(source, AsyncIterable):
+        if isinstance(source, RecipientSource):
+            async for row in source.rows():
+                yield row
+        elif isinstance(source, AsyncIterable):
             async for chat in source:
-                yield self._notification(chat, build)
+                yield as_recipient(chat)
         else:
             for chat in source:
-                yield self._notification(chat, build)
+                yield as_recipient(chat)
 
-    def _notification(
-        self, chat: Subject, build: Message | Callable[[Subject], Message]
-    ) -> Notification:
-        message = build if isinstance(build, Message) else build(chat)
-        return Notification(chat, self.campaign, message)
+    def _notification(self, row: Recipient) -> Notification | None:
+        """The notification of one recipient; None for one refused alone (its personal
+        message is one the sender refuses: too long once filled in), counted as skipped."""
+        build = self.message
+        chat = row.chat
+        fields = row.fields or None
+        if self._personal is None:
+            message = build if isinstance(build, Message) else build(chat)
+            return Notification(chat, self.campaign, message, timezone=row.timezone, fields=fields)
+        message = self._personal.render(row)
+        note = Notification(chat, self.campaign, message, timezone=row.timezone, fields=fields)
+        check = self.notifier._sender_check
+        if check is None or not self._personal.template:
+            return note
+        try:
+            check(note.target, message)
+        except ValidationError as exc:
+            if exc.field in _RECIPIENT_FIELDS:
+                return note  # the run refuses it as it refuses any bad chat
+            reason = f"refused: {exc.field} too long once filled in"
+            logger.warning(
+                "campaign %s/%s: chat %s refused alone, before its claim: its %s once "
+                "filled in is one the sender refuses",
+                self.action,
+                self.campaign,
+                chat,
+                exc.field,
+            )
+            key = make_key(self.action, chat, self.campaign)
+            self._count(Result(self.action, note, key, Outcome.SKIPPED, reason=reason))
+            return None
+        return note
 
     def _recipient_rule(self) -> Callable[[Subject], None]:
         """The sender's check of one recipient of this campaign (nothing without one)."""
@@ -837,6 +1126,43 @@ class Broadcast:
             if check is not None:
                 message = build if isinstance(build, Message) else build(chat)
                 check(str(chat), message)
+
+        return rule
+
+    def _row_rule(self) -> Callable[[Recipient], None]:
+        """The check of one row of a personalised campaign before the first send: its
+        chat and its message, filled in. A row without a field of the template is refused
+        (naming it); a text that only this row's values make too long is not: that row
+        alone is skipped when its turn comes. A problem of the message itself is raised."""
+        check = self.notifier._sender_check
+        personal = self._personal
+        bare: dict[int, ValidationError | None] = {}
+
+        def rule(row: Recipient) -> None:
+            normalize_subject(row.chat)
+            if personal is None:
+                message = self.message if isinstance(self.message, Message) else None
+                if check is not None and message is not None:
+                    check(str(row.chat), message)
+                return
+            message = personal.render(row)
+            if check is None:
+                return
+            try:
+                check(str(row.chat), message)
+            except ValidationError as exc:
+                if exc.field in _RECIPIENT_FIELDS or not personal.template:
+                    raise
+                variant = personal.pick(row.language)
+                if id(variant) not in bare:
+                    # The variant with every value one letter: what fails so is the message's.
+                    try:
+                        check(str(row.chat), personal.bare(variant))
+                        bare[id(variant)] = None
+                    except ValidationError as problem:
+                        bare[id(variant)] = problem
+                if bare[id(variant)] is not None:
+                    raise
 
         return rule
 
@@ -879,6 +1205,8 @@ class Broadcast:
             rate=rate,
             finished=finished,
             skips=dict(self._skips),
+            waiting=self._waiting,
+            next_due=self._next_due,
         )
 
     def _publish(self, *, finished: bool) -> None:

@@ -33,8 +33,10 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hashlib
+import json
 import logging
 import os
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -57,6 +59,7 @@ __all__ = [
     "PROGRESS_ACTION",
     "RESERVED_ACTIONS",
     "REVISION_ACTION",
+    "campaign_started",
     "cancel_requested",
     "cancel_statement",
     "check_message",
@@ -90,12 +93,28 @@ CANCEL_NOTE = "cancelled from the console"
 CANCEL_POLL = 2.0
 
 
-async def fingerprint(message: Message) -> str:
-    """A stable fingerprint of what the recipients see: text, parse mode, media content.
+async def fingerprint(
+    message: Message, variants: Mapping[str, Message] | None = None, extra: Sequence[str] = ()
+) -> str:
+    """A stable fingerprint of what the recipients see: text, parse mode, media content,
+    buttons, and for a personalised campaign each language's variant and ``extra`` (that
+    it is a template, its defaults).
+
+    A part is added only when present, so a campaign without buttons or variants keeps
+    the fingerprint it had before they were covered.
 
     Raises:
         ValidationError: The media file cannot be read (nothing was sent).
     """
+    parts = await _parts(message)
+    for language in sorted(variants or {}):
+        parts += ["variant", language, *await _parts((variants or {})[language])]
+    parts += extra
+    digest = hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass"))
+    return _PREFIX + digest.hexdigest()
+
+
+async def _parts(message: Message) -> list[str]:
     parts = [message.text, message.parse_mode or ""]
     media = message.media
     if isinstance(media, Copy):
@@ -106,8 +125,17 @@ async def fingerprint(message: Message) -> str:
             parts += [item.kind, await _content(item)]
     elif media is not None:
         parts += [media.kind, await _content(media)]
-    digest = hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass"))
-    return _PREFIX + digest.hexdigest()
+    if message.reply_markup is not None:
+        parts += ["buttons", json.dumps(message.reply_markup, sort_keys=True, default=_stable)]
+    return parts
+
+
+def _stable(value: object) -> object:
+    """A value JSON has no form for, in one that is the same on every run: a pydantic
+    model's fields (an aiogram button), else its type's name (never a repr, which may hold
+    a memory address and would make every resume look changed)."""
+    dump = getattr(value, "model_dump", None)
+    return dump() if callable(dump) else type(value).__name__
 
 
 async def _content(media: Media) -> str:
@@ -131,6 +159,8 @@ async def check_message(
     *,
     allow_changed: bool,
     dry_run: bool,
+    variants: Mapping[str, Message] | None = None,
+    extra: Sequence[str] = (),
 ) -> None:
     """Record the campaign's message on its first run; on a later run, refuse another one
     unless ``allow_changed`` (then the new one is recorded). A dry run records nothing.
@@ -139,13 +169,28 @@ async def check_message(
         ValidationError: The message differs from the one the campaign started with.
         LedgerError: The database failed.
     """
-    wanted = await compare_message(ledger, action, campaign, message, allow_changed=allow_changed)
+    wanted = await compare_message(
+        ledger,
+        action,
+        campaign,
+        message,
+        allow_changed=allow_changed,
+        variants=variants,
+        extra=extra,
+    )
     if not dry_run:
         await record_campaign(ledger, action, campaign, wanted)
 
 
 async def compare_message(
-    ledger: AsyncLedger, action: str, campaign: str, message: Message, *, allow_changed: bool
+    ledger: AsyncLedger,
+    action: str,
+    campaign: str,
+    message: Message,
+    *,
+    allow_changed: bool,
+    variants: Mapping[str, Message] | None = None,
+    extra: Sequence[str] = (),
 ) -> str:
     """The message's fingerprint, once compared with the one the campaign started with
     (if it did): reads only, so a run refused later (a bad recipient) writes nothing.
@@ -155,7 +200,7 @@ async def compare_message(
         LedgerError: The database failed.
     """
     _, where = _row(ledger.table, action, campaign)
-    wanted = await fingerprint(message)
+    wanted = await fingerprint(message, variants, extra)
     try:
         stored = await _stored(ledger, where)
     except _DATABASE_ERRORS as exc:
@@ -256,6 +301,18 @@ def _row(
         table.c.action == key.action, table.c.subject == key.subject, table.c.cycle == key.cycle
     )
     return key, where
+
+
+async def campaign_started(ledger: AsyncLedger, action: str, campaign: str) -> dt.datetime | None:
+    """When the campaign's first run recorded its message (None before, or in a dry run):
+    the start a local-time campaign counts each recipient's hour from, on every run."""
+    _, where = _row(ledger.table, action, campaign)
+    query = sa.select(ledger.table.c.created_at).where(where)
+    async with ledger.engine.connect() as conn:
+        value = (await conn.execute(query)).scalar_one_or_none()
+    if not isinstance(value, dt.datetime):
+        return None
+    return value if value.utcoffset() is not None else value.replace(tzinfo=dt.timezone.utc)
 
 
 async def _stored(ledger: AsyncLedger, where: sa.ColumnElement[bool]) -> str | None:

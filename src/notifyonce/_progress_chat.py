@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from notifyonce._broadcast import skipped_text, stop_line, unknown_text
+from notifyonce._broadcast import skipped_text, stop_line, unknown_text, waiting_text
 from notifyonce._campaign import keep_progress_message, progress_message
 from notifyonce._errors import PermanentSendError, SendError, ValidationError
 from notifyonce._media import Document
@@ -58,6 +58,9 @@ def render_progress(name: str, p: BroadcastProgress, ending: str | None = None) 
     skipped = skipped_text(p)
     if skipped:
         lines.append(skipped)
+    waiting = waiting_text(p)
+    if waiting and not p.finished:
+        lines.append(waiting)
     if not p.finished and p.eta is not None:
         lines.append(f"{p.rate:,.0f}/s, about {p.eta:.0f} s left")
     if p.finished and p.unknown:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,9 @@ class Notification:
         message: What to send.
         recipient: Where to send it (not blank); defaults to ``str(subject)``.
         timezone: The subject's time zone, for the Notifier's ``quiet_hours``.
+        fields: What a campaign knew of the recipient (its row's columns, as text), which
+            its message was filled in from; None for a notification without a row. Never
+            logged.
 
     Examples:
         >>> n = Notification(42, "2026-12", Message("6 hours left"))
@@ -44,6 +48,7 @@ class Notification:
     message: Message
     recipient: str | None = None
     timezone: dt.tzinfo | None = None
+    fields: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
 
     @property
     def target(self) -> str:

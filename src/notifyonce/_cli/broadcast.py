@@ -39,8 +39,10 @@ from notifyonce._broadcast import (
     skipped_text,
     stop_line,
     unknown_text,
+    waiting_text,
 )
 from notifyonce._buttons import inline_keyboard
+from notifyonce._cli import personal
 from notifyonce._cli.common import (
     ENV_URL,
     EXIT_DATABASE,
@@ -102,11 +104,17 @@ def add_parser(
         "guide's table.",
     )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--recipients-file", metavar="PATH", help="chat ids, one a line")
+    source.add_argument(
+        "--recipients-file",
+        metavar="PATH",
+        help="chat ids one a line, or rows: CSV with a header or JSON lines (chat_id, "
+        "language, tz, and fields for --template)",
+    )
     source.add_argument(
         "--recipients-sql",
         metavar="SELECT",
-        help="a SELECT whose first column is the chat id, run against --database-url",
+        help="a SELECT whose first column is the chat id, run against --database-url; "
+        "every column is kept (language, tz, and fields for --template)",
     )
     parser.add_argument(
         "--text-file",
@@ -258,6 +266,7 @@ def add_parser(
         metavar="SECONDS",
         help="seconds between progress updates (default: 0.2 on a terminal, else 5)",
     )
+    personal.add_options(parser)
 
 
 class _InOrder(argparse.Action):
@@ -302,6 +311,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``notifyonce broadcast``; the exit code."""
     _check_start(args.at, args.at_or_now)
     message = _message(args)
+    args.personal = personal.broadcast_options(args, message, _read_text, _buttons)
     args.base_url = args.base_url or default_api_url()
     token = os.environ.get(args.token_env, "")
     if not token and not args.dry_run:
@@ -379,7 +389,7 @@ def _message(args: argparse.Namespace) -> Message:
         )
         # What Telegram would refuse for every chat (markup it cannot parse, a text too
         # long) stops here, before the database is opened: a dry run reports it too.
-        check_message(message)
+        check_message(personal.template_check(message, args.template))
     except ValidationError as exc:
         raise UsageError(f"{option}: {exc.field} {exc.problem}") from None
     return message
@@ -537,7 +547,7 @@ async def _broadcast(
             outage_patience=dt.timedelta(seconds=args.database_patience),
         )
         if args.recipients_file:
-            source = recipients_from_file(args.recipients_file)
+            source = recipients_from_file(args.recipients_file, format=args.recipients_format)
         else:
             source = recipients_from_query(engine, args.recipients_sql)  # the ledger's database
         display = _Display(sys.stderr, tty)
@@ -561,6 +571,7 @@ async def _broadcast(
                 resume_cancelled=args.resume_cancelled,
                 start_at=args.at,
                 progress_chat=progress_chat,
+                **args.personal,
             )
             if args.at is not None:
                 print(_start_line(args.at), file=sys.stderr)
@@ -690,6 +701,9 @@ def _count_items(p: BroadcastProgress) -> list[str]:
     if DRY_RUN_SEND in p.skips:
         items.append(f"would send {p.skips[DRY_RUN_SEND]:,}")
     skipped = skipped_text(p)
+    waiting = waiting_text(p)
+    if waiting:
+        items.append(waiting)
     return items + ([skipped] if skipped else [])
 
 
