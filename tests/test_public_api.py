@@ -12,6 +12,7 @@ CONTRACT = [
     "AsyncLedger", "Ledger", "Claim", "Window", "Schedule", "Message", "Receipt", "Sender",
     "Notifier", "Notification", "Outcome", "DeliveryMode", "NotifyOnceError", "ScheduleError",
     "SendError", "PermanentSendError", "TransientSendError", "UncertainSendError",
+    "once", "once_call", "OnceGuard", "OnceResult", "NotDoneError",
 ]  # fmt: skip
 
 
