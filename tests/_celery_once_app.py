@@ -4,7 +4,6 @@ file (the outside counter), with a pause before and after it so kills land mid-t
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import random
 import time
@@ -12,11 +11,11 @@ import time
 import sqlalchemy as sa
 from celery import Celery
 
+from _queue_storm import record_effect, worker_ledger_options
 from notifyonce import Claim, Ledger
 from notifyonce.queues.celery import once_task
 
 QUEUE = os.environ["NFO_QUEUE"]
-COUNTER = os.environ["NFO_COUNTER"]
 
 app = Celery("once_test", broker=os.environ["NFO_BROKER"])
 app.conf.update(
@@ -31,9 +30,8 @@ app.conf.update(
 
 def make_ledger() -> Ledger:
     """This worker process's ledger (an engine must not cross the prefork pool's fork)."""
-    lease = dt.timedelta(seconds=float(os.environ["NFO_LEASE"]))
-    engine = sa.create_engine(os.environ["NFO_DATABASE"])
-    return Ledger(engine, table_name=os.environ["NFO_TABLE"], lease=lease)
+    url, options = worker_ledger_options()
+    return Ledger(sa.create_engine(url), **options)
 
 
 @once_task(
@@ -49,10 +47,6 @@ def effect(claim: Claim, n: int) -> int:
     """The side effect: one line per run, written by one O_APPEND write (a SIGKILL cannot
     tear it)."""
     time.sleep(random.uniform(0.0, 0.03))
-    fd = os.open(COUNTER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, f"{n} {claim.token}\n".encode())
-    finally:
-        os.close(fd)
+    record_effect(n, claim.token)
     time.sleep(random.uniform(0.0, 0.03))
     return n

@@ -94,9 +94,15 @@ class Storm:
             return
         proc.wait(30)
 
-    def run(self, enqueue: Callable[[int], None], timeout: float = 300) -> collections.Counter[int]:
+    def run(
+        self,
+        enqueue: Callable[[int], None],
+        timeout: float = 300,
+        nudge: Callable[[], None] | None = None,
+    ) -> collections.Counter[int]:
         """Create the table, enqueue ``TASKS`` tasks, run the workers through ``KILLS``
-        kills, wait until every slot is settled; the effects per subject."""
+        kills, wait until every slot is settled (calling ``nudge`` while waiting, for a
+        queue that redelivers only when its consumers read); the effects per subject."""
         ledger, engine = self.ledger()
         try:
             ledger.create_schema()
@@ -119,6 +125,8 @@ class Storm:
                     self.progress.append(sum(self.effects().values()))
                     live.append(self.start())
                 while not self.settled(ledger) and time.monotonic() < deadline:
+                    if nudge is not None:
+                        nudge()
                     time.sleep(0.5)
                 assert self.settled(ledger), f"not settled within {timeout} s: {self.logs()}"
                 if self.mode is DeliveryMode.AT_MOST_ONCE:  # a dead worker's expired claims
@@ -182,3 +190,22 @@ def check(storm: Storm, effects: collections.Counter[int]) -> str:
         assert [] == lost, summary
         assert {"sent": TASKS} == dict(statuses), summary
     return summary
+
+
+# -- what the worker processes' apps share ------------------------------------------------
+
+
+def worker_ledger_options() -> tuple[str, dict[str, object]]:
+    """A worker's ledger: the storm's database URL and the ledger's options."""
+    lease = dt.timedelta(seconds=float(os.environ["NFO_LEASE"]))
+    return os.environ["NFO_DATABASE"], {"table_name": os.environ["NFO_TABLE"], "lease": lease}
+
+
+def record_effect(n: int, token: int) -> None:
+    """The side effect: one line per run, written by one O_APPEND write (a SIGKILL cannot
+    tear it)."""
+    fd = os.open(os.environ["NFO_COUNTER"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, f"{n} {token}\n".encode())
+    finally:
+        os.close(fd)

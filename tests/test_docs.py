@@ -33,6 +33,8 @@ PUBLIC_MODULES = [
     "notifyonce.migrations",
     "notifyonce.web",
     "notifyonce.queues.celery",
+    "notifyonce.queues.taskiq",
+    "notifyonce.queues.dramatiq",
 ]
 
 
@@ -108,6 +110,8 @@ EXTRA_MODULES = {
     "notifyonce.otel": "otel",
     "notifyonce.web": "web",
     "notifyonce.queues.celery": "celery",
+    "notifyonce.queues.taskiq": "taskiq",
+    "notifyonce.queues.dramatiq": "dramatiq",
 }
 PIP_LINE = re.compile(r"pip install ([^\n`]+)")
 

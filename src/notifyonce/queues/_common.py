@@ -20,15 +20,17 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from notifyonce._errors import ValidationTypeError
+from notifyonce._keys import Cycle, Subject
 from notifyonce._ledger.ledger import AsyncLedger, Ledger
 from notifyonce._ledger.table import SlotStatus
-from notifyonce._once import OnceGuard
+from notifyonce._once import OnceGuard, once
 from notifyonce._outcome import DeliveryMode, Outcome
 
-__all__ = ["LedgerSource", "retry_delay"]
+__all__ = ["GuardSpec", "LedgerSource", "retry_delay"]
 
 L = TypeVar("L", AsyncLedger, Ledger)
 
@@ -61,6 +63,32 @@ class LedgerSource(Generic[L]):
                     )
                 self._made = (pid, made)
             return self._made[1]
+
+
+@dataclass(frozen=True)
+class GuardSpec:
+    """What a task's guard is made of, but its arguments: one per registered task."""
+
+    action: str
+    key: Callable[..., tuple[Subject, Cycle]]
+    mode: DeliveryMode | str
+    max_attempts: int
+    not_done: tuple[type[BaseException], ...]
+
+    def guard(
+        self, ledger: AsyncLedger | Ledger, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> OnceGuard:
+        """The guard of one call, its slot made from the call's arguments."""
+        subject, cycle = self.key(*args, **kwargs)
+        return once(
+            ledger,
+            self.action,
+            subject,
+            cycle,
+            mode=self.mode,
+            max_attempts=self.max_attempts,
+            not_done=self.not_done,
+        )
 
 
 def retry_delay(guard: OnceGuard, lease_seconds: float) -> float | None:

@@ -27,9 +27,8 @@ from celery import Celery, Task
 from notifyonce._keys import Cycle, Subject
 from notifyonce._ledger.claim import Claim
 from notifyonce._ledger.ledger import Ledger
-from notifyonce._once import once
 from notifyonce._outcome import DeliveryMode
-from notifyonce.queues._common import LedgerSource, retry_delay
+from notifyonce.queues._common import GuardSpec, LedgerSource, retry_delay
 
 __all__ = ["once_task"]
 
@@ -80,21 +79,13 @@ def once_task(
         ```
     """
     source = LedgerSource(ledger, Ledger)
+    spec = GuardSpec(action, key, mode, max_attempts, not_done)
 
     def decorate(function: Callable[Concatenate[Claim, P], R]) -> Task:
         @functools.wraps(function)
         def run(self: Task, *args: P.args, **kwargs: P.kwargs) -> R | None:
-            subject, cycle = key(*args, **kwargs)
             ledger = source.get()
-            guard = once(
-                ledger,
-                action,
-                subject,
-                cycle,
-                mode=mode,
-                max_attempts=max_attempts,
-                not_done=not_done,
-            )
+            guard = spec.guard(ledger, args, kwargs)
             error: Exception | None = None
             value: R | None = None
             try:
