@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 import pytest
 import sqlalchemy as sa
 
-from notifyonce import Claim, DeliveryMode, Ledger, ValidationTypeError
+from notifyonce import Claim, DeliveryMode, Ledger, ValidationError, ValidationTypeError
 
 from ._databases import IN_CI
 from ._queue_storm import Storm, check
@@ -127,4 +127,25 @@ def test_once_task_registers_a_task_that_is_redelivered_when_its_worker_dies(
     with pytest.raises(ValidationTypeError) as raised:
         once_task(app, "sqlite://", "effect", key=lambda n: (n, 1))  # type: ignore[arg-type]
     assert "ledger" == raised.value.field
+    ledger.engine.dispose()
+
+
+@pytest.mark.sqlite
+def test_a_task_with_a_bad_option_is_refused_when_declared(tmp_path: Path) -> None:
+    """once_task refuses a bad mode, max_attempts or key when the task is declared (not
+    when a worker first runs it), naming the option."""
+    from celery import Celery
+
+    app = Celery("bad", broker=AMQP)
+    ledger = Ledger(sa.create_engine(f"sqlite:///{tmp_path / 'l.sqlite3'}"))
+    fields = []
+    for options in (
+        {"key": lambda n: (n, 1), "mode": "twice"},
+        {"key": lambda n: (n, 1), "max_attempts": 0},
+        {"key": "n"},
+    ):
+        with pytest.raises(ValidationError) as raised:
+            once_task(app, ledger, "effect", **options)  # type: ignore[arg-type]
+        fields.append(raised.value.field)
+    assert ["mode", "max_attempts", "key"] == fields
     ledger.engine.dispose()

@@ -387,6 +387,13 @@ def _checked(
         raise ValidationTypeError(
             "ledger", f"must be an AsyncLedger or a Ledger, got {type(ledger).__name__}"
         )
+    return check_options(mode, max_attempts, not_done)
+
+
+def check_options(
+    mode: object, max_attempts: object, not_done: object
+) -> tuple[DeliveryMode, int, tuple[type[BaseException], ...]]:
+    """The guard's options, checked (a queue adapter checks them when a task is declared)."""
     try:
         delivery = DeliveryMode(mode)
     except ValueError:

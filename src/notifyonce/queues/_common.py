@@ -27,7 +27,7 @@ from notifyonce._errors import ValidationTypeError
 from notifyonce._keys import Cycle, Subject
 from notifyonce._ledger.ledger import AsyncLedger, Ledger
 from notifyonce._ledger.table import SlotStatus
-from notifyonce._once import OnceGuard, once
+from notifyonce._once import OnceGuard, check_options, once
 from notifyonce._outcome import DeliveryMode, Outcome
 
 __all__ = ["GuardSpec", "LedgerSource", "retry_delay"]
@@ -74,6 +74,13 @@ class GuardSpec:
     mode: DeliveryMode | str
     max_attempts: int
     not_done: tuple[type[BaseException], ...]
+
+    def __post_init__(self) -> None:
+        check_options(self.mode, self.max_attempts, self.not_done)
+        if not isinstance(self.action, str):
+            raise ValidationTypeError("action", f"must be a str, got {type(self.action).__name__}")
+        if not callable(self.key):
+            raise ValidationTypeError("key", "must be a function of the task's arguments")
 
     def guard(
         self, ledger: AsyncLedger | Ledger, args: tuple[Any, ...], kwargs: dict[str, Any]

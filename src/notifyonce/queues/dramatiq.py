@@ -31,7 +31,7 @@ from dramatiq.middleware import Middleware, SkipMessage
 from notifyonce._errors import ValidationError
 from notifyonce._ledger.claim import Claim
 from notifyonce._ledger.ledger import Ledger
-from notifyonce._once import OnceGuard, once
+from notifyonce._once import OnceGuard, check_options, once
 from notifyonce._outcome import DeliveryMode
 from notifyonce.queues._common import LedgerSource, retry_delay
 
@@ -87,9 +87,7 @@ class OnceMiddleware(Middleware):
         not_done: tuple[type[BaseException], ...] = (),
     ) -> None:
         self._source = LedgerSource(ledger, Ledger)
-        self.mode = DeliveryMode(mode)
-        self.max_attempts = max_attempts
-        self.not_done = not_done
+        self.mode, self.max_attempts, self.not_done = check_options(mode, max_attempts, not_done)
 
     @property
     def actor_options(self) -> set[str]:
