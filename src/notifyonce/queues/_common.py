@@ -25,14 +25,16 @@ from typing import Any, Generic, TypeVar
 
 from notifyonce._errors import ValidationTypeError
 from notifyonce._keys import Cycle, Subject
+from notifyonce._ledger.claim import Claim
 from notifyonce._ledger.ledger import AsyncLedger, Ledger
 from notifyonce._ledger.table import SlotStatus
 from notifyonce._once import OnceGuard, check_options, once
 from notifyonce._outcome import DeliveryMode, Outcome
 
-__all__ = ["GuardSpec", "LedgerSource", "retry_delay"]
+__all__ = ["GuardSpec", "LedgerSource", "retry_delay", "run_guarded"]
 
 L = TypeVar("L", AsyncLedger, Ledger)
+R = TypeVar("R")
 
 
 class LedgerSource(Generic[L]):
@@ -106,3 +108,16 @@ def retry_delay(guard: OnceGuard, lease_seconds: float) -> float | None:
     if held and guard.mode is DeliveryMode.AT_LEAST_ONCE:
         return lease_seconds + 1.0
     return None
+
+
+def run_guarded(guard: OnceGuard, body: Callable[[Claim], R]) -> tuple[R | None, Exception | None]:
+    """Run ``body`` with the claim under ``guard`` (a sync ledger's), unless it skips: the
+    body's value, and the exception it raised, kept for the queue to see after the guard
+    recorded the slot."""
+    try:
+        with guard:
+            if guard.claim is not None:
+                return body(guard.claim), None
+    except Exception as exc:
+        return None, exc
+    return None, None

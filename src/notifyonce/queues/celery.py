@@ -28,7 +28,7 @@ from notifyonce._keys import Cycle, Subject
 from notifyonce._ledger.claim import Claim
 from notifyonce._ledger.ledger import Ledger
 from notifyonce._outcome import DeliveryMode
-from notifyonce.queues._common import GuardSpec, LedgerSource, retry_delay
+from notifyonce.queues._common import GuardSpec, LedgerSource, retry_delay, run_guarded
 
 __all__ = ["once_task"]
 
@@ -86,14 +86,7 @@ def once_task(
         def run(self: Task, *args: P.args, **kwargs: P.kwargs) -> R | None:
             ledger = source.get()
             guard = spec.guard(ledger, args, kwargs)
-            error: Exception | None = None
-            value: R | None = None
-            try:
-                with guard:
-                    if guard.claim is not None:
-                        value = function(guard.claim, *args, **kwargs)
-            except Exception as exc:
-                error = exc
+            value, error = run_guarded(guard, lambda claim: function(claim, *args, **kwargs))
             delay = retry_delay(guard, ledger.lease.total_seconds())
             if delay is not None:
                 raise self.retry(exc=error, countdown=delay, max_retries=max_retries)
