@@ -32,6 +32,10 @@ PUBLIC_MODULES = [
     "notifyonce.testing",
     "notifyonce.migrations",
     "notifyonce.web",
+    "notifyonce.queues.celery",
+    "notifyonce.queues.taskiq",
+    "notifyonce.queues.dramatiq",
+    "notifyonce.queues.apscheduler",
 ]
 
 
@@ -106,6 +110,9 @@ EXTRA_MODULES = {
     "notifyonce.apprise": "apprise",
     "notifyonce.otel": "otel",
     "notifyonce.web": "web",
+    "notifyonce.queues.celery": "celery",
+    "notifyonce.queues.taskiq": "taskiq",
+    "notifyonce.queues.dramatiq": "dramatiq",
 }
 PIP_LINE = re.compile(r"pip install ([^\n`]+)")
 
@@ -197,7 +204,10 @@ def page_imports_not_installed(page: Path) -> list[str]:
                 if top in sys.stdlib_module_names or top in files:
                     continue
                 if top == "notifyonce":
-                    extra = EXTRA_MODULES.get(".".join(name.split(".")[:2]))
+                    parts = name.split(".")
+                    extra = EXTRA_MODULES.get(".".join(parts[:3])) or EXTRA_MODULES.get(
+                        ".".join(parts[:2])
+                    )
                     if extra is not None and extra not in extras:
                         missing.append(f"{page.name}:{block.line}: {name} (extra {extra})")
                     continue

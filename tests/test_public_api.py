@@ -13,6 +13,7 @@ CONTRACT = [
     "Notifier", "Notification", "Outcome", "DeliveryMode", "NotifyOnceError", "ScheduleError",
     "SendError", "PermanentSendError", "TransientSendError", "UncertainSendError",
     "CampaignRevision", "Revision", "SentMessages", "recipients_from_campaign",
+    "once", "once_call", "OnceGuard", "OnceResult", "NotDoneError",
 ]  # fmt: skip
 
 

@@ -49,6 +49,7 @@ from notifyonce._media import Album, Copy, Document, Photo, Video
 from notifyonce._message import Message, Receipt, Sender, SupportsCheck, SupportsTurn
 from notifyonce._notifier import Notification, Notifier, Report, Result, TickReport
 from notifyonce._observe import Observer, SendEvent, report_flood_wait
+from notifyonce._once import NotDoneError, OnceGuard, OnceResult, once, once_call
 from notifyonce._outcome import DeliveryMode, Outcome
 from notifyonce._personal import Recipient
 from notifyonce._progress_chat import ProgressMessage
@@ -100,10 +101,13 @@ __all__ = [
     "LedgerUnavailableError",
     "Message",
     "MessageRefusedError",
+    "NotDoneError",
     "Notification",
     "Notifier",
     "NotifyOnceError",
     "Observer",
+    "OnceGuard",
+    "OnceResult",
     "OptOut",
     "Outcome",
     "PermanentSendError",
@@ -142,6 +146,8 @@ __all__ = [
     "deadline_filter",
     "inline_keyboard",
     "make_key",
+    "once",
+    "once_call",
     "recipients_from_campaign",
     "recipients_from_file",
     "recipients_from_query",
