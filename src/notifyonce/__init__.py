@@ -25,6 +25,7 @@ from notifyonce._broadcast import (
     recipients_from_query,
 )
 from notifyonce._buttons import inline_keyboard, unsubscribe_button
+from notifyonce._drivers.postgresql import pgbouncer_options
 from notifyonce._errors import (
     FloodWaitError,
     LedgerError,
@@ -131,6 +132,7 @@ __all__ = [
     "deadline_filter",
     "inline_keyboard",
     "make_key",
+    "pgbouncer_options",
     "recipients_from_file",
     "recipients_from_query",
     "report_flood_wait",
