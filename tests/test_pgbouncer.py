@@ -110,6 +110,26 @@ async def test_racing_claim_many_through_the_bouncer_split_the_keys_exactly(benv
     await races.test_overlapping_claim_many_batches_split_the_keys_exactly(benv)
 
 
+async def test_observed_engine_races_through_the_bouncer(
+    shared: Backend, bouncer: PgBouncer
+) -> None:
+    """On an asyncpg engine someone watches (a cursor-execute listener, as an SQL tracer
+    adds) the ledger's statements go through SQLAlchemy's adapter: the claim race through
+    PgBouncer still has one winner per key, and the listener heard the claims."""
+    backend = _through(bouncer, "asyncpg")
+    env = Env("async", backend, backend.unique_table(), _engine("async", backend))
+    assert isinstance(env.engine, AsyncEngine)
+    heard: list[str] = []
+    sa.event.listen(env.engine.sync_engine, "before_cursor_execute", lambda *a: heard.append(a[2]))
+    try:
+        await env.make().create_schema()
+        await races.test_racing_claims_have_exactly_one_winner_per_key(env)
+        assert sum("INSERT INTO" in sql for sql in heard) >= 2 * 16 * 12
+    finally:
+        await env.engine.dispose()
+        drop_table(shared, env.table)
+
+
 @pytest.mark.parametrize("driver", ["asyncpg", "psycopg"])
 async def test_send_many_through_the_bouncer_sends_each_chat_once(
     driver: str, shared: Backend, bouncer: PgBouncer
