@@ -34,6 +34,7 @@ from notifyonce import (
     Photo,
     ProgressMessage,
     SlotStatus,
+    pgbouncer_options,
     recipients_from_file,
 )
 from notifyonce.telegram import RateLimit, SQLFileIdStore, TelegramSender
@@ -44,7 +45,9 @@ SETTLED = {SlotStatus.SENT, SlotStatus.FAILED, SlotStatus.UNKNOWN}
 
 
 async def main(config: dict[str, Any]) -> int:
-    engine = create_async_engine(str(config["db_url"]))
+    url = str(config["db_url"])
+    # Behind PgBouncer in transaction mode (``config["pgbouncer"]``): no named statements.
+    engine = create_async_engine(url, **(pgbouncer_options(url) if config.get("pgbouncer") else {}))
     ledger = AsyncLedger(
         engine, table_name=str(config["table"]), lease=dt.timedelta(seconds=config["lease"])
     )

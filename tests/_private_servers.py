@@ -25,10 +25,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from tests._databases import IN_CI
 
-__all__ = ["PrivateMariaDB", "PrivatePostgres", "PrivateRedis", "free_port", "private_server"]
+__all__ = [
+    "PgBouncer",
+    "PrivateMariaDB",
+    "PrivatePostgres",
+    "PrivateRedis",
+    "free_port",
+    "private_server",
+]
 
 _START_TIMEOUT = 60.0
 
@@ -72,6 +80,36 @@ class _Server:
         self.dir = Path(tempfile.mkdtemp(prefix=f"nfo-{self.name}-"))
         self.log = self.dir / "server.log"
         self.restarts = 0
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def _postgres_user(self) -> str | None:
+        """``postgres``, owning the directory, when the tests run as root (PostgreSQL and
+        PgBouncer refuse root); None otherwise."""
+        if os.geteuid() != 0:
+            return None
+        owner = pwd.getpwnam("postgres")
+        os.chown(self.dir, owner.pw_uid, owner.pw_gid)
+        return "postgres"
+
+    def _spawn(self, command: list[str]) -> None:
+        """Run ``command`` in the background, its output in the log, until the port answers."""
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=log)
+        self._wait(up=True)
+
+    def _terminate(self) -> None:
+        """SIGTERM the spawned process (a clean shutdown, as a service restart does) and
+        wait until the port is closed."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(_START_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        self._wait(up=False)
 
     def start(self) -> None:
         raise NotImplementedError
@@ -126,11 +164,7 @@ class PrivatePostgres(_Server):
         self.bin: Path = found  # type: ignore[assignment]
         super().__init__()
         self.data = self.dir / "data"
-        self.user: str | None = None
-        if os.geteuid() == 0:
-            self.user = "postgres"
-            owner = pwd.getpwnam(self.user)
-            os.chown(self.dir, owner.pw_uid, owner.pw_gid)
+        self.user = self._postgres_user()
         self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
 
     def _run(self, tool: str, *args: str) -> None:
@@ -175,7 +209,6 @@ class PrivateMariaDB(_Server):
         self.server: str = server  # type: ignore[assignment]
         super().__init__()
         self.data = self.dir / "data"
-        self.process: subprocess.Popen[bytes] | None = None
         subprocess.run(
             [
                 str(install),
@@ -213,9 +246,7 @@ class PrivateMariaDB(_Server):
             "--innodb-buffer-pool-size=64M",
             *(["--user=root"] if os.geteuid() == 0 else []),
         ]
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=log)
-        self._wait(up=True)
+        self._spawn(command)
         if self._first:
             self._first = False
             socket_path = str(self.dir / "mysqld.sock")
@@ -227,16 +258,7 @@ class PrivateMariaDB(_Server):
             )
 
     def stop(self) -> None:
-        process, self.process = self.process, None
-        if process is None:
-            return
-        process.send_signal(signal.SIGTERM)  # a clean shutdown, as a service restart does
-        try:
-            process.wait(_START_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        self._wait(up=False)
+        self._terminate()
 
 
 class PrivateRedis(_Server):
@@ -250,7 +272,6 @@ class PrivateRedis(_Server):
             _missing("Redis (redis-server)")
         self.server: str = server  # type: ignore[assignment]
         super().__init__()
-        self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -270,21 +291,71 @@ class PrivateRedis(_Server):
             "--dir",
             str(self.dir),
         ]
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=log)
-        self._wait(up=True)
+        self._spawn(command)
 
     def stop(self) -> None:
-        process, self.process = self.process, None
-        if process is None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(_START_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        self._wait(up=False)
+        self._terminate()
+
+
+class PgBouncer(_Server):
+    """A PgBouncer of its own in transaction mode, in front of a PostgreSQL the tests
+    already use (``upstream``, a URL such as ``NOTIFYONCE_TEST_POSTGRES_URL``).
+
+    Transaction mode hands each transaction (each statement, outside one) to whichever
+    server connection is free: nothing a client leaves on its server session (a named
+    prepared statement, a session ``SET``) is there at its next transaction. Every client
+    logs in as the upstream's user, trusted, as the local PostgreSQL trusts it. PgBouncer
+    refuses to run as root: it switches to the ``postgres`` user (``-u``) when the tests
+    run as root. Only the bouncer stops and starts: the upstream is left alone.
+    """
+
+    name = "pgbouncer"
+
+    def __init__(self, upstream: str, pool_size: int = 20, max_client_conn: int = 200) -> None:
+        found = shutil.which("pgbouncer") or (
+            "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None
+        )
+        if found is None:
+            _missing("PgBouncer (pgbouncer)")
+        self.binary: str = found  # type: ignore[assignment]
+        super().__init__()
+        target = make_url(upstream)
+        self.database = target.database or "postgres"
+        self.user = target.username or "postgres"
+        self.run_as = self._postgres_user()
+        (self.dir / "users.txt").write_text(f'"{self.user}" ""\n')
+        self.config = self.dir / "pgbouncer.ini"
+        self.config.write_text(
+            "[databases]\n"
+            f"{self.database} = host={target.host or '127.0.0.1'} port={target.port or 5432} "
+            f"dbname={self.database} user={self.user}\n"
+            "[pgbouncer]\n"
+            "listen_addr = 127.0.0.1\n"
+            f"listen_port = {self.port}\n"
+            f"unix_socket_dir = {self.dir}\n"
+            "auth_type = trust\n"
+            f"auth_file = {self.dir / 'users.txt'}\n"
+            "pool_mode = transaction\n"
+            f"default_pool_size = {pool_size}\n"
+            f"max_client_conn = {max_client_conn}\n"
+            # The drivers' startup parameters PgBouncer does not track itself.
+            "ignore_startup_parameters = extra_float_digits,options\n"
+        )
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://{self.user}@127.0.0.1:{self.port}/{self.database}"
+
+    @property
+    def async_url(self) -> str:
+        return f"postgresql+asyncpg://{self.user}@127.0.0.1:{self.port}/{self.database}"
+
+    def start(self) -> None:
+        command = [self.binary, *(["-u", self.run_as] if self.run_as else []), str(self.config)]
+        self._spawn(command)
+
+    def stop(self) -> None:
+        self._terminate()  # PgBouncer's immediate shutdown: its clients are disconnected
 
 
 @contextlib.contextmanager

@@ -153,12 +153,13 @@ class Workers:
         return list(await asyncio.wait_for(asyncio.gather(*(p.wait() for p in last)), 150))
 
 
-async def setup_table(backend: Backend, table: str) -> None:
+async def setup_table(backend: Backend, table: str, pgbouncer: bool = False) -> None:
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from notifyonce import AsyncLedger
+    from notifyonce import AsyncLedger, pgbouncer_options
 
-    engine = create_async_engine(backend.async_url)
+    options = pgbouncer_options(backend.async_url) if pgbouncer else {}
+    engine = create_async_engine(backend.async_url, **options)
     await AsyncLedger(engine, table_name=table).create_schema()
     await engine.dispose()
 
@@ -262,7 +263,7 @@ class Storm:
         server = flaky_server(randomness, self.chats, self.drop, self.flood, self.latency, hook)
         try:
             config["server"] = server.url
-            await setup_table(backend, table)
+            await setup_table(backend, table, pgbouncer=bool(self.options.get("pgbouncer")))
             started = time.monotonic()
             codes = await workers.run(
                 self.workers, self.kills, randomness, self.pause, self.patience

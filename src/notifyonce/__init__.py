@@ -25,6 +25,7 @@ from notifyonce._broadcast import (
     recipients_from_query,
 )
 from notifyonce._buttons import inline_keyboard, unsubscribe_button
+from notifyonce._drivers.postgresql import pgbouncer_options
 from notifyonce._errors import (
     FloodWaitError,
     LedgerError,
@@ -148,6 +149,7 @@ __all__ = [
     "make_key",
     "once",
     "once_call",
+    "pgbouncer_options",
     "recipients_from_campaign",
     "recipients_from_file",
     "recipients_from_query",

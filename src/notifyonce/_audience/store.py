@@ -600,7 +600,7 @@ class _Base:
         def work(engine: sa.Engine) -> T:
             try:
                 with engine.connect() as conn:
-                    if driver.autocommit_statements:
+                    if driver.autocommit_connections:
                         conn = conn.execution_options(isolation_level="AUTOCOMMIT")
                     return body(conn)
             except DATABASE_ERRORS as exc:

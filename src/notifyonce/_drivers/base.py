@@ -184,6 +184,13 @@ class Driver:
         """Compiled statements' way to a pooled connection the caller checked out."""
         return DriverLink(pooled, self.engine.dialect)
 
+    @property
+    def autocommit_connections(self) -> bool:
+        """Whether a SQLAlchemy ``Connection`` may run a statement alone in autocommit, as
+        `autocommit_statements` prefers (not through a pooler that would split its
+        round trips between two server connections)."""
+        return self.autocommit_statements
+
     def switches_to_autocommit(self) -> bool:
         """Whether a statement in autocommit needs its connection switched to it first."""
         return True

@@ -4,23 +4,30 @@ from __future__ import annotations
 
 import contextlib
 import math
+import uuid
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
 
 from notifyonce._drivers.base import Driver
 from notifyonce._drivers.execute import AsyncpgLink, DriverLink
+from notifyonce._errors import ValidationError
 
-__all__ = ["PostgreSQLDriver"]
+__all__ = ["POOLED_BY_TRANSACTION", "PostgreSQLDriver", "pgbouncer_options"]
 
 # Deadlock detected, serialization failure (a caller running SERIALIZABLE): the server
 # rolled the transaction back, so running it again from the start is safe.
 _RETRY_STATES = frozenset({"40P01", "40001"})
 # lock_not_available: a wait that lock_timeout ended.
 _LOCK_TIMEOUT = "55P03"
+# The engine option `pgbouncer_options` sets: the engine reaches PostgreSQL through a
+# pooler in transaction mode.
+POOLED_BY_TRANSACTION = "notifyonce_pgbouncer"
 
 
 class PostgreSQLDriver(Driver):
@@ -55,6 +62,16 @@ class PostgreSQLDriver(Driver):
         super().__init__(engine)
         self._keepers: weakref.WeakSet[Any] = weakref.WeakSet()
         self._watching = False
+        self._pooled = bool(engine.get_execution_options().get(POOLED_BY_TRANSACTION))
+
+    @property
+    def autocommit_connections(self) -> bool:
+        # SQLAlchemy's asyncpg adapter prepares a statement and runs it in two round
+        # trips; in autocommit a transaction pooler may send the second to another server
+        # connection, where the statement does not exist. In a transaction both go to
+        # the same one. (The ledger's own statements go to asyncpg directly, unnamed and
+        # parsed again with their values: they keep autocommit.)
+        return not (self._pooled and self.engine.dialect.driver == "asyncpg")
 
     @staticmethod
     def insert(table: sa.Table) -> Any:
@@ -139,3 +156,63 @@ class PostgreSQLDriver(Driver):
             if pooled is not None:
                 with contextlib.suppress(Exception):
                     pooled.invalidate()
+
+
+def _statement_name() -> str:
+    # Unique on every server connection a pooler may hand out: asyncpg's own names
+    # (``__asyncpg_stmt_1__``) are counted per client connection, so two clients' first
+    # statements meet on one server connection as "already exists".
+    return f"__notifyonce_{uuid.uuid4().hex}__"
+
+
+def pgbouncer_options(url: str | URL) -> dict[str, Any]:
+    """The engine options for a PostgreSQL reached through a pooler in transaction mode
+    (PgBouncer's ``pool_mode = transaction``): pass them to ``create_engine`` or
+    ``create_async_engine`` with the same URL.
+
+    Such a pooler gives each transaction, and each statement outside one, whichever
+    server connection is free, so a named prepared statement made on one is missing on
+    the next: ``prepared statement "__asyncpg_stmt_15__" does not exist`` (asyncpg, which
+    prepares every statement) or ``prepared statement "_pg3_0" already exists`` (psycopg,
+    from a query's sixth run). These options prepare nothing that outlives its statement:
+
+    - psycopg 3: ``prepare_threshold=None``, no statement is ever prepared by name;
+    - asyncpg: ``statement_cache_size=0`` (asyncpg sends each statement unnamed, parsed
+      again with its values: nothing waits on the server between two messages), and
+      SQLAlchemy's own prepared statements (uncached, ``prepared_statement_cache_size=0``)
+      get names unique across clients. Those are made inside a transaction, so they run
+      on the server connection that has them; each stays there until PgBouncer closes
+      that connection (``server_lifetime``). psycopg leaves none.
+
+    A URL with no PostgreSQL driver that notifyonce runs on is a ValidationError naming
+    ``url``. Neither a password nor the rest of the URL appears in the message.
+
+    Examples:
+        >>> pgbouncer_options("postgresql+psycopg://app@bouncer:6432/app")["connect_args"]
+        {'prepare_threshold': None}
+        >>> sorted(pgbouncer_options("postgresql+asyncpg://app@bouncer:6432/app")["connect_args"])
+        ['prepared_statement_cache_size', 'prepared_statement_name_func', 'statement_cache_size']
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ValidationError("url", "not a valid SQLAlchemy URL") from None
+    backend, _, dbapi = parsed.drivername.partition("+")
+    if backend not in (*PostgreSQLDriver.backends, *PostgreSQLDriver.aliases):
+        raise ValidationError("url", f"a pooler's options are for PostgreSQL, not {backend!r}")
+    if dbapi == "asyncpg":
+        connect_args: dict[str, Any] = {
+            "statement_cache_size": 0,
+            "prepared_statement_cache_size": 0,
+            "prepared_statement_name_func": _statement_name,
+        }
+    elif dbapi in ("psycopg", "psycopg_async"):
+        connect_args = {"prepare_threshold": None}
+    else:
+        raise ValidationError(
+            "url",
+            f"name the driver: postgresql+asyncpg:// or postgresql+psycopg://, not {backend}"
+            + (f"+{dbapi}" if dbapi else "")
+            + "://",
+        )
+    return {"connect_args": connect_args, "execution_options": {POOLED_BY_TRANSACTION: True}}

@@ -371,7 +371,7 @@ class LedgerCore:
         body: Callable[[Connection], T] = (
             (lambda c: plan.body(ConnectionLink(c))) if plan.on_link else plan.body
         )
-        if owned and plan.alone and self.driver.autocommit_statements:
+        if owned and plan.alone and self.driver.autocommit_connections:
             conn.execution_options(isolation_level="AUTOCOMMIT")
         if not owned:
             try:
