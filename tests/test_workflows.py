@@ -118,3 +118,17 @@ def test_release_checks_the_distributions_then_publishes_with_trusted_publishing
     uses = [step.get("uses", "") for step in publish["steps"]]
     assert any(u.startswith("pypa/gh-action-pypi-publish@") for u in uses)
     assert "password" not in RELEASE.read_text(encoding="utf-8")
+
+
+def test_the_ci_script_parses_and_ends_with_make_ci() -> None:
+    """.ci/run is valid bash (a broken line stops CI before a single test), installs the
+    Debian tools the tests start (tmux, Chromium, PgBouncer) and runs ``make ci``."""
+    script = ROOT / ".ci" / "run"
+    checked = subprocess.run(
+        ["bash", "-n", str(script)], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert 0 == checked.returncode, checked.stderr
+    lines = [line for line in script.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert "make ci" == lines[-1]
+    for tool in ("tmux", "chromium", "pgbouncer"):
+        assert any(f"install -y -qq {tool}" in line for line in lines), tool
