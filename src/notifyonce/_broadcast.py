@@ -630,7 +630,20 @@ class Broadcast:
                 self.campaign,
                 resumed,
             )
-        if await self._wait_for_start() and fixed_total is None:
+        waited = await self._wait_for_start()
+        if waited and wanted is not None and isinstance(self.message, Message):
+            # A media file may have been rewritten during the wait: the message is checked
+            # again against the one recorded, so what is sent is what the campaign records.
+            again = await compare_message(
+                ledger,
+                self.action,
+                self.campaign,
+                self.message,
+                allow_changed=self.allow_changed_message,
+            )
+            if again != wanted and not dry_run:
+                await record_campaign(ledger, self.action, self.campaign, again)
+        if waited and fixed_total is None:
             # The recipients may have changed during the wait: counted (and checked) again.
             self.total = await self._checked_total(None)
             if self.total is not None and wanted is not None and not dry_run:
