@@ -533,6 +533,14 @@ MUTANTS = [
         "return receipt, receipt.file_id",
         ("tests/test_media_race.py",),
     ),
+    Mutant(
+        "campaign-wait-keeps-old-fingerprint",
+        "a campaign that waited for its start sends only the message it records",
+        "_broadcast.py",
+        r"if waited and wanted is not None and isinstance\(self\.message, Message\):",
+        "if False:",
+        ("tests/test_scheduled_campaigns.py",),
+    ),
     # -- a database that goes away mid-run -------------------------------------------------
     Mutant(
         "rerun-replays-claim",
