@@ -9,6 +9,7 @@ bytes whose sha256 is its key's, and each send delivers bytes the file held.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 from pathlib import Path
@@ -18,13 +19,25 @@ import pytest
 
 import notifyonce._senders.telegram.files as files_module
 import notifyonce._senders.telegram.sender as sender_module
-from notifyonce import Document, Message
+from notifyonce import (
+    Album,
+    AsyncLedger,
+    Broadcast,
+    Document,
+    Message,
+    Notifier,
+    Photo,
+    TransientSendError,
+    ValidationError,
+)
+from notifyonce._campaign import pin
 from notifyonce._media import file_sha256
 from notifyonce._senders.telegram.files import read_upload
 from notifyonce.telegram import MemoryFileIdStore
 from notifyonce.testing import BotAPIServer
 
 from ._bot_api import sender_for
+from ._fakes import Wrapper
 
 OLD = b"%PDF-1.7 tariff, version one " + bytes(range(256)) * 8
 NEW = b"%PDF-1.7 tariff, version two " + bytes(range(256)) * 8  # the same size
@@ -109,3 +122,90 @@ async def test_a_file_rewritten_during_a_send_never_gets_another_files_id(
     assert 3 == len(delivered)
     by_id = [sha for sha in delivered if sha != "upload"]
     assert set(by_id) <= contents
+
+
+class RewritingSender(Wrapper):
+    """Sends through ``inner``; after ``after`` sends, ``rewriter`` rewrites the file."""
+
+    def __init__(self, inner: Any, rewriter: Rewriter, after: int) -> None:
+        super().__init__(inner)
+        self.rewriter, self.after = rewriter, after
+
+    async def send(self, recipient: str, message: Any) -> Any:
+        try:
+            return await super().send(recipient, message)
+        finally:
+            self.after -= 1
+            if self.after == 0:
+                await asyncio.to_thread(self.rewriter.at, "sent")
+
+
+@pytest.mark.parametrize(
+    ("keep_stamp", "sent_and_given_back"),
+    # The same size and mtime: the sender does not read the file again and sends the
+    # file_id of the bytes fingerprinted.
+    [(False, (2, 4)), (True, (6, 0))],
+    ids=["new-stamp", "same-stamp"],
+)
+async def test_a_file_rewritten_during_a_campaign_never_reaches_the_chats_left(
+    ledger: AsyncLedger,
+    bot_api_server: BotAPIServer,
+    tmp_path: Path,
+    keep_stamp: bool,
+    sent_and_given_back: tuple[int, int],
+) -> None:
+    """A campaign's file rewritten after its second send: no chat gets other bytes than the
+    ones the campaign fingerprinted, the chats the sender would have sent the new bytes are
+    given back, and a run with the new file is refused as a changed message."""
+    path = tmp_path / "tariff.pdf"
+    path.write_bytes(OLD)
+    message = Message("", media=Document(path))
+    async with sender_for(bot_api_server) as inner:
+        sender = RewritingSender(inner, Rewriter(path, "sent", keep_stamp), after=2)
+        notifier = Notifier(ledger, sender, concurrency=1, batch_size=1)
+        report = await Broadcast(notifier, "news", "tariff", message, range(1, 7)).run()
+        with pytest.raises(ValidationError) as caught:
+            await Broadcast(notifier, "news", "tariff", message, range(1, 7)).run()
+    assert "message" == caught.value.field
+    old = hashlib.sha256(OLD).hexdigest()
+    uploaded = {u.file_id: u.sha256 for u in bot_api_server.uploads}
+    sent = [uploaded.get(str(d.params.get("document")), old) for d in bot_api_server.deliveries]
+    assert [old] == [u.sha256 for u in bot_api_server.uploads]
+    assert [old] * report.progress.sent == sent
+    assert sent_and_given_back == (report.progress.sent, report.progress.retry)
+
+
+@pytest.mark.parametrize("keep_stamp", [False, True], ids=["new-stamp", "same-stamp"])
+@pytest.mark.parametrize("step", ["before", "hashed"])
+@pytest.mark.parametrize("album", [False, True], ids=["document", "album"])
+async def test_a_pinned_file_rewritten_before_its_first_upload_is_not_sent(
+    bot_api_server: BotAPIServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    keep_stamp: bool,
+    step: str,
+    album: bool,
+) -> None:
+    """A file pinned to a campaign's fingerprint and rewritten before its first upload
+    (before the send hashes it, or between its hash and its read; its stamp kept or not;
+    alone or in an album): the send is refused about the message, nothing reaches the chat."""
+    path = tmp_path / "tariff.jpg"
+    path.write_bytes(OLD)
+    media = Album([Photo(path), Photo(b"\xff\xd8 a second photo")]) if album else Document(path)
+    message = await pin(Message("", media=media))
+    rewriter = Rewriter(path, step, keep_stamp)
+    rewriter.at("before")
+
+    def hashed(where: str) -> str:
+        digest = file_sha256(where)
+        rewriter.at("hashed")
+        return digest
+
+    monkeypatch.setattr(files_module, "file_sha256", hashed)
+    async with sender_for(bot_api_server) as sender:
+        with pytest.raises(TransientSendError) as caught:
+            await sender.send("1", message)
+    assert rewriter.done
+    assert caught.value.about_message
+    assert "changed since the campaign recorded it" in str(caught.value)
+    assert ([], []) == (bot_api_server.deliveries, bot_api_server.uploads)

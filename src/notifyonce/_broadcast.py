@@ -29,6 +29,7 @@ from notifyonce._campaign import (
     cancel_requested,
     clear_cancel,
     compare_message,
+    pin,
     record_campaign,
     record_total,
 )
@@ -599,7 +600,11 @@ class Broadcast:
         ledger, dry_run = self.notifier.ledger, self.notifier.dry_run
         resumed = await self._check_cancelled()
         wanted = None
-        if isinstance(self.message, Message):
+        given = self.message
+        if isinstance(given, Message):
+            # Its files pinned to the bytes fingerprinted: one rewritten during the run
+            # stops it rather than reach the chats left as another message (see `pin`).
+            self.message = await pin(given)
             wanted = await compare_message(
                 ledger,
                 self.action,
@@ -631,9 +636,10 @@ class Broadcast:
                 resumed,
             )
         waited = await self._wait_for_start()
-        if waited and wanted is not None and isinstance(self.message, Message):
+        if waited and wanted is not None and isinstance(given, Message):
             # A media file may have been rewritten during the wait: the message is checked
             # again against the one recorded, so what is sent is what the campaign records.
+            self.message = await pin(given)
             again = await compare_message(
                 ledger,
                 self.action,
