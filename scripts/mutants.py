@@ -54,6 +54,8 @@ DISPATCH = "tests/test_dispatch.py"
 LEDGER = "tests/test_ledger.py"
 E2E = "tests/test_telegram_e2e.py"
 AUDIENCE = "tests/test_audience.py"
+DST = "tests/test_dst.py"
+OUTAGES = "tests/test_outages.py"
 
 MUTANTS = [
     # -- the Notifier (the dispatch pipeline) ------------------------------------------------
@@ -487,6 +489,122 @@ MUTANTS = [
         "        return Driver.rows_by_key(table, key, columns, values)\n        asked = (\n"
         "            sa.func.unnest",
         (AUDIENCE + "::test_a_young_audience_is_searched_by_its_key",),
+    ),
+    # -- local times at daylight-saving changes ---------------------------------------------
+    Mutant(
+        "dst-deadline-ignores-fold",
+        "a deadline at a local time that happens twice is the occurrence its fold names",
+        "_keys.py",
+        r"offset = cycle\.utcoffset\(\)",
+        "offset = cycle.replace(fold=0).utcoffset()",
+        (DST + "::test_a_deadline_at_an_odd_local_time_names_one_moment",),
+    ),
+    Mutant(
+        "dst-key-memo-ignores-fold",
+        "the two 02:30 of a night whose clocks go back are two slots, whichever comes first",
+        "_keys.py",
+        r"memo = \(kind, cycle, cycle\.fold\) if kind is dt\.datetime else \(kind, cycle\)",
+        "memo = (kind, cycle)",
+        (DST + "::test_a_deadline_at_an_odd_local_time_names_one_moment",),
+    ),
+    Mutant(
+        "dst-window-wall-clock",
+        "a window is measured in real hours across a daylight-saving change",
+        "_schedule/window.py",
+        r"        return value\.astimezone\(UTC\)",
+        "        return value",
+        (DST + "::test_a_reminder_due_at_an_odd_local_time_is_open_once_in_real_hours",),
+    ),
+    Mutant(
+        "quiet-offset-of-the-utc-clock",
+        "quiet hours read the local clock with the offset in force at that moment",
+        "_quiet.py",
+        r"local = now\.astimezone\(timezone or self\.default_timezone\)\.time\(\)",
+        "at = now.astimezone(dt.timezone.utc)\n        local = (at + (timezone or "
+        "self.default_timezone).utcoffset(at.replace(tzinfo=None))).time()",
+        (DST + "::test_quiet_hours_follow_the_local_clock_across_a_change",),
+    ),
+    # -- media: a file rewritten during a send ---------------------------------------------
+    Mutant(
+        "media-id-kept-for-stale-hash",
+        "a file rewritten between its hash and its upload never gets the new bytes' file_id",
+        "_senders/telegram/sender.py",
+        r"return receipt, receipt\.file_id if fresh else None",
+        "return receipt, receipt.file_id",
+        ("tests/test_media_race.py",),
+    ),
+    Mutant(
+        "campaign-wait-keeps-old-fingerprint",
+        "a campaign that waited for its start sends only the message it records",
+        "_broadcast.py",
+        r"if waited and wanted is not None and isinstance\(given, Message\):",
+        "if False:",
+        ("tests/test_scheduled_campaigns.py",),
+    ),
+    Mutant(
+        "campaign-file-not-pinned",
+        "a file rewritten while its campaign runs never reaches the chats left",
+        "_broadcast.py",
+        r"\(see `pin`\)\.\n(\s+)self\.message = await pin\(given\)",
+        r"(see `pin`).\n\1self.message = given",
+        ("tests/test_media_race.py",),
+    ),
+    Mutant(
+        "pinned-file-hashed-changed-sent",
+        "a pinned file whose hash changed is refused before any send",
+        "_senders/telegram/files.py",
+        r"if _pinned\(media\) and digest != media\._digest:",
+        "if False:",
+        ("tests/test_media_race.py",),
+    ),
+    Mutant(
+        "pinned-file-read-changed-sent",
+        "a pinned file whose bytes changed after its hash (its stamp kept) is not uploaded",
+        "_senders/telegram/files.py",
+        r"if _pinned\(media\):\n(\s+)raise changed\(media\)",
+        r"if False:\n\1raise changed(media)",
+        ("tests/test_media_race.py",),
+    ),
+    # -- a database that goes away mid-run -------------------------------------------------
+    Mutant(
+        "rerun-replays-claim",
+        "a claim cut after its commit is released by its token before it is made again",
+        "_ledger/ledger.py",
+        r"if plan\.undo is not None:\n(\s+)await self\._run_owned\(plan\.undo, None\)\n",
+        "pass\n",
+        (
+            OUTAGES
+            + "::test_a_statement_cut_after_it_committed_is_run_again_once_the_database_is_back",
+        ),
+    ),
+    Mutant(
+        "outage-outcomes-dropped",
+        "an outcome whose write was cut after its commit is confirmed by its row, not lost",
+        "_ledger/ledger.py",
+        r"if not doubtful:",
+        "if True:",
+        (
+            OUTAGES
+            + "::test_a_statement_cut_after_it_committed_is_run_again_once_the_database_is_back",
+        ),
+    ),
+    Mutant(
+        "outage-outcomes-alone-written-twice",
+        "outcomes written alone across an outage are written once, confirmed by their rows",
+        "_dispatch.py",
+        r"outage\.kept \+= len\(batch\)",
+        "outage.kept += len(batch)\n                written = list(await self.run.ledger."
+        "_mark_checked(marks, keeper, outage))",
+        (OUTAGES + "::test_outcomes_written_alone_across_an_outage_are_written_once",),
+    ),
+    Mutant(
+        "outage-outcomes-written-twice",
+        "an outcome kept across an outage is written once when the database is back",
+        "_dispatch.py",
+        r"run\.outage\.kept \+= len\(entries\)",
+        "run.outage.kept += len(entries)\n            landed = list(await run.ledger."
+        "_mark_checked(_marks(entries), keeper, run.outage))",
+        (OUTAGES + "::test_outcomes_answered_while_the_database_is_away_are_kept_and_written",),
     ),
 ]
 

@@ -141,6 +141,24 @@ async def test_outcomes_answered_while_the_database_is_away_are_kept_and_written
     assert kept >= 1, told
 
 
+async def test_outcomes_written_alone_across_an_outage_are_written_once(
+    ledger: AsyncLedger, clock: WallClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A write of outcomes alone (no claims left to make beside it) cut after its commit
+    is confirmed by its rows once the database is back: every row sent, none reported
+    lease lost or written again, and the run's last line counts them as kept."""
+    cutting = CutLedger(
+        ledger.engine, table_name=ledger.table_name, clock=clock, cut={"mark_many"}, times=1
+    )
+    caplog.set_level(logging.WARNING, logger="notifyonce")
+    report = await Notifier(cutting, FakeSender(), batch_size=10).send_many(ACTION, items(10))
+    assert {"mark_many": 1} == dict(cutting.cuts)
+    assert {Outcome.SENT: 10} == {k: v for k, v in report.counts.items() if v}
+    assert {"sent": 10} == dict(await statuses(ledger))
+    [told] = _said(caplog, "outcomes answered meanwhile were kept")
+    assert "; 10 outcomes answered meanwhile" in told, told
+
+
 async def _probe(self: Outage, away: dict[str, int], original: Any) -> None:
     """The first two probes find the database away; the third asks it."""
     away["probes"] += 1

@@ -4,13 +4,15 @@ it at that moment send each chat once (each chat's slot is won by one of them)."
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections import Counter
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from notifyonce import AsyncLedger, Broadcast, Message, Notifier, ValidationError
+from notifyonce import AsyncLedger, Broadcast, Document, Message, Notifier, ValidationError
 from notifyonce.telegram import RateLimit, TelegramSender
 from notifyonce.testing import BotAPIServer, FakeSender
 
@@ -98,3 +100,45 @@ async def test_cancel_ends_the_wait(ledger: AsyncLedger) -> None:
     report = await asyncio.wait_for(running, RUN_TIMEOUT)
     assert report.cancelled
     assert [] == sender.sent
+
+
+@pytest.mark.parametrize("allowed", [False, True], ids=["refused", "allowed"])
+async def test_a_file_rewritten_while_the_campaign_waits_is_the_message_it_checks(
+    ledger: AsyncLedger,
+    bot_api_server: BotAPIServer,
+    clock: WallClock,
+    tmp_path: Path,
+    allowed: bool,
+) -> None:
+    """A campaign's file rewritten while it waits for its start: the run checks the message
+    again at the start and refuses it, nothing sent; allowed to change, it sends the new
+    file and records it, so a run resumed with that file is not refused."""
+    path = tmp_path / "tariff.pdf"
+    path.write_bytes(b"%PDF-1.7 tariff, version one")
+    message = Message("", media=Document(path))
+    async with TelegramSender(TOKEN, base_url=bot_api_server.url, rate_limit=FAST) as sender:
+        notifier = Notifier(ledger, sender)
+        broadcast = Broadcast(
+            notifier,
+            "news",
+            "tariff",
+            message,
+            [1, 2],
+            start_at=ledger.now() + timedelta(hours=1),
+            allow_changed_message=allowed,
+        )
+        running = asyncio.ensure_future(broadcast.run())
+        await asyncio.sleep(WAITED)
+        await asyncio.to_thread(path.write_bytes, b"%PDF-1.7 tariff, version two")
+        clock.advance(hours=1)
+        if not allowed:
+            with pytest.raises(ValidationError) as caught:
+                await asyncio.wait_for(running, RUN_TIMEOUT)
+            assert "message" == caught.value.field
+            assert [] == bot_api_server.deliveries
+            return
+        report = await asyncio.wait_for(running, RUN_TIMEOUT)
+        again = await Broadcast(notifier, "news", "tariff", message, [1, 2]).run()
+    assert (2, 2) == (report.progress.sent, again.progress.duplicate)
+    two = hashlib.sha256(b"%PDF-1.7 tariff, version two").hexdigest()
+    assert [two] == [u.sha256 for u in bot_api_server.uploads]

@@ -30,6 +30,7 @@ from notifyonce._campaign import (
     cancel_requested,
     clear_cancel,
     compare_message,
+    pin,
     record_campaign,
     record_total,
 )
@@ -781,7 +782,11 @@ class Broadcast:
         resumed = await self._check_cancelled()
         personal = self._personal
         wanted = None
-        if isinstance(self.message, Message):
+        given = self.message
+        if isinstance(given, Message):
+            # Its files pinned to the bytes fingerprinted: one rewritten during the run
+            # stops it rather than reach the chats left as another message (see `pin`).
+            self.message = await pin(given)
             wanted = await compare_message(
                 ledger,
                 self.action,
@@ -814,7 +819,23 @@ class Broadcast:
                 self.campaign,
                 resumed,
             )
-        if await self._wait_for_start() and fixed_total is None:
+        waited = await self._wait_for_start()
+        if waited and wanted is not None and isinstance(given, Message):
+            # A media file may have been rewritten during the wait: the message is checked
+            # again against the one recorded, so what is sent is what the campaign records.
+            self.message = await pin(given)
+            again = await compare_message(
+                ledger,
+                self.action,
+                self.campaign,
+                self.message,
+                allow_changed=self.allow_changed_message,
+                variants=None if personal is None else personal.variants,
+                extra=[] if personal is None else personal.fingerprint_parts(),
+            )
+            if again != wanted and not dry_run:
+                await record_campaign(ledger, self.action, self.campaign, again)
+        if waited and fixed_total is None:
             # The recipients may have changed during the wait: counted (and checked) again.
             self.total = await self._checked_total(None)
             if self.total is not None and wanted is not None and not dry_run:

@@ -31,6 +31,7 @@ because message ids count per chat: the same id in another chat is another messa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -68,6 +69,7 @@ __all__ = [
     "fingerprint",
     "keep_progress_message",
     "own_row",
+    "pin",
     "progress_message",
     "record_campaign",
     "record_total",
@@ -138,11 +140,44 @@ def _stable(value: object) -> object:
     return dump() if callable(dump) else type(value).__name__
 
 
+async def pin(message: Message) -> Message:
+    """``message`` with each file on disk pinned to the sha256 of its bytes now.
+
+    A campaign's fingerprint is made of those digests, and a sender refuses to send a
+    pinned file whose bytes are no longer those (see ``UploadOnce.key``): a file rewritten
+    while the campaign runs stops it, instead of reaching the chats not handled yet as
+    another message than the first ones got, under the first one's fingerprint.
+
+    Raises:
+        ValidationError: A media file cannot be read (nothing was sent).
+    """
+    media = message.media
+    if isinstance(media, Album):
+        pinned: Album | Media = Album([await _pinned(item) for item in media.items])
+    elif media is not None and not isinstance(media, Copy):
+        pinned = await _pinned(media)
+    else:
+        return message
+    return dataclasses.replace(message, media=pinned)
+
+
+async def _pinned(media: Media) -> Media:
+    if not isinstance(media.source, os.PathLike):
+        return media
+    digest = await _content(media)
+    copy = dataclasses.replace(media)
+    object.__setattr__(copy, "_digest", digest)  # a file's: the bytes it must still hold
+    return copy
+
+
 async def _content(media: Media) -> str:
-    """What names a file's content: the sha256 of its bytes, or its file_id or URL."""
+    """What names a file's content: the sha256 of its bytes (the one it was pinned to),
+    or its file_id or URL."""
     source = media.source
+    if media._digest is not None:
+        return media._digest
     if isinstance(source, bytes):
-        return media._digest or hashlib.sha256(source).hexdigest()
+        return hashlib.sha256(source).hexdigest()
     if isinstance(source, os.PathLike):
         try:
             return await asyncio.to_thread(file_sha256, os.fspath(source))

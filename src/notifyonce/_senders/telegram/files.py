@@ -1,6 +1,9 @@
 """Upload once: the first send of a file uploads it, every later send reuses its file_id.
 
-A file is known by the sha256 of its bytes, so a changed file is uploaded again. Within one
+A file is known by the sha256 of its bytes, so a changed file is uploaded again, and the
+file_id of bytes read after the file was hashed is never kept under that hash. A file a
+campaign pinned to the bytes it fingerprinted (``_campaign.pin``) is not sent at all once
+its bytes changed. Within one
 sender the first send of a file uploads it and concurrent sends of the same file wait for
 its answer, then send by the ``file_id`` Telegram returned; if that upload fails, the next
 send uploads. A [`FileIdStore`][notifyonce.telegram.FileIdStore] keeps the file ids beyond
@@ -24,8 +27,10 @@ __all__ = [
     "FileIdStore",
     "MemoryFileIdStore",
     "UploadOnce",
+    "changed",
     "file_key",
     "read_upload",
+    "same_bytes",
     "unreadable",
 ]
 
@@ -112,11 +117,43 @@ def unreadable(media: Media, reason: str) -> TransientSendError:
     """The error of a media file that cannot be read at send time: about the message (every
     recipient would be refused alike), never the recipient's, and nothing was sent. It names
     the file's path, so the run that stops on it says which file to put back."""
-    where = os.fspath(media.source) if isinstance(media.source, os.PathLike) else "bytes"
     return TransientSendError(
-        f"the {media.kind} file {where!r} cannot be read ({reason}); nothing was sent",
+        f"the {media.kind} file {_where(media)!r} cannot be read ({reason}); nothing was sent",
         about_message=True,
     )
+
+
+def changed(media: Media) -> TransientSendError:
+    """The error of a file pinned to a campaign's fingerprint (see ``_campaign.pin``) whose
+    bytes are no longer the ones pinned: about the message, and nothing was sent."""
+    return TransientSendError(
+        f"the {media.kind} file {_where(media)!r} changed since the campaign recorded it; "
+        "nothing was sent. Put the first file back, or run the campaign again allowing "
+        "the change",
+        about_message=True,
+    )
+
+
+def same_bytes(media: Media, key: str, data: bytes) -> bool:
+    """Whether ``data``, read to be uploaded, are the bytes ``key`` names: a file rewritten
+    after it was hashed is not, and its file_id must not be kept under that key.
+
+    Raises:
+        TransientSendError: ``changed``, for a pinned file: it must not be sent at all.
+    """
+    if key.endswith(hashlib.sha256(data).hexdigest()):
+        return True
+    if _pinned(media):
+        raise changed(media)
+    return False
+
+
+def _pinned(media: Media) -> bool:
+    return isinstance(media.source, os.PathLike) and media._digest is not None
+
+
+def _where(media: Media) -> str:
+    return os.fspath(media.source) if isinstance(media.source, os.PathLike) else "bytes"
 
 
 def _read(path: str, kind: str, limit: int) -> bytes:
@@ -182,7 +219,8 @@ class UploadOnce:
 
         Raises:
             TransientSendError: About the message (``about_message``): the file cannot be
-                read and no file_id is known for it. Nothing was sent.
+                read and no file_id is known for it, or it is pinned to a campaign's
+                fingerprint and its bytes changed (``changed``). Nothing was sent.
         """
         source = media.source
         if isinstance(source, bytes):
@@ -198,6 +236,8 @@ class UploadOnce:
                 logger.info("a %s file is gone; sending it by its file_id", media.kind)
                 return known
             raise unreadable(media, type(exc).__name__) from None
+        if _pinned(media) and digest != media._digest:
+            raise changed(media)
         key = self._paths[path] = file_key(self.bot, media.kind, digest)
         return key
 

@@ -55,7 +55,13 @@ from notifyonce._senders.telegram.chat import chat_id as _chat_id
 from notifyonce._senders.telegram.chat import message_fields
 from notifyonce._senders.telegram.chat import validate_recipient as _validate_recipient
 from notifyonce._senders.telegram.classify import Delivered, Migrated, classify_response
-from notifyonce._senders.telegram.files import FileIdStore, UploadOnce, file_key, read_upload
+from notifyonce._senders.telegram.files import (
+    FileIdStore,
+    UploadOnce,
+    file_key,
+    read_upload,
+    same_bytes,
+)
 from notifyonce._senders.telegram.markup import check_markup
 from notifyonce._senders.telegram.payload import (
     Upload,
@@ -105,13 +111,6 @@ _TURN_MAX_WAIT = 3600.0
 _LEAD_SAMPLES = 16
 _MAX_LEAD = 0.25
 _BOT_PREFIX = re.compile(r"bot[0-9]+:")
-
-
-def _aligned(album: Album, files: list[Upload]) -> list[Upload]:
-    """``files`` placed beside the album's items (an item sent by file_id or URL gets an
-    empty stand-in), so that each upload is compared with its own item's key."""
-    uploads = iter(files)
-    return [next(uploads) if item.uploads else ("", "", b"") for item in album.items]
 
 
 def check_token(token: object) -> str:
@@ -635,10 +634,11 @@ class TelegramSender(HTTPSenderBase):
 
         async def upload() -> tuple[Receipt, str | None]:
             data = await read_upload(media)
+            # The file changed since it was hashed: its id does not belong to this key
+            # (and a file pinned to a campaign is not sent at all).
+            fresh = same_bytes(media, key, data)
             file = (media.kind, media.upload_name(), data)
             receipt = await self._send(target, dict(payload), remaining(), method, [file])
-            # The file changed since it was hashed: its id does not belong to this key.
-            fresh = key.endswith(hashlib.sha256(data).hexdigest())
             return receipt, receipt.file_id if fresh else None
 
         return await self._files.send(key, remaining, reuse, upload)
@@ -675,18 +675,17 @@ class TelegramSender(HTTPSenderBase):
 
         async def upload() -> tuple[Receipt, str | None]:
             sources, files = [], []
-            for number, item in enumerate(album.items):
+            fresh = True
+            for number, (item, key) in enumerate(zip(album.items, keys, strict=True)):
                 if item.uploads:
                     field = f"file{number}"
-                    files.append((field, item.upload_name(), await read_upload(item)))
+                    data = await read_upload(item)
+                    fresh = same_bytes(item, key, data) and fresh
+                    files.append((field, item.upload_name(), data))
                     sources.append(f"attach://{field}")
                 else:
                     sources.append(str(item.source))
             receipt = await send(sources, files)
-            fresh = all(
-                not item.uploads or key.endswith(hashlib.sha256(file[2]).hexdigest())
-                for item, key, file in zip(album.items, keys, _aligned(album, files), strict=True)
-            )
             joined = receipt.file_id
             ok = fresh and joined is not None and len(joined.split(",")) == len(album.items)
             return receipt, joined if ok else None

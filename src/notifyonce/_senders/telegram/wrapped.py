@@ -9,7 +9,6 @@ only aiohttp.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from notifyonce._message import Message, Receipt
 from notifyonce._senders.redaction import chain_cause, redact, scrubbed, short
 from notifyonce._senders.telegram.chat import Migrated, chat_id, validate_recipient
 from notifyonce._senders.telegram.classify import refusal
-from notifyonce._senders.telegram.files import FileIdStore, UploadOnce, read_upload
+from notifyonce._senders.telegram.files import FileIdStore, UploadOnce, read_upload, same_bytes
 from notifyonce._senders.telegram.payload import check_message, encode, jsonable
 
 __all__ = ["Upload", "WrappedBotSender", "sent_file_id"]
@@ -152,9 +151,10 @@ class WrappedBotSender:
 
         async def upload() -> tuple[tuple[int | None, str | None], str | None]:
             data = await read_upload(media)
+            # The file changed since it was hashed: its id does not belong to this key
+            # (and a file pinned to a campaign is not sent at all).
+            fresh = same_bytes(media, key, data)
             sent = await self._media_call(chat, message, media, Upload(media.upload_name(), data))
-            # The file changed since it was hashed: its id does not belong to this key.
-            fresh = key.endswith(hashlib.sha256(data).hexdigest())
             return sent, sent[1] if fresh else None
 
         return await self._files.send(key, lambda: deadline - time.monotonic(), reuse, upload)
