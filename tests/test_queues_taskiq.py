@@ -50,7 +50,9 @@ def _drop(url: str, queue: str) -> None:
             # not all ended sent after 300 s (taskiq-redis hands a dead consumer's messages
             # on only when a live one reads new ones); the cause is not found. It runs and
             # reports, but does not fail the suite until it is.
-            marks=pytest.mark.xfail(reason="taskiq at-least-once redelivery not settled"),
+            marks=pytest.mark.xfail(
+                reason="taskiq at-least-once redelivery not settled", strict=False
+            ),
         ),
     ],
 )
