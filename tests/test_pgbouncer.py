@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -34,7 +36,10 @@ from notifyonce import (
     ValidationError,
     pgbouncer_options,
 )
-from notifyonce.testing import FakeSender
+from notifyonce._cli import main
+from notifyonce._cli.common import ledger_tables
+from notifyonce.migrations import default_version_table
+from notifyonce.testing import BotAPIServer, FakeSender
 
 from . import test_ledger_races as races  # its tests' bodies, run through the bouncer
 from ._databases import Backend, drop_table, make_backend
@@ -175,6 +180,82 @@ async def test_sigkill_through_the_bouncer_never_duplicates(
         drop_table(shared, table)
 
 
+def drop_migrated(shared: Backend, table: str) -> None:
+    """Drop what `notifyonce migrate` made for ``table`` on the shared server."""
+    engine = sa.create_engine(shared.sync_url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            for name in [*ledger_tables(table), default_version_table(table)]:
+                conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
+    finally:
+        engine.dispose()
+
+
+def cli_broadcast(url: str, table: str, tmp_path: Path, api: BotAPIServer, *extra: str) -> int:
+    """`notifyonce broadcast` of the chats in tmp_path/chats.txt, in this process."""
+    return main(
+        [
+            "broadcast",
+            "--database-url",
+            url,
+            "--table",
+            table,
+            "--recipients-file",
+            str(tmp_path / "chats.txt"),
+            "--text-file",
+            str(tmp_path / "news.txt"),
+            "--action",
+            "news",
+            "--campaign",
+            "bouncer-1",
+            "--base-url",
+            api.url,
+            "--rate",
+            "0",
+            "--concurrency",
+            "16",
+            *extra,
+        ]
+    )
+
+
+@pytest.mark.parametrize("driver", ["asyncpg", "psycopg"])
+def test_the_command_line_with_pgbouncer_sends_each_chat_once(
+    driver: str,
+    shared: Backend,
+    bouncer: PgBouncer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`notifyonce migrate`, `broadcast` (3,000 chats, twice) and `stats` through PgBouncer
+    with --pgbouncer: every chat sent once, both broadcasts exit 0 and the second sends
+    nothing."""
+    chats = 3000
+    backend = _through(bouncer, driver)
+    table = backend.unique_table()
+    monkeypatch.setenv("NOTIFYONCE_BOT_TOKEN", "12345:bouncer")
+    (tmp_path / "chats.txt").write_text("".join(f"{i}\n" for i in range(1, chats + 1)))
+    (tmp_path / "news.txt").write_text("The bouncer's news.")
+    db = ["--database-url", backend.sync_url, "--table", table, "--pgbouncer"]
+    try:
+        assert 0 == main(["migrate", *db])
+        with BotAPIServer() as api:
+            first = cli_broadcast(backend.async_url, table, tmp_path, api, "--pgbouncer")
+            second = cli_broadcast(backend.async_url, table, tmp_path, api, "--pgbouncer")
+            delivered = collections.Counter(
+                r.chat_id for r in api.requests if r.method == "sendMessage" and r.reply.delivers
+            )
+        capsys.readouterr()
+        assert 0 == main(["stats", "--json", *db])
+        stats = capsys.readouterr().out
+    finally:
+        drop_migrated(shared, table)
+    assert (0, 0) == (first, second)
+    assert (chats, {1}) == (len(delivered), set(delivered.values()))
+    assert {"sent": chats} == json.loads(stats)["actions"]["news"]
+
+
 @pytest.mark.parametrize(
     ("url", "problem"),
     [
@@ -193,3 +274,34 @@ def test_pgbouncer_options_refuse_what_they_cannot_configure(url: str, problem: 
         pgbouncer_options(url)
     assert ("url", problem) == (raised.value.field, raised.value.problem)
     assert "hunter2" not in str(raised.value)
+
+
+@pytest.mark.parametrize("command", ["stats", "broadcast"])
+def test_pgbouncer_on_another_database_is_a_usage_error(
+    command: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--pgbouncer with a SQLite URL: exit 2 naming the option, nothing sent."""
+    monkeypatch.setenv("NOTIFYONCE_BOT_TOKEN", "12345:bouncer")
+    (tmp_path / "chats.txt").write_text("1\n")
+    (tmp_path / "news.txt").write_text("news")
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
+    extra = ["--recipients-file", str(tmp_path / "chats.txt"), "--text-file"]
+    extra += [str(tmp_path / "news.txt"), "--action", "a", "--campaign", "c"]
+    with pytest.raises(SystemExit) as ended:
+        main(
+            [
+                command,
+                "--database-url",
+                url,
+                "--pgbouncer",
+                *(extra if command == "broadcast" else []),
+            ]
+        )
+    assert 2 == ended.value.code
+    assert (
+        "--pgbouncer: a pooler's options are for PostgreSQL, not 'sqlite'"
+        in capsys.readouterr().err
+    )

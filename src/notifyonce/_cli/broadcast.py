@@ -52,6 +52,7 @@ from notifyonce._cli.common import (
     duration_arg,
     engine_error,
     plural,
+    pooler_options,
 )
 from notifyonce._errors import LedgerError, SenderConfigError, ValidationError
 from notifyonce._ledger.ledger import AsyncLedger
@@ -324,11 +325,13 @@ def run(args: argparse.Namespace) -> int:
     url = args.database_url or os.environ.get(ENV_URL)
     if not url:
         raise UsageError(f"no database URL: pass --database-url or set ${ENV_URL}")
+    url = async_url(url)
+    options = pooler_options(args, url)  # checked before the Bot API is asked anything
     tty = sys.stderr.isatty()
     every = args.progress_every or (0.2 if tty else 5.0)
     try:
         make_sender = _no_sender if args.dry_run else _telegram(args, token)
-        return asyncio.run(_broadcast(args, message, make_sender, async_url(url), tty, every))
+        return asyncio.run(_broadcast(args, message, make_sender, url, options, tty, every))
     except SenderConfigError as exc:
         raise UsageError(f"the sender is set up wrong, nothing more was sent: {exc}") from None
 
@@ -526,11 +529,12 @@ async def _broadcast(
     message: Message,
     make_sender: Callable[[AsyncEngine], Sender],
     url: str,
+    options: dict[str, Any],
     tty: bool,
     every: float,
 ) -> int:
     try:
-        engine = create_async_engine(url)
+        engine = create_async_engine(url, **options)
     except Exception as exc:  # a missing driver, a bad dialect name
         raise UsageError(engine_error(exc)) from None
     sender: Sender | None = None

@@ -35,6 +35,7 @@ from notifyonce._cli.common import (
     duration_arg,
     engine_error,
     plural,
+    pooler_options,
 )
 from notifyonce._errors import SenderConfigError, ValidationError
 from notifyonce._ledger.ledger import AsyncLedger
@@ -215,8 +216,9 @@ async def _run(args: argparse.Namespace, url: str, token: str, edit: dict[str, A
         except ValidationError as exc:
             option = "--caption-file" if edit["caption"] else "--text-file"
             raise UsageError(f"{option}: the {exc.field} {exc.problem}") from None
+    options = pooler_options(args, url)  # a usage error before anything is opened
     try:
-        engine = create_async_engine(url)
+        engine = create_async_engine(url, **options)
     except Exception as exc:  # a missing driver, a bad dialect name
         raise UsageError(engine_error(exc)) from None
     try:

@@ -20,6 +20,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from notifyonce._audience.table import default_recipient_table
 from notifyonce._drivers import missing_driver, url_driver
+from notifyonce._drivers.postgresql import pgbouncer_options
 from notifyonce._errors import ValidationError
 from notifyonce._schedule.durations import MAX_DURATION
 from notifyonce._senders.telegram.file_sql import default_file_table
@@ -41,6 +42,7 @@ __all__ = [
     "ledger_tables",
     "parse_duration",
     "plural",
+    "pooler_options",
     "since_arg",
     "sync_engine",
     "sync_url",
@@ -160,10 +162,24 @@ def async_url(raw: str) -> str:
     return _with_driver(raw, sync=False)
 
 
+def pooler_options(args: argparse.Namespace, url: str) -> dict[str, Any]:
+    """The engine options ``--pgbouncer`` asks for (`pgbouncer_options` for ``url``'s
+    driver), or none without it; a usage error naming the option when ``url`` is not a
+    PostgreSQL one."""
+    if not getattr(args, "pgbouncer", False):
+        return {}
+    try:
+        return pgbouncer_options(url)
+    except ValidationError as exc:
+        raise UsageError(f"--pgbouncer: {exc.problem}") from None
+
+
 def sync_engine(args: argparse.Namespace, **options: Any) -> sa.Engine:
     """An engine on the database that ``--database-url`` (or ``$NOTIFYONCE_DATABASE_URL``)
-    names, made with ``options``; a usage error when it cannot be made."""
+    names, made with ``options`` (and those of ``--pgbouncer``); a usage error when it
+    cannot be made."""
     url = sync_url(args.database_url or os.environ.get(ENV_URL))
+    options = {**options, **pooler_options(args, url)}
     try:
         return sa.create_engine(url, **options)
     except (ImportError, ArgumentError, NoSuchModuleError) as exc:

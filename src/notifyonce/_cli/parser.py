@@ -83,6 +83,12 @@ def _parser() -> argparse.ArgumentParser:
     db.add_argument(
         "--schema", default=None, help="database schema of the table (default: the search path)"
     )
+    db.add_argument(
+        "--pgbouncer",
+        action="store_true",
+        help="the PostgreSQL URL is a pooler in transaction mode (PgBouncer's pool_mode = "
+        "transaction): prepare no statement that outlives it (asyncpg and psycopg)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     check = commands.add_parser(
