@@ -5,7 +5,9 @@ local Bot-API-shaped server, on a private PostgreSQL or MariaDB (never the share
 that is restarted three times while it runs, down for two seconds each time, the way an
 administrator's restart or a managed database's failover does it. The run must not exit
 at the first restart: it pauses, says so once, goes on when the database is back, and
-ends with every chat sent or ``unknown``, none twice.
+ends with every chat sent or ``unknown``, none twice; the same command run again then
+sends nothing. The same with a PgBouncer in transaction mode between the run and a
+PostgreSQL, the bouncer restarted (the command run with ``--pgbouncer``).
 """
 
 from __future__ import annotations
@@ -21,10 +23,13 @@ import pytest
 import sqlalchemy as sa
 
 import notifyonce
+from notifyonce import pgbouncer_options
 from notifyonce._cli import main
 from notifyonce.testing import BotAPIServer
 
-from ._private_servers import PrivateMariaDB, PrivatePostgres
+from ._databases import make_backend
+from ._private_servers import PgBouncer, PrivateMariaDB, PrivatePostgres
+from .test_pgbouncer import drop_migrated
 
 pytestmark = [pytest.mark.slow, pytest.mark.storm]
 
@@ -53,8 +58,37 @@ def test_a_campaign_goes_on_through_three_database_restarts(
 ) -> None:
     """Three restarts of the ledger's database under a 20,000-chat campaign: one run
     ends it, exit 0 or 1, no chat twice, every chat sent or unknown, few unknown."""
-    table = "ledger"
-    assert 0 == main(["migrate", "--database-url", server.url, "--table", table])
+    campaign_under_restarts(server, server.url, server.async_url, "ledger", tmp_path)
+
+
+@pytest.mark.postgres
+def test_a_campaign_goes_on_through_three_pgbouncer_restarts(tmp_path: Path) -> None:
+    """Three restarts of the PgBouncer (transaction mode) between the campaign and its
+    PostgreSQL, the command run with --pgbouncer: the same as a restart of the database,
+    and a second run sends nothing."""
+    shared = make_backend("postgres-psycopg", tmp_path)
+    table = shared.unique_table()
+    try:
+        with PgBouncer(shared.sync_url, pool_size=10) as bouncer:
+            campaign_under_restarts(
+                bouncer, bouncer.url, bouncer.async_url, table, tmp_path, "--pgbouncer"
+            )
+    finally:
+        drop_migrated(shared, table)
+
+
+def campaign_under_restarts(
+    server: PrivatePostgres | PrivateMariaDB | PgBouncer,
+    url: str,
+    async_url: str,
+    table: str,
+    tmp_path: Path,
+    *extra: str,
+) -> None:
+    """`notifyonce broadcast` of CHATS chats on ``async_url`` while ``server`` is restarted
+    RESTARTS times, then the same command again; assert what the module says, and print
+    the figures (statuses, time away)."""
+    assert 0 == main(["migrate", "--database-url", url, "--table", table, *extra])
     recipients = tmp_path / "chats.txt"
     recipients.write_text("".join(f"{i}\n" for i in range(1, CHATS + 1)))
     text = tmp_path / "news.txt"
@@ -73,7 +107,7 @@ def test_a_campaign_goes_on_through_three_database_restarts(
             "notifyonce",
             "broadcast",
             "--database-url",
-            server.async_url,
+            async_url,
             "--table",
             table,
             "--recipients-file",
@@ -90,6 +124,7 @@ def test_a_campaign_goes_on_through_three_database_restarts(
             str(RATE),
             "--concurrency",
             str(CONCURRENCY),
+            *extra,
         ]
         env = {"NOTIFYONCE_BOT_TOKEN": TOKEN, "PATH": "/usr/bin:/bin", "PYTHONPATH": SOURCES}
         run = subprocess.Popen(
@@ -116,10 +151,13 @@ def test_a_campaign_goes_on_through_three_database_restarts(
             reader.join(330)
             if run.poll() is None:
                 run.kill()
+        before_again = sends["n"]
+        again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        sent_again = sends["n"] - before_again
         requests = api.requests
 
     stderr = out.get("stderr", "")
-    engine = sa.create_engine(server.url, poolclass=sa.pool.NullPool)
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool, **pooled(extra, url))
     try:
         with engine.connect() as conn:
             rows = conn.execute(
@@ -131,7 +169,8 @@ def test_a_campaign_goes_on_through_three_database_restarts(
     delivered = Counter(
         str(r.chat_id) for r in requests if r.method == "sendMessage" and r.reply.delivers
     )
-    print(f"restarts {restarted}; statuses {dict(status)}; exit {run.returncode}")
+    told = [line for line in stderr.splitlines() if "was away" in line]
+    print(f"restarts {restarted}; statuses {dict(status)}; exit {run.returncode}; {told}")
     print(stderr[-3000:])
 
     assert RESTARTS == len(restarted), f"the run ended before the restarts: {stderr[-2000:]}"
@@ -147,3 +186,12 @@ def test_a_campaign_goes_on_through_three_database_restarts(
     assert "Warning" not in stderr
     away = [line for line in stderr.splitlines() if "database" in line and "away" in line]
     assert 1 <= len(away) <= 3 * RESTARTS, stderr[-2000:]
+    assert status["sent"] <= len(delivered) <= CHATS
+    # The same command again: nothing left to send (exit 1 only for unknown chats).
+    expected = 1 if status["unknown"] else 0
+    assert (expected, 0) == (again.returncode, sent_again), again.stderr[-2000:]
+
+
+def pooled(extra: tuple[str, ...], url: str) -> dict[str, object]:
+    """The engine options --pgbouncer means, for reading the ledger where the run did."""
+    return pgbouncer_options(url) if "--pgbouncer" in extra else {}

@@ -1,9 +1,9 @@
 """The shared rate store restarts under four workers: the limit holds and nobody stalls.
 
 Four worker processes (tests/_rate_worker.py) send through one bot's budget kept in a
-private Redis, or in a private PostgreSQL (the SQL store), that is restarted three times
-while they send, down for a second each time. A restarted Redis has forgotten every
-booked turn. The local Bot API server counts the deliveries as Telegram would.
+private Redis, or in a private PostgreSQL or MariaDB (the SQL store), that is restarted
+three times while they send, down for a second each time. A restarted Redis has
+forgotten every booked turn. The local Bot API server counts the deliveries as Telegram would.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 
 from notifyonce.testing import BotAPIServer
 
-from ._private_servers import PrivatePostgres, PrivateRedis
+from ._private_servers import PrivateMariaDB, PrivatePostgres, PrivateRedis
 
 pytestmark = [pytest.mark.slow, pytest.mark.storm]
 
@@ -36,7 +36,8 @@ CAP = 30
 @pytest.fixture(
     params=[
         pytest.param("redis", id="redis"),
-        pytest.param("sql", marks=pytest.mark.postgres, id="sql-postgres"),
+        pytest.param("sql-postgres", marks=pytest.mark.postgres, id="sql-postgres"),
+        pytest.param("sql-mariadb", marks=pytest.mark.mariadb, id="sql-mariadb"),
     ]
 )
 def store(request: pytest.FixtureRequest) -> Iterator[tuple[Any, dict[str, Any]]]:
@@ -46,18 +47,19 @@ def store(request: pytest.FixtureRequest) -> Iterator[tuple[Any, dict[str, Any]]
             prefix = f"nfo_t_{uuid.uuid4().hex[:12]}:"
             yield redis_server, {"store": "redis", "url": redis_server.url, "prefix": prefix}
         return
-    with PrivatePostgres() as pg:
+    private = PrivatePostgres if request.param == "sql-postgres" else PrivateMariaDB
+    with private() as db:
         from sqlalchemy.ext.asyncio import create_async_engine
 
         from notifyonce.ratelimit import SQLRateStore
 
         async def create() -> None:
-            engine = create_async_engine(pg.async_url)
+            engine = create_async_engine(db.async_url)
             await SQLRateStore(engine, table_name="rate").create_schema()
             await engine.dispose()
 
         asyncio.run(create())
-        yield pg, {"store": "sql", "url": pg.async_url, "table": "rate"}
+        yield db, {"store": "sql", "url": db.async_url, "table": "rate"}
 
 
 def test_four_workers_go_on_through_three_restarts_of_their_rate_store(
