@@ -1003,8 +1003,10 @@ class Broadcast:
             if done.is_set():
                 return
             now = time.monotonic()
-            if self._tracks_languages and now - self._languages_at >= _LANGUAGES_EVERY:
+            away = self._run is not None and self._run.outage.away
+            if self._tracks_languages and not away and now - self._languages_at >= _LANGUAGES_EVERY:
                 # Here, not in the ticker: a write under way finishes when the run ends.
+                # Not while the database is away: the run said so once already.
                 self._languages_at = now
                 await record_languages(
                     self.notifier.ledger, self.action, self.campaign, self._languages()
