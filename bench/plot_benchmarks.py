@@ -126,6 +126,11 @@ def load(path: Path) -> dict[str, Any]:
             _need(database, "name", str, where)
             for run in ("no table", "none gone", "gone"):
                 _need(_need(database, run, dict, where), "sent_per_second", number, where)
+    elif kind == "personal":  # a table in docs/benchmarks.md, no plot
+        _need(record, "rows", int, where)
+        phases = _need(record, "phases", dict, where)
+        for phase in ("imports", "read", "check", "dry run"):
+            _need(_need(phases, phase, dict, where), "peak_rss_mb", number, where)
     else:
         raise ResultsError(f"{where}: unknown benchmark {kind!r}")
     return record

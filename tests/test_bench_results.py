@@ -197,3 +197,33 @@ async def test_bench_campaign_json_is_read_by_the_plot_script(
     assert [("SQLite (aiosqlite)", [5.0, 4.0], 9.0)] == [
         (d["name"], d["rates"], d["raw"]) for d in record["databases"]
     ]
+
+
+def test_the_personal_table_shows_the_results_file() -> None:
+    """The million-row table shows each phase's peak RSS of the results file, under 150 MB."""
+    record = PLOTTER.load(BENCH / "results" / "personal.json")
+    section = _section("A million recipients as rows, in bounded memory")
+    assert 1_000_000 == record["rows"]
+    for phase in ("imports", "read", "check", "dry run"):
+        peak = record["phases"][phase]["peak_rss_mb"]
+        assert f"| {peak:.1f} MB |" in section, phase
+        assert peak < 150
+
+
+@pytest.mark.slow
+def test_bench_personal_json_is_read_by_the_plot_script(tmp_path: Path) -> None:
+    """bench_personal.py's --json figures load, each phase with its peak RSS and rows."""
+    import os
+    import subprocess
+
+    target = tmp_path / "personal.json"
+    subprocess.run(
+        [sys.executable, str(BENCH / "bench_personal.py"), "--rows", "300", "--json", str(target)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    record = PLOTTER.load(target)
+    assert 300 == record["rows"]
+    assert [300, 300, 300] == [record["phases"][p]["rows"] for p in ("read", "check", "dry run")]

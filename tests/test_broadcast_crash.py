@@ -181,6 +181,14 @@ def _kill_halfway_and_rerun(
         second = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
         requests, deliveries, uploads = server.requests, server.deliveries, server.uploads
 
+    sent, unknown = _settled(backend, table)
+    return _Runs(
+        chats, before, killed[0], requests, deliveries, uploads, second, sent, unknown, server
+    )
+
+
+def _settled(backend: Backend, table: str) -> tuple[set[str], set[str]]:
+    """The campaign's chats recorded sent, and those recorded unknown."""
     engine = sa.create_engine(backend.sync_url)
     try:
         with engine.connect() as conn:
@@ -192,9 +200,7 @@ def _kill_halfway_and_rerun(
     status = {str(subject): state for subject, state in rows}
     unknown = {chat for chat, state in status.items() if state == "unknown"}
     sent = {chat for chat, state in status.items() if state == "sent"}
-    return _Runs(
-        chats, before, killed[0], requests, deliveries, uploads, second, sent, unknown, server
-    )
+    return sent, unknown
 
 
 def _assert_each_chat_once(runs: _Runs, *, cli: bool = True) -> None:
@@ -390,8 +396,20 @@ def test_album_campaign_killed_halfway_uploads_each_file_once(
 
 
 PERSONAL_CHATS = 3_000
-#: Where the rows live: 10:00 there is 10:00, 09:00 and 07:00 UTC.
-ZONES = ("UTC", "Europe/Berlin", "Europe/Moscow")
+#: Where the rows live, and when 10:00 there is (UTC) on the fake clock's day.
+DUE = {
+    "Europe/Moscow": dt.datetime(2026, 12, 1, 7, 0, tzinfo=dt.timezone.utc),
+    "Europe/Berlin": dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.timezone.utc),
+    "UTC": dt.datetime(2026, 12, 1, 10, 0, tzinfo=dt.timezone.utc),
+}
+ZONES = tuple(DUE)
+#: The campaign's start (--at) and the fake clock's first reading.
+CLOCK_START = dt.datetime(2026, 12, 1, 6, 5, tzinfo=dt.timezone.utc)
+#: The fake clock's step: the job period a local-time send must land within.
+CLOCK_STEP = dt.timedelta(minutes=20)
+#: Real seconds without a send after which a pass is taken as over.
+QUIET = 5.0
+CLOCKED_CLI = Path(__file__).with_name("_clocked_cli.py")
 
 
 def _row_name(chat: int) -> str:
@@ -399,14 +417,63 @@ def _row_name(chat: int) -> str:
     return f"<b>User {chat}</b>" if chat % 7 == 0 else f"User_{chat}"
 
 
+class _Clock:
+    """The fake wall clock of the broadcasting processes: a file the test rewrites, and
+    what the server saw of the sends and when, by that clock."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.now = CLOCK_START
+        self.last_send = time.monotonic()
+        self.seen_at = time.monotonic()
+        self.set(CLOCK_START)
+
+    def set(self, when: dt.datetime) -> None:
+        written = self.path.with_suffix(".tmp")
+        written.write_text(when.isoformat(), encoding="utf-8")
+        os.replace(written, self.path)
+        self.now = when
+
+    def wait_seen(self, process: subprocess.Popen[str]) -> None:
+        """Until ``process`` has read the clock's time (or ended)."""
+        seen = Path(f"{self.path}.seen")
+        deadline = time.monotonic() + 120
+        while process.poll() is None and time.monotonic() < deadline:
+            if seen.exists() and seen.read_text(encoding="utf-8") == self.now.isoformat():
+                self.seen_at = time.monotonic()
+                return
+            time.sleep(0.02)
+        assert process.poll() is not None, f"the clock's {self.now} was never read"
+
+    def wait_quiet(self, process: subprocess.Popen[str]) -> None:
+        """Until ``process`` has sent since it saw the clock's time, then nothing for
+        ``QUIET`` seconds (its pass is over), or ended: only then may the clock move on."""
+        deadline = time.monotonic() + 300
+        while process.poll() is None and time.monotonic() < deadline:
+            sending = self.last_send > self.seen_at
+            if sending and time.monotonic() - self.last_send >= QUIET:
+                return
+            time.sleep(0.05)
+
+    def walk(self, process: subprocess.Popen[str], until: dt.datetime) -> None:
+        """Step the clock while ``process`` runs, up to ``until``, waiting at each step
+        for it to be seen and, at a step that brings a zone's 10:00, for its sends."""
+        while process.poll() is None and self.now < until:
+            before = self.now
+            self.set(before + CLOCK_STEP)
+            self.wait_seen(process)
+            if any(before < due <= self.now for due in DUE.values()):
+                self.wait_quiet(process)
+
+
 def test_a_personal_local_time_campaign_killed_halfway_sends_each_chat_its_own_text(
     backend: Backend, table: str, tmp_path: Path
 ) -> None:
     """A CSV of 3,000 rows (a name, English or Russian, one of three time zones), a
-    template in two languages at 10:00 local, SIGKILLed at half and re-run: each chat once,
-    its own name in its own language, markup in a name as literal text. The campaign
-    started (--at) the morning before, so every row's 10:00 has come and a re-run counts
-    the hours from that same start."""
+    template in two languages at 10:00 local, on a fake clock that walks the morning in
+    20-minute steps; SIGKILLed at half (during Berlin's hour) and re-run: each chat once
+    or unknown, its own name in its own language, markup in a name as literal text, and
+    every send within one step after 10:00 in its zone (Berlin's rest at the resume)."""
     rows = tmp_path / "people.csv"
     with rows.open("w") as file:
         file.write("chat_id,name,language,tz\n")
@@ -417,8 +484,6 @@ def test_a_personal_local_time_campaign_killed_halfway_sends_each_chat_its_own_t
     english.write_text("<b>Hello</b>, $name!\n")
     russian = tmp_path / "news.ru.html"
     russian.write_text("<b>Привет</b>, $name!\n")
-    yesterday = dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)
-    start = dt.datetime.combine(yesterday, dt.time(6), dt.timezone.utc).isoformat()
     content = [
         "--text-file",
         str(english),
@@ -432,14 +497,62 @@ def test_a_personal_local_time_campaign_killed_halfway_sends_each_chat_its_own_t
         "--default-tz",
         "Europe/Berlin",
         "--at",
-        start,
+        CLOCK_START.isoformat(),
         "--at-or-now",
     ]
+    assert 0 == main(["migrate", "--database-url", backend.sync_url, "--table", table])
+    clock = _Clock(tmp_path / "clock")
+    stamps: dict[str, list[dt.datetime]] = {}
+    first: list[subprocess.Popen[str]] = []
+    killed: list[float] = []
 
-    def command(server: str, chats: Path) -> list[str]:
-        return _cli(backend, table, *content)(server, rows)
+    def hook(request: Request) -> None:
+        """The server's thread, the answer held: each send noted by the fake clock."""
+        if request.method not in SENDS:
+            return
+        clock.last_send = time.monotonic()
+        stamps.setdefault(str(request.chat_id), []).append(clock.now)
+        if sum(map(len, stamps.values())) >= PERSONAL_CHATS // 2 and not killed and first:
+            os.kill(first[0].pid, signal.SIGKILL)
+            killed.append(request.at)
 
-    runs = _kill_halfway_and_rerun(backend, table, tmp_path, command, chats=PERSONAL_CHATS)
+    with BotAPIServer(latency=0.002, on_request=hook) as server:
+        command = _cli(backend, table, *content)(server.url, rows)
+        args = [sys.executable, str(CLOCKED_CLI), *command[3:]]
+        env = {
+            "NOTIFYONCE_BOT_TOKEN": TOKEN,
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": SOURCES,
+            "NOTIFYONCE_TEST_CLOCK": str(clock.path),
+        }
+
+        def start() -> subprocess.Popen[str]:
+            return subprocess.Popen(
+                args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+
+        first.append(start())
+        clock.wait_seen(first[0])
+        clock.walk(first[0], until=DUE["UTC"] + CLOCK_STEP)
+        _, error = first[0].communicate(timeout=60)
+        assert killed, f"the broadcast ended before it was killed: {error[-2000:]}"
+        before = Counter(
+            str(r.chat_id) for r in server.requests if r.method in SENDS and r.reply.delivers
+        )
+        assert PERSONAL_CHATS // 2 <= sum(before.values()) < PERSONAL_CHATS, "not halfway"
+        # The killed run's leases (2 s) expire by the clock before the re-run sweeps them.
+        clock.set(clock.now + dt.timedelta(minutes=1))
+        again = start()
+        clock.wait_seen(again)
+        clock.wait_quiet(again)  # the chats of the hours that came while it was down
+        clock.walk(again, until=DUE["UTC"] + 2 * CLOCK_STEP)
+        out, error = again.communicate(timeout=120)
+        second = subprocess.CompletedProcess(args, again.returncode, out, error)
+        requests, deliveries = server.requests, server.deliveries
+    sent, unknown = _settled(backend, table)
+    runs = _Runs(
+        PERSONAL_CHATS, before, killed[0], requests, deliveries, [], second, sent, unknown, server
+    )
     _assert_each_chat_once(runs)
     expected = {
         str(chat): ("<b>Привет</b>, " if chat % 2 else "<b>Hello</b>, ")
@@ -450,3 +563,10 @@ def test_a_personal_local_time_campaign_killed_halfway_sends_each_chat_its_own_t
     got = {d.chat_id: d.text for d in runs.deliveries}
     assert {chat: expected[chat] for chat in got} == got, "each chat its own row's text"
     assert set() == runs.sent - set(got), "every chat recorded sent was seen sent"
+    late: dict[str, set[bool]] = {zone: set() for zone in ZONES}
+    for chat, times in stamps.items():
+        zone = ZONES[int(chat) % 3]
+        late[zone] |= {DUE[zone] <= at < DUE[zone] + CLOCK_STEP for at in times}
+    assert {zone: {True} for zone in ZONES} == late, "every send within one step after 10:00"
+    times = {at.strftime("%H:%M") for chat_times in stamps.values() for at in chat_times}
+    print(f"sends by the fake clock at {sorted(times)}")

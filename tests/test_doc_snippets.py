@@ -299,3 +299,45 @@ def test_the_broadcast_guide_commands_run_as_written_against_the_test_server(
         d["method"] for d in received["deliveries"]
     }
     assert all(r["delivered"] for r in received["requests"])
+
+
+def test_the_broadcast_guides_personal_campaign_command_runs_as_written(
+    tmp_path: Path,
+) -> None:
+    """The command-line block of *Speaking to each recipient* (a CSV file, a template in
+    two languages, 10:00 local) runs as written against the test server, as a dry run (its
+    hours are a day's): every row passes the checks, and each would be sent."""
+    page = ROOT / "docs" / "guides" / "broadcast.md"
+    blocks = shell_blocks(page.read_text(encoding="utf-8"), "### Speaking to each recipient")
+    assert 1 == len(blocks)
+    script = "set -eu\n" + blocks[0].replace("--at-local 10:00", "--at-local 10:00 --dry-run")
+    assert "--dry-run" in script
+    db = tmp_path / "app.db"
+    with BotAPIServer() as server:
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT / "src"),
+            "NOTIFYONCE_DATABASE_URL": f"sqlite:///{db}",
+            "NOTIFYONCE_BOT_TOKEN": "12345:guide",
+            "NOTIFYONCE_BOT_API_URL": server.url,
+        }
+        migrate = [sys.executable, "-m", "notifyonce", "migrate"]
+        subprocess.run(migrate, env=env, check=True, capture_output=True, timeout=120)
+        shim = tmp_path / "bin" / "notifyonce"
+        shim.parent.mkdir()
+        shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m notifyonce "$@"\n')
+        shim.chmod(0o755)
+        env["PATH"] = f"{shim.parent}{os.pathsep}{os.environ['PATH']}"
+        done = subprocess.run(
+            ["bash", "-c", script],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        sent = server.deliveries
+    assert 0 == done.returncode, done.stdout + done.stderr
+    assert "would send 3" in done.stdout + done.stderr, done.stdout + done.stderr
+    assert [] == sent

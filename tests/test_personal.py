@@ -29,6 +29,7 @@ from notifyonce import (
     recipients_from_file,
     recipients_from_query,
 )
+from notifyonce._campaign import LanguageCounts
 from notifyonce._personal import Personal, read_rows
 from notifyonce._senders.telegram.markup import markup_problem
 from notifyonce.testing import BotAPIServer, FakeSender
@@ -544,3 +545,120 @@ async def test_buttons_json_has_no_form_for_keep_one_fingerprint() -> None:
     first = await fingerprint(Message("Hi", reply_markup={"keyboard": Markup()}))
     again = await fingerprint(Message("Hi", reply_markup={"keyboard": Markup()}))
     assert first == again
+
+
+# -- the console's counts per language ---------------------------------------------------
+
+
+async def languages_kept(ledger: AsyncLedger) -> LanguageCounts | None:
+    """The counts per language the campaign's run kept for the console."""
+    from notifyonce.web._queries import campaign_languages
+
+    async with ledger.engine.connect() as conn:
+        return await conn.run_sync(
+            lambda sync: campaign_languages(sync, ledger.table, "news", "c1")
+        )
+
+
+async def test_a_run_keeps_its_counts_per_language_for_the_console(
+    ledger: AsyncLedger, tmp_path: Path
+) -> None:
+    """Each variant's recipients and outcomes, counted by the row's language (``ru-RU``
+    is the ``ru`` variant's; a language without one is the default's); a re-run counts
+    the chats the first run sent as earlier."""
+    path = tmp_path / "people.csv"
+    path.write_text(
+        "chat_id,name,language\n1,Ann,de\n2,Boris,ru\n3,Vera,ru-RU\n4,Carl,\n5,Olga,ru\n"
+    )
+    ru = {"ru": Message("Привет, $name")}
+
+    def job(rows: object) -> Broadcast:
+        return Broadcast(
+            Notifier(ledger, FakeSender()),
+            "news",
+            "c1",
+            Message("Hi $name"),
+            recipients_from_file(rows),  # type: ignore[arg-type]
+            template=True,
+            variants=ru,
+        )
+
+    first = tmp_path / "first.csv"
+    first.write_text("".join(path.read_text().splitlines(keepends=True)[:3]))
+    await job(first).run()
+    await job(path).run()
+    kept = await languages_kept(ledger)
+    assert kept is not None
+    empty = {"unknown": 0, "other": 0, "waiting": 0}
+    assert {
+        "": {"recipients": 2, "sent": 1, "earlier": 1, **empty},
+        "ru": {"recipients": 3, "sent": 2, "earlier": 1, **empty},
+    } == kept.languages
+    assert (0, None) == (kept.waiting, kept.next_due)
+
+
+async def test_a_local_time_run_keeps_who_waits_for_their_hour_per_language(
+    async_engine: AsyncEngine, async_table: str
+) -> None:
+    """Cancelled between two hours: the console's counts say which language's rows wait,
+    how many, and when the next is due."""
+    from notifyonce._campaign import request_cancel
+
+    clock = WallClock(dt.datetime(2026, 12, 1, 9, 30, tzinfo=UTC))
+    ledger = AsyncLedger(async_engine, table_name=async_table, clock=clock)
+    await ledger.create_schema()
+    tokyo = _zone("Asia/Tokyo")
+    rows = [
+        Recipient(1, {"language": "en"}, language="en"),  # Berlin: due at 09:00 UTC
+        Recipient(2, {"language": "ru"}, language="ru", timezone=tokyo),  # tomorrow 01:00
+        Recipient(3, {"language": "ru"}, language="ru", timezone=tokyo),
+    ]
+    job = Broadcast(
+        Notifier(ledger, FakeSender()),
+        "news",
+        "c1",
+        Message("Hi"),
+        rows,
+        variants={"ru": Message("Привет")},
+        start_at_local=dt.time(10),
+        default_tz="Europe/Berlin",
+        start_at=dt.datetime(2026, 12, 1, 8, 30, tzinfo=UTC),
+    )
+    task = asyncio.ensure_future(job.run())
+    for _ in range(500):
+        await asyncio.sleep(0.01)
+        if job.progress().waiting:
+            break
+    assert await request_cancel(ledger, "news", "c1")
+    await asyncio.wait_for(task, 30)
+    kept = await languages_kept(ledger)
+    assert kept is not None
+    assert {"recipients": 1, "sent": 1, "waiting": 0} == {
+        k: kept.languages[""][k] for k in ("recipients", "sent", "waiting")
+    }
+    assert {"recipients": 2, "sent": 0, "waiting": 2} == {
+        k: kept.languages["ru"].get(k, 0) for k in ("recipients", "sent", "waiting")
+    }
+    assert (2, dt.datetime(2026, 12, 2, 1, 0, tzinfo=UTC)) == (kept.waiting, kept.next_due)
+
+
+def test_counts_of_many_languages_fit_their_row_leaving_the_smallest_out() -> None:
+    """Sixty languages do not fit the row's 500 characters: the smallest are left out and
+    counted, and what is kept reads back as written."""
+    languages = {f"l{n:02d}": {"recipients": 1000 + n, "sent": n, "waiting": 1} for n in range(60)}
+    text = LanguageCounts(languages, waiting=60).text()
+    assert len(text) <= 500
+    kept = LanguageCounts.read(text)
+    assert kept is not None
+    assert 60 == len(kept.languages) + kept.left_out
+    assert {"l59", "l58"} <= set(kept.languages)
+    assert "l00" not in kept.languages
+    assert {
+        "recipients": 1059,
+        "sent": 59,
+        "waiting": 1,
+        "unknown": 0,
+        "earlier": 0,
+        "other": 0,
+    } == (kept.languages["l59"])
+    assert None is LanguageCounts.read("not json")

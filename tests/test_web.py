@@ -1048,3 +1048,53 @@ async def test_a_stopped_or_cancelled_campaign_shows_the_command_that_resumes_it
     )
     assert "notifyonce broadcast --action news --campaign 'it'\"'\"'s <b>' ..." == quoted
     assert [None, None] == others
+
+
+async def test_a_personalised_campaign_lists_its_languages_and_who_waits(
+    console: Console,
+) -> None:
+    """The counts per language the broadcast keeps: a row per variant (the default one
+    named so), each count in its column, and how many wait for their hour; a campaign
+    without such counts has no languages table."""
+    from notifyonce._campaign import LanguageCounts
+
+    kept = LanguageCounts(
+        {
+            "": {"recipients": 1200, "sent": 700, "unknown": 2, "earlier": 3, "waiting": 495},
+            "ru": {"recipients": 800, "sent": 90, "other": 10, "waiting": 700},
+        },
+        waiting=1195,
+        next_due=dt.datetime(2026, 12, 2, 7, 0, tzinfo=dt.timezone.utc),
+    )
+    insert_rows(
+        console.ledger,
+        [
+            {
+                "action": "notifyonce.languages",
+                "subject": "promo",
+                "cycle": "2026-12-sale",
+                "status": "sent",
+                "last_error": kept.text(),
+            }
+        ],
+    )
+    async with console.client() as client:
+        page = (
+            await client.get("/campaign", params={"action": "promo", "campaign": "2026-12-sale"})
+        ).text
+        other = (
+            await client.get("/campaign", params={"action": "news", "campaign": "n-stopped"})
+        ).text
+        overview = (await client.get("/")).text
+    assert "default (every other language) 1,200 700 2 3 0 495" == _row(
+        page, 'data-language="default"'
+    )
+    assert "ru 800 90 0 0 10 700" == _row(page, 'data-language="ru"')
+    waiting = re.search(r'<p id="waiting"[^>]*>([^<]*)</p>', page)
+    assert waiting is not None
+    assert "Waiting for their hour: 1,195 (next 2026-12-02 07:00 UTC)" == waiting.group(1)
+    assert 'id="languages"' not in other
+    assert "notifyonce.languages" not in overview  # the ledger's own row, not an action
+    sale = _row(overview, 'data-campaign="2026-12-sale"')
+    assert "1,195 wait for their hour" in sale, sale
+    assert "wait for their hour" not in _row(overview, 'data-campaign="n-stopped"')

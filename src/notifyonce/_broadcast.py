@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import math
 import os
 import time
 from collections import deque
@@ -26,12 +27,14 @@ import sqlalchemy as sa
 from notifyonce._campaign import (
     CANCEL_POLL,
     RESERVED_ACTIONS,
+    LanguageCounts,
     campaign_started,
     cancel_requested,
     clear_cancel,
     compare_message,
     pin,
     record_campaign,
+    record_languages,
     record_total,
 )
 from notifyonce._dispatch import INTERRUPTED
@@ -49,6 +52,7 @@ from notifyonce._message import Message
 from notifyonce._outcome import Outcome
 from notifyonce._personal import (
     FORMATS,
+    LANGUAGE_COLUMN,
     LocalHour,
     Personal,
     Recipient,
@@ -103,6 +107,8 @@ _START_STEP = 1.0
 # The longest a local-time campaign sleeps before it reads the clock again: its job
 # period, within which a recipient's hour is met.
 _LOCAL_STEP = 1.0
+# Seconds between two writes of a personalised run's counts per language (for the console).
+_LANGUAGES_EVERY = 5.0
 
 logger = logging.getLogger("notifyonce.broadcast")
 
@@ -368,6 +374,12 @@ class RecipientSource:
 
 # Bad recipient lines named in the error (the count says how many more there are).
 _BAD_LINES_SHOWN = 5
+# How a personalised run counts each outcome per language (the others are "other").
+_LANGUAGE_COLUMNS = {
+    Outcome.SENT: "sent",
+    Outcome.UNKNOWN: "unknown",
+    Outcome.DUPLICATE: "earlier",
+}
 # The fields of a recipient's own problems; a sender's check may also refuse the message.
 _RECIPIENT_FIELDS = frozenset({"subject", "recipient"})
 
@@ -757,6 +769,13 @@ class Broadcast:
         self._local: LocalHour | None = None
         self._waiting = 0
         self._next_due: dt.datetime | None = None
+        # A personalised run's counts per variant ("" the default message), for the
+        # console: this run's outcomes, and the rows of the pass under way and of the last
+        # one ended (read, and waiting for their hour).
+        self._by_language: dict[str, dict[str, int]] = {}
+        self._pass_rows: tuple[dict[str, int], dict[str, int]] = ({}, {})
+        self._last_rows: tuple[dict[str, int], dict[str, int]] | None = None
+        self._languages_at = -math.inf
 
     def __repr__(self) -> str:
         return f"Broadcast({self.action!r}, campaign={self.campaign!r})"
@@ -873,6 +892,8 @@ class Broadcast:
                 # The summary goes out within the sender's budget; never past a cancel.
                 with contextlib.suppress(asyncio.CancelledError):
                     await shown
+        if self._tracks_languages and not dry_run:
+            await record_languages(ledger, self.action, self.campaign, self._languages())
         killed = self._task.cancelled()
         report = Report(counts=dict(self._counts)) if killed else self._task.result()
         cancelled = killed or self._stopped_by is not None
@@ -981,6 +1002,15 @@ class Broadcast:
                 await asyncio.wait_for(done.wait(), _CANCEL_POLL)
             if done.is_set():
                 return
+            now = time.monotonic()
+            away = self._run is not None and self._run.outage.away
+            if self._tracks_languages and not away and now - self._languages_at >= _LANGUAGES_EVERY:
+                # Here, not in the ticker: a write under way finishes when the run ends.
+                # Not while the database is away: the run said so once already.
+                self._languages_at = now
+                await record_languages(
+                    self.notifier.ledger, self.action, self.campaign, self._languages()
+                )
             try:
                 note = await cancel_requested(self.notifier.ledger, self.action, self.campaign)
             except LedgerError as exc:
@@ -1078,11 +1108,15 @@ class Broadcast:
         whose hour came after ``handled_until`` and by ``now``, counting the others."""
         local = self._local
         waiting, next_due = 0, None
+        rows, waits = self._pass_rows = ({}, {})
         async for row in self._rows():
+            language = self._language_of(row.language)
+            rows[language] = rows.get(language, 0) + 1
             if local is not None and now is not None:
                 due = local.due(row.timezone)
                 if due > now:
                     waiting += 1
+                    waits[language] = waits.get(language, 0) + 1
                     next_due = due if next_due is None else min(next_due, due)
                     continue
                 if handled_until is not None and due <= handled_until:
@@ -1091,6 +1125,30 @@ class Broadcast:
             if note is not None:
                 yield note
         self._waiting, self._next_due = waiting, next_due
+        self._last_rows = self._pass_rows
+
+    @property
+    def _tracks_languages(self) -> bool:
+        """Whether the run keeps its counts per language (a personalised campaign's)."""
+        return self._personal is not None or self._local_at is not None
+
+    def _language_of(self, language: str | None) -> str:
+        """The variant a row's ``language`` gets: its key, ``""`` for the default."""
+        return "" if self._personal is None else self._personal.language_of(language)
+
+    def _languages(self) -> LanguageCounts:
+        """This run's counts per variant, as the console shows them."""
+        rows, waits = self._last_rows or self._pass_rows
+        names = sorted({*rows, *self._by_language})
+        languages = {
+            name: {
+                **self._by_language.get(name, {}),
+                "recipients": rows.get(name, 0),
+                "waiting": waits.get(name, 0),
+            }
+            for name in names
+        }
+        return LanguageCounts(languages, self._waiting, self._next_due)
 
     async def _rows(self) -> AsyncIterator[Recipient]:
         source = self.recipients
@@ -1189,6 +1247,12 @@ class Broadcast:
 
     def _count(self, result: Result) -> None:
         self._counts[result.outcome] += 1
+        if self._tracks_languages:
+            given = (result.notification.fields or {}).get(LANGUAGE_COLUMN, "")
+            language = self._language_of(given.strip().lower().replace("_", "-") or None)
+            column = _LANGUAGE_COLUMNS.get(result.outcome, "other")
+            counts = self._by_language.setdefault(language, {})
+            counts[column] = counts.get(column, 0) + 1
         if result.outcome is Outcome.RETRY and (
             result.attempt is None or result.error == INTERRUPTED.error
         ):

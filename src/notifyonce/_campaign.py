@@ -19,6 +19,12 @@ a campaign's row otherwise leaves empty) set to ``CANCEL_NOTE`` and the time, by
 look-up of that key) and stops gently; a later run refuses to start until it is told to
 resume, which clears it.
 
+A campaign that speaks to each recipient (a template, languages, the recipient's own hour)
+keeps its recipients per language in a row of its own too, under the action
+``notifyonce.languages``: this run's counts per variant and how many wait for their hour,
+as a short JSON text in its ``last_error`` (see `LanguageCounts`), rewritten every few
+seconds while the run lasts, for the operator console.
+
 The campaign's progress message in an admin's chat (see ``_progress_chat``) is remembered
 in a row of its own, under the action ``notifyonce.progress`` (same subject and cycle as
 the campaign row; ``message_id`` holds ``<chat>:<message id>``), so a resumed run edits
@@ -46,7 +52,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from notifyonce._drivers.errors import DATABASE_ERRORS, database_detail
 from notifyonce._errors import LedgerError, ValidationError
 from notifyonce._keys import SlotKey, make_key
-from notifyonce._ledger.table import SlotStatus
+from notifyonce._ledger.table import MAX_ERROR_LENGTH, SlotStatus
 from notifyonce._media import Album, Copy, Media, file_sha256
 
 if TYPE_CHECKING:
@@ -57,9 +63,11 @@ __all__ = [
     "CAMPAIGN_ACTION",
     "CANCEL_NOTE",
     "CANCEL_POLL",
+    "LANGUAGES_ACTION",
     "PROGRESS_ACTION",
     "RESERVED_ACTIONS",
     "REVISION_ACTION",
+    "LanguageCounts",
     "campaign_started",
     "cancel_requested",
     "cancel_statement",
@@ -72,6 +80,7 @@ __all__ = [
     "pin",
     "progress_message",
     "record_campaign",
+    "record_languages",
     "record_total",
     "request_cancel",
 ]
@@ -86,8 +95,10 @@ CAMPAIGN_ACTION = "notifyonce.campaign"
 PROGRESS_ACTION = "notifyonce.progress"
 #: The rows of a campaign's revisions (its edits and its delete; see ``_revision``).
 REVISION_ACTION = "notifyonce.revision"
+#: The row of a personalised campaign's recipients per language (see `LanguageCounts`).
+LANGUAGES_ACTION = "notifyonce.languages"
 #: Actions of the ledger's own rows, which no broadcast may use (and the console hides).
-RESERVED_ACTIONS = frozenset({CAMPAIGN_ACTION, PROGRESS_ACTION, REVISION_ACTION})
+RESERVED_ACTIONS = frozenset({CAMPAIGN_ACTION, PROGRESS_ACTION, REVISION_ACTION, LANGUAGES_ACTION})
 _PREFIX = "msg-sha256:"
 #: What a cancel request stored in a campaign's row starts with (the time follows).
 CANCEL_NOTE = "cancelled from the console"
@@ -372,6 +383,98 @@ async def record_total(ledger: AsyncLedger, action: str, campaign: str, total: i
     except _DATABASE_ERRORS as exc:
         logger.warning(
             "campaign %s/%s: its number of recipients could not be recorded (%s)",
+            action,
+            campaign,
+            type(exc).__name__,
+        )
+
+
+# -- a personalised campaign's recipients per language ---------------------------------
+
+#: The counts of one variant, in the order they are stored.
+LANGUAGE_COUNTS = ("recipients", "sent", "unknown", "earlier", "other", "waiting")
+
+
+@dataclasses.dataclass(frozen=True)
+class LanguageCounts:
+    """A personalised run's recipients per variant of its message, as the console shows it.
+
+    Attributes:
+        languages: Per variant (``""``: the default message, every other language), this
+            run's counts: ``recipients`` read, ``sent``, ``unknown``, ``earlier`` (handled
+            by an earlier run), ``other`` (failed, skipped, given back) and ``waiting``
+            for their hour.
+        waiting: Recipients of a local-time campaign whose hour has not come.
+        next_due: When the next of them is due (aware, UTC), or None.
+        left_out: Variants left out to fit the row (the smallest ones).
+    """
+
+    languages: dict[str, dict[str, int]]
+    waiting: int = 0
+    next_due: dt.datetime | None = None
+    left_out: int = 0
+
+    def text(self, limit: int = MAX_ERROR_LENGTH) -> str:
+        """The JSON kept in the row, within ``limit`` characters: the variants with the
+        fewest recipients left out (and counted) when they are too many to fit."""
+        order = sorted(self.languages.items(), key=lambda item: -item[1].get("recipients", 0))
+        left_out = self.left_out
+        while True:
+            record: dict[str, Any] = {
+                "v": [
+                    [name, *(counts.get(c, 0) for c in LANGUAGE_COUNTS)] for name, counts in order
+                ],
+                "w": self.waiting,
+            }
+            if self.next_due is not None:
+                record["n"] = self.next_due.astimezone(dt.timezone.utc).isoformat()
+            if left_out:
+                record["x"] = left_out
+            value = json.dumps(record, separators=(",", ":"), ensure_ascii=True)
+            if len(value) <= limit or not order:
+                return value
+            order, left_out = order[:-1], left_out + 1
+
+    @classmethod
+    def read(cls, value: object) -> LanguageCounts | None:
+        """The counts kept in a row's ``last_error``; None for none or an unreadable one."""
+        try:
+            record = json.loads(str(value)) if value else None
+            if not isinstance(record, dict):
+                return None
+            languages = {
+                str(item[0]): dict(zip(LANGUAGE_COUNTS, map(int, item[1:]), strict=True))
+                for item in record.get("v", [])
+            }
+            due = record.get("n")
+            next_due = dt.datetime.fromisoformat(due) if isinstance(due, str) else None
+            return cls(languages, int(record.get("w", 0)), next_due, int(record.get("x", 0)))
+        except (ValueError, TypeError, IndexError):
+            return None
+
+
+async def record_languages(
+    ledger: AsyncLedger, action: str, campaign: str, counts: LanguageCounts
+) -> None:
+    """Keep a personalised run's counts per language in the campaign's row of them (a new
+    row, or the earlier run's rewritten). Best effort: they only feed the operator
+    console, so a failure is logged and the broadcast goes on."""
+    table = ledger.table
+    key, where = _row(table, action, campaign, LANGUAGES_ACTION)
+    value = counts.text()
+    now = ledger.now()
+    try:
+        async with ledger.engine.begin() as conn:
+            done = await conn.execute(
+                sa.update(table).where(where).values(last_error=value, updated_at=now)
+            )
+            if not done.rowcount:
+                await conn.execute(
+                    sa.insert(table).values({**own_row(key, now, ""), "last_error": value})
+                )
+    except _DATABASE_ERRORS as exc:
+        logger.warning(
+            "campaign %s/%s: its counts per language could not be recorded (%s)",
             action,
             campaign,
             type(exc).__name__,

@@ -391,6 +391,14 @@ class Personal:
                 return found
         return self.message
 
+    def language_of(self, language: str | None) -> str:
+        """The variant ``language`` gets, by its language (``""``: the default message)."""
+        if language:
+            for key in (language, language.split("-")[0]):
+                if key in self.variants:
+                    return key
+        return ""
+
     def render(self, recipient: Recipient) -> Message:
         """The message of ``recipient``.
 

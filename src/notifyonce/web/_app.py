@@ -564,7 +564,9 @@ async def campaign_page(console: Console, request: Request, session: Session) ->
         resume = resume_command(*args, cancelled=cancelled)
     t = console.table
     revisions = await console.read(lambda conn: q.campaign_revisions(conn, t, *args))
+    languages = await console.read(lambda conn: q.campaign_languages(conn, t, *args))
     context = {
+        "languages": languages,
         "p": progress,
         "resume": resume,
         "ended": q.CampaignState.ENDED,

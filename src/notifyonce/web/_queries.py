@@ -28,7 +28,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from notifyonce._campaign import CAMPAIGN_ACTION, RESERVED_ACTIONS, REVISION_ACTION, cancel_note
+from notifyonce._campaign import (
+    CAMPAIGN_ACTION,
+    LANGUAGES_ACTION,
+    RESERVED_ACTIONS,
+    REVISION_ACTION,
+    LanguageCounts,
+    cancel_note,
+)
 from notifyonce._drivers import driver_class
 from notifyonce._ledger.table import SlotStatus
 
@@ -121,6 +128,7 @@ class CampaignSummary:
     total: int | None = None  # the recipients the broadcast said it has
     state: str = CampaignState.STOPPED
     scheduled_at: dt.datetime | None = None  # the start it waits for (--at), if any
+    waiting: int = 0  # a local-time campaign's recipients waiting for their hour
 
     @property
     def running(self) -> bool:
@@ -430,6 +438,7 @@ def campaign_summaries(
         .limit(limit)
     )
     found_rows = conn.execute(stmt).all()
+    waiting = _waiting(conn, t, [(row.subject, row.cycle) for row in found_rows])
     campaigns = []
     for row in found_rows:
         counts = _status_counts(conn, t, row.subject, row.cycle, cap)
@@ -458,9 +467,31 @@ def campaign_summaries(
                 total,
                 state,
                 row.cycle_at,
+                waiting.get((row.subject, row.cycle), 0),
             )
         )
     return campaigns
+
+
+def _waiting(
+    conn: Connection, t: sa.Table, keys: list[tuple[str, str]]
+) -> dict[tuple[str, str], int]:
+    """How many recipients wait for their hour, per campaign (action, id) of ``keys``
+    that keeps counts per language: one statement, each an equality of the unique key."""
+    if not keys:
+        return {}
+    found = conn.execute(
+        sa.select(t.c.subject, t.c.cycle, t.c.last_error).where(
+            t.c.action == LANGUAGES_ACTION,
+            sa.or_(*(sa.and_(t.c.subject == a, t.c.cycle == c) for a, c in keys)),
+        )
+    ).all()
+    waiting = {}
+    for subject, cycle, value in found:
+        counts = LanguageCounts.read(value)
+        if counts is not None and counts.waiting:
+            waiting[(str(subject), str(cycle))] = counts.waiting
+    return waiting
 
 
 def campaign_progress(
@@ -523,6 +554,19 @@ def campaign_progress(
         state,
         scheduled_at,
     )
+
+
+def campaign_languages(
+    conn: Connection, t: sa.Table, action: str, campaign: str
+) -> LanguageCounts | None:
+    """A personalised campaign's recipients per language and how many wait for their
+    hour, as its last run kept them (one look-up of its row's key); None for others."""
+    value = conn.execute(
+        sa.select(t.c.last_error).where(
+            t.c.action == LANGUAGES_ACTION, t.c.subject == action, t.c.cycle == campaign
+        )
+    ).scalar_one_or_none()
+    return LanguageCounts.read(value)
 
 
 @dataclass(frozen=True)
