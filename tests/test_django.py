@@ -368,7 +368,8 @@ def test_admin_shows_slots_and_campaigns_and_changes_nothing(
         assert 200 == client.get(f"/admin/notifyonce/slot/{slot.pk}/change/").status_code
         assert 403 == client.get("/admin/notifyonce/slot/add/").status_code
         assert 403 == client.post(f"/admin/notifyonce/slot/{slot.pk}/delete/").status_code
-        client.post(f"/admin/notifyonce/slot/{slot.pk}/change/", {"status": "released"})
+        change = client.post(f"/admin/notifyonce/slot/{slot.pk}/change/", {"status": "released"})
+        assert 403 == change.status_code
     assert "sent" == Slot.objects.using(alias).get(pk=slot.pk).status
     assert [campaign] == [c.cycle for c in Campaign.objects.using(alias).filter(subject=action)]
 
