@@ -67,7 +67,9 @@ if not settings.configured:
             "postgres": _server(
                 POSTGRES_ENV, "django.db.backends.postgresql", "postgresql://root@127.0.0.1/test"
             ),
-            "mariadb": _server(MYSQL_ENV, "django.db.backends.mysql", "mysql://root@127.0.0.1/test"),
+            "mariadb": _server(
+                MYSQL_ENV, "django.db.backends.mysql", "mysql://root@127.0.0.1/test"
+            ),
             # A database nobody migrated: the guard's message.
             "bare": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(_DIR / "bare.sqlite3")},
         },
@@ -118,7 +120,12 @@ urlpatterns = [path("admin/", admin.site.urls)]
 
 # The backends' names in tests/_databases.py and their Django aliases.
 ALIASES = {"sqlite": "default", "postgres-psycopg": "postgres", "mariadb": "mariadb"}
-TABLES = ("notifyonce_slots", "notifyonce_rate_limits", "notifyonce_file_ids", "notifyonce_recipients")
+TABLES = (
+    "notifyonce_slots",
+    "notifyonce_rate_limits",
+    "notifyonce_file_ids",
+    "notifyonce_recipients",
+)
 CYCLE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
 
 _made: dict[str, str] = {}
@@ -286,7 +293,9 @@ def test_database_url_maps_each_backend() -> None:
         assert "mysql+asyncmy" == database_url("my", asynchronous=True).drivername
         assert "sqlite:////srv/app.sqlite3" == str(database_url("lite"))
         assert "sqlite+aiosqlite" == database_url("lite", asynchronous=True).drivername
-        with pytest.raises(ImproperlyConfigured, match=r"\['ENGINE'\] is 'django\.db\.backends\.oracle'"):
+        with pytest.raises(
+            ImproperlyConfigured, match=r"\['ENGINE'\] is 'django\.db\.backends\.oracle'"
+        ):
             database_url("odd")
     finally:
         for alias in databases:
@@ -311,9 +320,9 @@ def test_a_guard_without_the_tables_says_to_run_manage_py_migrate() -> None:
     """``once`` on a database never migrated tells the Django way to make the tables."""
     made = ledger("bare")
     try:
-        with pytest.raises(LedgerError, match=r"`python manage\.py migrate notifyonce`"):
-            with once(made, "welcome", 1, CYCLE):
-                raise AssertionError("the block ran without a ledger")
+        told = pytest.raises(LedgerError, match=r"`python manage\.py migrate notifyonce`")
+        with told, once(made, "welcome", 1, CYCLE):
+            raise AssertionError("the block ran without a ledger")
     finally:
         made.engine.dispose()
 
@@ -347,9 +356,7 @@ def _seed(alias: str) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("backend", backend_params(["sqlite", "postgres-psycopg"]))
-def test_admin_shows_slots_and_campaigns_and_changes_nothing(
-    backend: str, tmp_path: Path
-) -> None:
+def test_admin_shows_slots_and_campaigns_and_changes_nothing(backend: str, tmp_path: Path) -> None:
     """The admin lists the ledger's slots and campaigns; add, change and delete are refused."""
     alias = django_database(backend, tmp_path)
     client = _superuser(tmp_path)
@@ -363,7 +370,9 @@ def test_admin_shows_slots_and_campaigns_and_changes_nothing(
         listing = client.get("/admin/notifyonce/campaign/", {"q": campaign})
         assert 200 == listing.status_code
         assert 1 == len(listing.context["cl"].result_list)
-        assert campaign == listing.context["cl"].result_list[0].cycle
+        shown = listing.context["cl"].result_list[0]
+        assert campaign == shown.cycle
+        assert 1 == admin.site._registry[Campaign].sent(shown)  # of its two slots
         slot = Slot.objects.using(alias).get(action=action, subject="1")
         assert 200 == client.get(f"/admin/notifyonce/slot/{slot.pk}/change/").status_code
         assert 403 == client.get("/admin/notifyonce/slot/add/").status_code
@@ -375,9 +384,7 @@ def test_admin_shows_slots_and_campaigns_and_changes_nothing(
 
 
 @pytest.mark.parametrize("backend", backend_params(["sqlite", "postgres-psycopg"]))
-def test_sweep_and_purge_commands_act_on_the_django_database(
-    backend: str, tmp_path: Path
-) -> None:
+def test_sweep_and_purge_commands_act_on_the_django_database(backend: str, tmp_path: Path) -> None:
     """notifyonce_sweep settles an expired claim; notifyonce_purge deletes an old cycle."""
     alias = django_database(backend, tmp_path)
     action = f"cmd_{uuid.uuid4().hex[:8]}"

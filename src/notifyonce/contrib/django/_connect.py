@@ -45,8 +45,15 @@ _BACKENDS: dict[str, type[Driver]] = {
 
 # OPTIONS that Django itself reads: they are not the driver's to see.
 _DJANGO_OPTIONS = frozenset(
-    {"isolation_level", "pool", "server_side_binding", "assume_role", "transaction_mode",
-     "init_command", "timeout"}
+    {
+        "isolation_level",
+        "pool",
+        "server_side_binding",
+        "assume_role",
+        "transaction_mode",
+        "init_command",
+        "timeout",
+    }
 )
 
 
@@ -164,7 +171,8 @@ def ledger(alias: str | None = None, **options: Any) -> Ledger:
 
 def async_ledger(alias: str | None = None, **options: Any) -> AsyncLedger:
     """An `AsyncLedger` on a Django database, for async code (an aiogram bot living in
-    the Django project, async views, taskiq workers). See [`ledger`][notifyonce.contrib.django.ledger].
+    the Django project, async views, taskiq workers); as
+    [`ledger`][notifyonce.contrib.django.ledger] otherwise.
 
     Args:
         alias: A key of ``DATABASES``; by default the one ``NOTIFYONCE`` names.
@@ -176,5 +184,3 @@ def async_ledger(alias: str | None = None, **options: Any) -> AsyncLedger:
     made = AsyncLedger(engine, **options)
     _told(made)
     return made
-
-

@@ -20,7 +20,7 @@ from notifyonce.contrib.django.models import Campaign, Slot
 __all__ = ["CampaignAdmin", "SlotAdmin"]
 
 
-class _ReadOnly(admin.ModelAdmin):  # type: ignore[type-arg]
+class _ReadOnly(admin.ModelAdmin):
     """Lists and shows rows of the ledger's database; grants no add, change or delete."""
 
     def get_queryset(self, request: HttpRequest) -> Any:
@@ -61,10 +61,13 @@ class CampaignAdmin(_ReadOnly):
     @admin.display(description="recipients")
     def recipients(self, obj: Campaign) -> int | None:
         # The campaign row's token keeps the broadcast's recipient count; 0: not known.
-        return obj.token or None
+        total: int = obj.token
+        return total or None
 
     @admin.display(description="sent")
     def sent(self, obj: Campaign) -> int:
         # One range of the (status, action, cycle) index.
         slots = Slot.objects.using(database_alias())
-        return slots.filter(status=SlotStatus.SENT.value, action=obj.subject, cycle=obj.cycle).count()
+        sent = slots.filter(status=SlotStatus.SENT.value, action=obj.subject, cycle=obj.cycle)
+        count: int = sent.count()
+        return count

@@ -11,7 +11,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 __all__ = ["KeyTextField"]
 
 
-class KeyTextField(models.CharField):  # type: ignore[type-arg]
+class KeyTextField(models.CharField):
     """A key part (action, subject, cycle): ``VARCHAR(n)``, and on MySQL/MariaDB
     ``VARBINARY(4n)`` of its UTF-8 bytes, compared byte for byte as notifyonce's own
     ``KeyText`` column is (MySQL's default collations would make ``"Ann"`` and ``"ann"``
@@ -20,7 +20,8 @@ class KeyTextField(models.CharField):  # type: ignore[type-arg]
     def db_type(self, connection: BaseDatabaseWrapper) -> str | None:
         if connection.vendor == "mysql":
             return f"varbinary({int(self.max_length or 0) * 4})"
-        return super().db_type(connection)
+        kind: str | None = super().db_type(connection)
+        return kind
 
     def from_db_value(self, value: Any, expression: Any, connection: BaseDatabaseWrapper) -> Any:
         if isinstance(value, (bytes, bytearray, memoryview)):

@@ -16,15 +16,20 @@ Django keeps in its state are the admin's read-only, unmanaged ones.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db import migrations, models
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+from django.db.migrations.operations.base import Operation
 from django.db.migrations.state import StateApps
 
 import notifyonce.contrib.django.fields
 
-_TIMESTAMP = {"postgresql": "TIMESTAMP WITH TIME ZONE", "mysql": "DATETIME(6)", "sqlite": "DATETIME"}
+_TIMESTAMP = {
+    "postgresql": "TIMESTAMP WITH TIME ZONE",
+    "mysql": "DATETIME(6)",
+    "sqlite": "DATETIME",
+}
 _DOUBLE = {"postgresql": "DOUBLE PRECISION", "mysql": "DOUBLE", "sqlite": "DOUBLE"}
 
 
@@ -108,9 +113,9 @@ def _slot_fields() -> list[tuple[str, Any]]:
 
 class Migration(migrations.Migration):
     initial = True
-    dependencies: list[tuple[str, str]] = []
+    dependencies: ClassVar[list[tuple[str, str]]] = []
 
-    operations = [
+    operations: ClassVar[list[Operation]] = [
         migrations.SeparateDatabaseAndState(
             database_operations=[
                 # The table under a name of its own: the admin's model of the same table
