@@ -8,7 +8,22 @@ from typing import Any
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-__all__ = ["KeyTextField"]
+from notifyonce._drivers import Driver, MySQLDriver, PostgreSQLDriver, SQLiteDriver
+
+__all__ = ["KeyTextField", "driver_of"]
+
+# Django's name for each database (``connection.vendor``) and notifyonce's driver for it.
+_VENDORS: dict[str, type[Driver]] = {
+    "postgresql": PostgreSQLDriver,
+    "mysql": MySQLDriver,
+    "sqlite": SQLiteDriver,
+}
+
+
+def driver_of(connection: BaseDatabaseWrapper) -> type[Driver]:
+    """notifyonce's driver for a Django connection's database: what the app's migrations
+    and fields ask of the database, they ask of it."""
+    return _VENDORS[connection.vendor]
 
 
 class KeyTextField(models.CharField):
@@ -18,7 +33,7 @@ class KeyTextField(models.CharField):
     one key)."""
 
     def db_type(self, connection: BaseDatabaseWrapper) -> str | None:
-        if connection.vendor == "mysql":
+        if driver_of(connection).binary_keys:
             return f"varbinary({int(self.max_length or 0) * 4})"
         kind: str | None = super().db_type(connection)
         return kind
@@ -32,6 +47,6 @@ class KeyTextField(models.CharField):
         self, value: Any, connection: BaseDatabaseWrapper, prepared: bool = False
     ) -> Any:
         value = super().get_db_prep_value(value, connection, prepared)
-        if connection.vendor == "mysql" and isinstance(value, str):
+        if isinstance(value, str) and driver_of(connection).binary_keys:
             return value.encode("utf-8")
         return value

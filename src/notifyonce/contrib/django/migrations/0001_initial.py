@@ -24,6 +24,7 @@ from django.db.migrations.operations.base import Operation
 from django.db.migrations.state import StateApps
 
 import notifyonce.contrib.django.fields
+from notifyonce.contrib.django.fields import driver_of
 
 _TIMESTAMP = {
     "postgresql": "TIMESTAMP WITH TIME ZONE",
@@ -33,12 +34,14 @@ _TIMESTAMP = {
 _DOUBLE = {"postgresql": "DOUBLE PRECISION", "mysql": "DOUBLE", "sqlite": "DOUBLE"}
 
 
-def _key(vendor: str, length: int) -> str:
-    return f"VARBINARY({length * 4})" if vendor == "mysql" else f"VARCHAR({length})"
-
-
-def _tables(vendor: str) -> list[str]:
+def _tables(schema_editor: BaseDatabaseSchemaEditor) -> list[str]:
+    vendor = schema_editor.connection.vendor
     timestamp, double = _TIMESTAMP[vendor], _DOUBLE[vendor]
+    binary_keys = driver_of(schema_editor.connection).binary_keys
+
+    def _key(length: int) -> str:
+        return f"VARBINARY({length * 4})" if binary_keys else f"VARCHAR({length})"
+
     return [
         f"""CREATE TABLE notifyonce_rate_limits (
             scope VARCHAR(191) NOT NULL,
@@ -53,8 +56,8 @@ def _tables(vendor: str) -> list[str]:
             stored_at {timestamp} NOT NULL,
             CONSTRAINT pk_notifyonce_file_ids PRIMARY KEY (file_key))""",
         f"""CREATE TABLE notifyonce_recipients (
-            recipient {_key(vendor, 128)} NOT NULL,
-            category {_key(vendor, 64)} NOT NULL,
+            recipient {_key(128)} NOT NULL,
+            category {_key(64)} NOT NULL,
             reason VARCHAR(32) NOT NULL,
             source VARCHAR(32) NOT NULL,
             detail VARCHAR(255),
@@ -64,7 +67,7 @@ def _tables(vendor: str) -> list[str]:
 
 
 def _create_tables(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    for statement in _tables(schema_editor.connection.vendor):
+    for statement in _tables(schema_editor):
         schema_editor.execute(statement)
 
 
