@@ -45,9 +45,9 @@ class SlotAdmin(_ReadOnly):
 
     list_display = ("action", "subject", "cycle", "status", "attempt", "updated_at", "sent_at")
     list_filter = ("status",)
-    # Exact look-ups only: each goes through an index (the key, the subject's), where a
-    # "contains" search would read the whole table.
-    search_fields = ("=action", "=subject", "=cycle")
+    # Exact look-ups of the two key parts that lead an index (the key, the subject's); a
+    # "contains" search, or the cycle alone, would read the whole table.
+    search_fields = ("=action", "=subject")
     show_full_result_count = False
 
 
