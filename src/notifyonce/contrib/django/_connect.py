@@ -156,7 +156,7 @@ def ledger(alias: str | None = None, **options: Any) -> Ledger:
         alias: A key of ``DATABASES``; by default the one ``NOTIFYONCE`` names.
         **options: The ledger's keyword options (``lease``, ``table_name``, ...).
 
-    Example:
+    Examples:
         ```python
         from notifyonce.contrib.django import ledger
 
