@@ -39,14 +39,7 @@ class KeyTextField(models.CharField):
         return kind
 
     def from_db_value(self, value: Any, expression: Any, connection: BaseDatabaseWrapper) -> Any:
+        # A look-up by a str needs no encoding: MySQL compares the literal's bytes.
         if isinstance(value, (bytes, bytearray, memoryview)):
             return bytes(value).decode("utf-8")
-        return value
-
-    def get_db_prep_value(
-        self, value: Any, connection: BaseDatabaseWrapper, prepared: bool = False
-    ) -> Any:
-        value = super().get_db_prep_value(value, connection, prepared)
-        if isinstance(value, str) and driver_of(connection).binary_keys:
-            return value.encode("utf-8")
         return value
