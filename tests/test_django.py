@@ -150,7 +150,7 @@ def django_database(backend: str, tmp_path: Path) -> str:
     if alias not in _made:
         connection = connections[alias]
         old_name = connection.settings_dict["NAME"]
-        connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+        connection.creation.create_test_db(verbosity=0, autoclobber=True)
         _made[alias] = old_name
     return alias
 
