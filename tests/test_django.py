@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import io
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -141,6 +142,7 @@ def _django_test_environment() -> Iterator[None]:
     for alias, name in _made.items():
         connections[alias].creation.destroy_test_db(name, verbosity=0)
     connections.close_all()
+    shutil.rmtree(_DIR, ignore_errors=True)
 
 
 def django_database(backend: str, tmp_path: Path) -> str:
