@@ -343,9 +343,12 @@ def _cause(exc: BaseException) -> str:
 
 
 def _missing_table(ledger: AsyncLedger | Ledger) -> LedgerError:
+    if ledger.migrate_command is not None:
+        how = f"`{ledger.migrate_command}`"
+    else:
+        how = "(notifyonce.migrations.upgrade, or `notifyonce migrate`) or create_schema()"
     return LedgerError(
-        f"the ledger table {ledger.table_name!r} does not exist: run the migration "
-        "(notifyonce.migrations.upgrade, or `notifyonce migrate`) or create_schema() first"
+        f"the ledger table {ledger.table_name!r} does not exist: run the migration {how} first"
     )
 
 

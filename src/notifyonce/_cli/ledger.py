@@ -20,7 +20,16 @@ from alembic.runtime.migration import MigrationContext
 from alembic.util import CommandError
 
 from notifyonce._audience import Audience, AudienceCounts
-from notifyonce._cli.common import EXIT_INVALID, EXIT_OK, UsageError, plural, sync_engine
+from notifyonce._cli.common import (
+    DURATION_HELP,
+    EXIT_INVALID,
+    EXIT_OK,
+    UsageError,
+    duration_arg,
+    plural,
+    since_arg,
+    sync_engine,
+)
 from notifyonce._errors import ScheduleError
 from notifyonce._ledger.ledger import Ledger
 from notifyonce._ledger.records import LedgerStats
@@ -31,7 +40,15 @@ from notifyonce._schedule.schedule import Schedule
 from notifyonce._schedule.timeline_svg import render_timeline_svg
 from notifyonce.migrations import _upgrade_on, default_version_table
 
-__all__ = ["COMMANDS"]
+__all__ = [
+    "COMMANDS",
+    "PURGE_DESCRIPTION",
+    "SWEEP_DESCRIPTION",
+    "add_purge_arguments",
+    "add_sweep_arguments",
+    "purge_ledger",
+    "sweep_ledger",
+]
 
 
 def _ledger(args: argparse.Namespace) -> Ledger:
@@ -161,21 +178,94 @@ def _render_stats(stats: LedgerStats) -> str:
     return "\n".join(lines)
 
 
+SWEEP_DESCRIPTION = (
+    "at-most-once: expired claims become unknown; at-least-once: they are released for "
+    "another attempt while attempts remain."
+)
+PURGE_DESCRIPTION = (
+    "Delete slots whose cycle (as a point in time) is older than --older-than. A slot whose "
+    "cycle can still fire is never deleted."
+)
+
+
+def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``sweep`` (the CLI's and the Django command's)."""
+    parser.add_argument(
+        "--mode",
+        choices=["at-most-once", "at-least-once"],
+        default="at-most-once",
+        help="the delivery mode of the jobs that use these actions (default: at-most-once)",
+    )
+    parser.add_argument(
+        "--max-attempts",
+        type=int,
+        default=3,
+        help="at-least-once: claims a slot may have in all (default: 3)",
+    )
+    parser.add_argument(
+        "--action",
+        action="append",
+        dest="actions",
+        metavar="ACTION",
+        help="sweep only this action (repeatable); jobs with other delivery modes may "
+        "share the table",
+    )
+
+
+def add_purge_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``purge`` (the CLI's and the Django command's)."""
+    parser.add_argument(
+        "--older-than",
+        required=True,
+        type=duration_arg,
+        metavar="DURATION",
+        help=DURATION_HELP,
+    )
+    parser.add_argument(
+        "--opaque-finished-before",
+        type=since_arg,
+        metavar="WHEN",
+        help="also delete the slots whose cycle is an int or a str (a broadcast's campaign "
+        f"id), have no live claim and last changed before WHEN: {DURATION_HELP} ago, or "
+        "an ISO 8601 time with its zone. Only for such cycles that cannot fire again: a "
+        "slot deleted while its cycle can still fire is sent again",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="count the slots that would be deleted, and delete nothing",
+    )
+
+
 def _sweep(args: argparse.Namespace) -> int:
     """``notifyonce sweep``: settle the claims whose lease expired."""
-    mode = DeliveryMode(args.mode.replace("-", "_"))
-    result = _ledger(args).sweep(mode, max_attempts=args.max_attempts, actions=args.actions)
-    print(f"expired leases: {len(result.unknown)} now unknown, {len(result.released)} released")
-    for key in result.unknown:
-        print(f"  unknown   {key}")
-    for key in result.released:
-        print(f"  released  {key}")
+    sweep_ledger(_ledger(args), args)
     return EXIT_OK
+
+
+def sweep_ledger(
+    ledger: Ledger, args: argparse.Namespace, say: Callable[[str], object] = print
+) -> None:
+    """Settle the ledger's expired claims as the ``sweep`` options say, and tell which."""
+    mode = DeliveryMode(args.mode.replace("-", "_"))
+    result = ledger.sweep(mode, max_attempts=args.max_attempts, actions=args.actions)
+    say(f"expired leases: {len(result.unknown)} now unknown, {len(result.released)} released")
+    for key in result.unknown:
+        say(f"  unknown   {key}")
+    for key in result.released:
+        say(f"  released  {key}")
 
 
 def _purge(args: argparse.Namespace) -> int:
     """``notifyonce purge``: delete the slots whose cycle ended long ago."""
-    ledger = _ledger(args)
+    purge_ledger(_ledger(args), args)
+    return EXIT_OK
+
+
+def purge_ledger(
+    ledger: Ledger, args: argparse.Namespace, say: Callable[[str], object] = print
+) -> None:
+    """Delete the ledger's slots as the ``purge`` options say, and tell how many."""
     what = f"whose cycle ended more than {format_duration(args.older_than)} ago"
     opaque = args.opaque_finished_before
     if opaque is not None:
@@ -184,10 +274,9 @@ def _purge(args: argparse.Namespace) -> int:
         older_than=args.older_than, opaque_finished_before=opaque, dry_run=args.dry_run
     )
     if args.dry_run:
-        print(f"would delete {plural(count, 'slot')} {what} (dry run)")
+        say(f"would delete {plural(count, 'slot')} {what} (dry run)")
     else:
-        print(f"deleted {plural(count, 'slot')} {what}")
-    return EXIT_OK
+        say(f"deleted {plural(count, 'slot')} {what}")
 
 
 def _migrate(args: argparse.Namespace) -> int:

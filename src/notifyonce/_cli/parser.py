@@ -28,7 +28,6 @@ from notifyonce._cli.common import (
     EXIT_USAGE,
     UsageError,
     database_error,
-    duration_arg,
     fail,
     ledger_tables,
     since_arg,
@@ -117,58 +116,16 @@ def _parser() -> argparse.ArgumentParser:
         "sweep",
         parents=[db],
         help="settle claims whose lease expired",
-        description="at-most-once: expired claims become unknown; at-least-once: they "
-        "are released for another attempt while attempts remain.",
+        description=ledger.SWEEP_DESCRIPTION,
     )
-    sweep.add_argument(
-        "--mode",
-        choices=["at-most-once", "at-least-once"],
-        default="at-most-once",
-        help="the delivery mode of the jobs that use these actions (default: at-most-once)",
-    )
-    sweep.add_argument(
-        "--max-attempts",
-        type=int,
-        default=3,
-        help="at-least-once: claims a slot may have in all (default: 3)",
-    )
-    sweep.add_argument(
-        "--action",
-        action="append",
-        dest="actions",
-        metavar="ACTION",
-        help="sweep only this action (repeatable); jobs with other delivery modes may "
-        "share the table",
-    )
-
+    ledger.add_sweep_arguments(sweep)
     purge = commands.add_parser(
         "purge",
         parents=[db],
         help="delete slots whose cycle ended long ago",
-        description="Delete slots whose cycle (as a point in time) is older than "
-        "--older-than. A slot whose cycle can still fire is never deleted.",
+        description=ledger.PURGE_DESCRIPTION,
     )
-    purge.add_argument(
-        "--older-than",
-        required=True,
-        type=duration_arg,
-        metavar="DURATION",
-        help=DURATION_HELP,
-    )
-    purge.add_argument(
-        "--opaque-finished-before",
-        type=since_arg,
-        metavar="WHEN",
-        help="also delete the slots whose cycle is an int or a str (a broadcast's campaign "
-        f"id), have no live claim and last changed before WHEN: {DURATION_HELP} ago, or "
-        "an ISO 8601 time with its zone. Only for such cycles that cannot fire again: a "
-        "slot deleted while its cycle can still fire is sent again",
-    )
-    purge.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="count the slots that would be deleted, and delete nothing",
-    )
+    ledger.add_purge_arguments(purge)
 
     migrate = commands.add_parser(
         "migrate", parents=[db], help="create or upgrade the ledger table (Alembic)"

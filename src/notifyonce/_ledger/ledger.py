@@ -90,6 +90,10 @@ class _LedgerBase(Generic[EngineT]):
     """
 
     _engine_kind: ClassVar[tuple[type, str]]
+    #: What to run when the ledger's tables are missing, where a framework keeps the
+    #: migrations (the Django app sets ``python manage.py migrate notifyonce``); None:
+    #: notifyonce's own (``notifyonce migrate``).
+    migrate_command: str | None = None
 
     def __init__(
         self,
