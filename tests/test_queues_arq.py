@@ -32,7 +32,7 @@ def _drop(url: str, queue: str) -> None:
 
     client = redis.Redis.from_url(url)
     try:
-        client.delete(queue, *client.scan_iter(f"arq:*{queue}*"))
+        client.delete(queue, f"{queue}:health-check", *client.scan_iter(f"arq:*{queue}*"))
     finally:
         client.close()
 
