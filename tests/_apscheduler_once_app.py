@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import sqlalchemy as sa
-from apscheduler.schedulers.blocking import BlockingScheduler
 
 from _queue_storm import record_effect, worker_ledger_options
 from notifyonce import Claim, Ledger
@@ -45,6 +44,8 @@ def effect(claim: Claim) -> None:
 
 
 if __name__ == "__main__":
+    from apscheduler.schedulers.blocking import BlockingScheduler
+
     scheduler = BlockingScheduler(timezone="UTC")
     scheduler.add_job(effect, "cron", second="*", max_instances=20, misfire_grace_time=1)
     scheduler.start()

@@ -22,9 +22,16 @@ app.conf.update(
     task_default_queue=QUEUE,
     worker_prefetch_multiplier=1,
     broker_connection_retry_on_startup=True,
-    # Redis: a task unacknowledged this long goes back to the queue; every key of the
-    # test under its own prefix (the suite runs in parallel)
-    broker_transport_options={"visibility_timeout": 10},
+    # Redis: a task unacknowledged for visibility_timeout goes back to the queue, but
+    # only when a worker sweeps: by default every 10 s, and scanning on every 10th sweep
+    # (so every 100 s), under a mutex that a worker SIGKILLed while holding it keeps for
+    # 300 s; swept every second here, the mutex expiring in 10 s
+    broker_transport_options={
+        "visibility_timeout": 10,
+        "unacked_restore_interval": 1,
+        "unacked_restore_throttle": 1,
+        "unacked_mutex_expire": 10,
+    },
 )
 
 

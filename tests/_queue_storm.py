@@ -44,9 +44,16 @@ class Storm:
     command: Sequence[str]  # one worker process
     env: dict[str, str]
     workers: int = 2
+    site: Sequence[Path] = ()  # directories put first on the workers' path
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     killed: int = 0
     progress: list[int] = field(default_factory=list)  # effects counted at each kill
+    settling: float = 0.0  # seconds from the last kill until every slot was settled
+    # A broker that can lose a message it handed to a worker killed at the wrong moment
+    # (kombu's Redis transport: BRPOP, then the unacked record) leaves some slots without
+    # a row for ever: it is taken as settled once the ledger stayed the same this long.
+    may_lose: float = 0.0
+    _seen: tuple[tuple[object, ...], float] | None = None
 
     @property
     def counter(self) -> Path:
@@ -57,7 +64,7 @@ class Storm:
         return f"sqlite:///{self.tmp / 'ledger.sqlite3'}"
 
     def worker_env(self) -> dict[str, str]:
-        path = os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])
+        path = os.pathsep.join([*map(str, self.site), str(ROOT / "src"), str(ROOT / "tests")])
         return {
             **os.environ,
             **self.env,
@@ -124,10 +131,12 @@ class Storm:
                     self.killed += 1
                     self.progress.append(sum(self.effects().values()))
                     live.append(self.start())
+                last_kill = time.monotonic()
                 while not self.settled(ledger) and time.monotonic() < deadline:
                     if nudge is not None:
                         nudge()
                     time.sleep(0.5)
+                self.settling = time.monotonic() - last_kill
                 assert self.settled(ledger), f"not settled within {timeout} s: {self.logs()}"
                 if self.mode is DeliveryMode.AT_MOST_ONCE:  # a dead worker's expired claims
                     time.sleep(LEASE)
@@ -140,12 +149,21 @@ class Storm:
             engine.dispose()
 
     def settled(self, ledger: Ledger) -> bool:
-        """Every slot has a row and no live claim (at least once: every slot sent)."""
+        """Every slot has a row and no live claim (at least once: every slot sent); with
+        ``may_lose``, also every row so, and the ledger unchanged for that long."""
         stats = ledger.stats()
         rows = sum(stats.counts.values())
-        if self.mode is DeliveryMode.AT_LEAST_ONCE:
-            return stats.counts.get(("effect", SlotStatus.SENT), 0) == TASKS
-        return rows == TASKS and stats.live_claims == 0
+        sent = stats.counts.get(("effect", SlotStatus.SENT), 0)
+        done = sent == rows if self.mode is DeliveryMode.AT_LEAST_ONCE else True
+        if rows == TASKS and stats.live_claims == 0 and done:
+            return True
+        if not self.may_lose or stats.live_claims or not done:
+            self._seen = None
+            return False
+        now, snapshot = time.monotonic(), tuple(sorted(stats.counts.items()))
+        if self._seen is None or self._seen[0] != snapshot:
+            self._seen = (snapshot, now)
+        return now - self._seen[1] >= self.may_lose
 
     def effects(self) -> collections.Counter[int]:
         lines = self.counter.read_text().splitlines() if self.counter.exists() else []
@@ -172,23 +190,29 @@ def check(storm: Storm, effects: collections.Counter[int]) -> str:
     records = storm.records()
     statuses = collections.Counter(record.status.value for record in records)
     retried = sum(1 for record in records if record.attempt > 1)
+    # slots without a row: their task never reached a worker's guard (the broker lost it)
+    unseen = sorted(set(range(TASKS)) - {int(record.key.subject) for record in records})
     summary = (
         f"{storm.mode.value}: {TASKS} tasks, {storm.killed} kills, {len(doubles)} doubled, "
-        f"{len(lost)} lost, {retried} taken over, ledger {dict(statuses)}, "
-        f"effects at each kill {storm.progress}"
+        f"{len(lost)} lost, {len(unseen)} lost by the broker before any worker ran them, "
+        f"{retried} taken over, ledger {dict(statuses)}, "
+        f"effects at each kill {storm.progress}, settled {storm.settling:.0f} s after the last"
     )
     assert KILLS <= storm.killed, summary
     hit = retried + statuses["unknown"]
     assert hit > 0, f"no kill landed mid-task: {summary}"
     sent = [int(record.key.subject) for record in records if record.status is SlotStatus.SENT]
+    # a killed consumer loses at most the one message it had just popped
+    assert len(unseen) <= (storm.killed if storm.may_lose else 0), summary
     if storm.mode is DeliveryMode.AT_MOST_ONCE:
         assert [] == doubles, summary
-        assert TASKS == statuses["sent"] + statuses["unknown"], summary
+        assert TASKS - len(unseen) == statuses["sent"] + statuses["unknown"], summary
         # every slot the ledger calls sent had its effect, once
         assert [1] * len(sent) == [effects[n] for n in sent], summary
     else:
-        assert [] == lost, summary
-        assert {"sent": TASKS} == dict(statuses), summary
+        # nothing a worker's guard saw is lost: only what the broker never delivered
+        assert unseen == lost, summary
+        assert {"sent": TASKS - len(unseen)} == dict(statuses), summary
     return summary
 
 

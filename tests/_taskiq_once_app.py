@@ -18,12 +18,19 @@ from notifyonce.queues.taskiq import once_task
 QUEUE = os.environ["NFO_QUEUE"]
 
 # A message a killed worker read and did not acknowledge is claimed by another consumer
-# once it was idle 5 s (when that consumer next reads); every key under the test's names.
+# once it was idle_timeout idle (when that consumer next reads); every key under the
+# test's names. Idle is counted from the delivery, not from the last sign of life: a
+# message a live worker still runs or holds for its next free task slot is claimed too,
+# and then runs twice. So idle_timeout is longer than a run including an at-least-once
+# wait for a held slot (one lease and a second), and a read claims only as many
+# messages as a worker runs at once (taskiq-redis's default, 100, is held for minutes
+# by four task slots, claimed again and again, each copy waiting out a held slot).
 broker = RedisStreamBroker(
     os.environ["NFO_BROKER"],
     queue_name=QUEUE,
     consumer_group_name=QUEUE,
-    idle_timeout=5000,
+    idle_timeout=15_000,
+    unacknowledged_batch_size=4,
     unacknowledged_lock_timeout=5,
     xread_count=4,
     xread_block=500,

@@ -35,6 +35,7 @@ PUBLIC_MODULES = [
     "notifyonce.queues.celery",
     "notifyonce.queues.taskiq",
     "notifyonce.queues.dramatiq",
+    "notifyonce.queues.arq",
     "notifyonce.queues.apscheduler",
 ]
 

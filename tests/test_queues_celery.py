@@ -27,10 +27,6 @@ if not IN_CI:  # in CI a missing dev dependency is a failure, not a skip
 
 from notifyonce.queues.celery import once_task
 
-if not IN_CI:  # in CI a missing dev dependency is a failure, not a skip
-    pytest.importorskip("celery")
-
-
 AMQP = os.environ.get("NOTIFYONCE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 REDIS = os.environ.get("NOTIFYONCE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 BROKERS = {"rabbitmq": AMQP, "redis": REDIS}
@@ -69,34 +65,27 @@ def _clean(broker: str, queue: str) -> None:
 @pytest.mark.slow
 @pytest.mark.storm
 @pytest.mark.sqlite
-@pytest.mark.parametrize(
-    "broker",
-    [
-        "rabbitmq",
-        pytest.param(
-            "redis",
-            # Not proven under load yet: Redis hands a killed worker's tasks on only after
-            # the visibility timeout, and in one run of the whole suite on two busy cores
-            # the at-most-once case had not settled within 300 s (nothing doubled). It runs
-            # and reports, but does not fail the suite until that is explained.
-            marks=pytest.mark.xfail(reason="celery on redis not settled in time", strict=False),
-        ),
-    ],
-)
+@pytest.mark.parametrize("broker", ["rabbitmq", "redis"])
 @pytest.mark.parametrize("mode", [DeliveryMode.AT_MOST_ONCE, DeliveryMode.AT_LEAST_ONCE])
 def test_killed_celery_workers_never_double_at_most_once_never_lose_at_least_once(
     tmp_path: Path, broker: str, mode: DeliveryMode
 ) -> None:
     """1,000 tasks on two Celery workers, a whole worker SIGKILLed 10 times mid-run and its
     tasks redelivered: at most once, no side effect happened twice (0 doubles); at least
-    once, every side effect happened (0 lost) and every slot ends sent."""
+    once, every side effect happened (0 lost) and every slot ends sent, but (on Redis) a
+    task the broker lost before any worker ran it."""
     _answers(BROKERS[broker])
     queue = f"nfo_q_{uuid.uuid4().hex[:12]}"
     command = [sys.executable, "-m", "celery", "-A", "_celery_once_app", "worker", "-Q", queue]
     command += ["--concurrency", "2", "--without-gossip", "--without-mingle"]
     command += ["--without-heartbeat", "-n", f"w-{queue}@%h", "--loglevel", "WARNING"]
     env = {"NFO_QUEUE": queue, "NFO_BROKER": BROKERS[broker]}
-    storm = Storm(tmp_path, mode, command, env)
+    # kombu's Redis transport pops a message (BRPOP) before it records it unacknowledged:
+    # a worker killed between the two loses it (celery/celery#7950, celery/kombu#305).
+    # Such a slot never gets a row; the storm settles once the ledger stood still for
+    # two visibility timeouts, and checks that only such slots are missing.
+    may_lose = 20.0 if broker == "redis" else 0.0
+    storm = Storm(tmp_path, mode, command, env, may_lose=may_lose)
 
     def enqueue(count: int) -> None:
         from celery import Celery

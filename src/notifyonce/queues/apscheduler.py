@@ -2,10 +2,12 @@
 
 A job scheduled in two scheduler processes (two replicas of a service, or one restarted
 within the period) fires twice at each run time; APScheduler 3's job stores do not make
-two schedulers one. `once_job` wraps the job's function so each run claims the slot
-``(action, subject, run time)`` (`notifyonce.once`) before the body:
+two schedulers one, nor do APScheduler 4's unless they share a data store. `once_job`
+wraps the job's function so each run claims the slot ``(action, subject, run time)``
+(`notifyonce.once`) before the body; it works with APScheduler 3 and 4 alike:
 
-- the run time is the moment the run starts, **rounded to the nearest multiple of
+- the run time is the run's scheduled fire time under APScheduler 4 (read from its
+  ``current_job``), else the moment the run starts, **rounded to the nearest multiple of
   ``period``** (from the Unix epoch, UTC): two schedulers firing the same cron second,
   minute or hour within half a period of each other claim the same slot, and the second
   skips the body;
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import sys
 import time
 from collections.abc import Callable
 from typing import Concatenate, ParamSpec, TypeVar
@@ -33,7 +36,7 @@ from notifyonce._ledger.ledger import Ledger
 from notifyonce._outcome import DeliveryMode
 from notifyonce.queues._common import GuardSpec, LedgerSource, retry_delay, run_guarded
 
-__all__ = ["once_job", "run_time"]
+__all__ = ["fire_time", "once_job", "run_time"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -51,6 +54,21 @@ def run_time(now: dt.datetime, period: dt.timedelta) -> dt.datetime:
     """
     steps = round((now - _EPOCH) / period)
     return _EPOCH + steps * period
+
+
+def fire_time() -> dt.datetime:
+    """The running job's scheduled fire time under APScheduler 4, else the current time.
+
+    APScheduler 4 sets ``apscheduler.current_job`` while a job runs (in its thread too);
+    APScheduler 3 has no such variable, and outside a job it is unset.
+    """
+    module = sys.modules.get("apscheduler")
+    current = getattr(module, "current_job", None)
+    job = current.get(None) if current is not None else None
+    fired = getattr(job, "scheduled_fire_time", None)
+    if isinstance(fired, dt.datetime) and fired.tzinfo is not None:
+        return fired
+    return dt.datetime.now(dt.timezone.utc)
 
 
 def once_job(
@@ -79,7 +97,8 @@ def once_job(
         max_attempts: At least once: attempts that may have done the work, in all.
         not_done: More exception classes that say the body certainly did nothing.
         max_retries: How often one run tries again (a held slot, a released one).
-        clock: Returns the current aware time (tests); the system clock by default.
+        clock: Returns the run's aware time, rounded to ``period`` (tests); by default
+            APScheduler 4's scheduled fire time, else the system clock (`fire_time`).
 
     Examples:
         ```python
@@ -96,7 +115,7 @@ def once_job(
         raise ValidationError("period", "must be at least one second")
     source = LedgerSource(ledger, Ledger)
     spec = GuardSpec(action, lambda at: (subject, at), mode, max_attempts, not_done)
-    now = clock or (lambda: dt.datetime.now(dt.timezone.utc))
+    now = clock or fire_time
 
     def decorate(function: Callable[Concatenate[Claim, P], R]) -> Callable[P, R | None]:
         @functools.wraps(function)

@@ -17,6 +17,11 @@ the body:
 
 A taskiq middleware sees a message before and after its task but cannot skip the task nor
 hand it the claim, so the guard wraps the task's function instead.
+
+With ``RedisStreamBroker``, keep ``idle_timeout`` above the longest run plus one lease (it
+counts from the delivery: a message a live worker still holds is claimed by another once
+that old) and ``unacknowledged_batch_size`` near the worker's ``--max-async-tasks`` (a
+large batch ages in one worker's hands and is claimed again and again).
 """
 
 from __future__ import annotations
@@ -77,7 +82,9 @@ def once_task(
 
     Examples:
         ```python
-        broker = RedisStreamBroker("redis://127.0.0.1:6379/0", idle_timeout=60_000)
+        broker = RedisStreamBroker(
+            "redis://127.0.0.1:6379/0", idle_timeout=60_000, unacknowledged_batch_size=10
+        )
         ledger = lambda: AsyncLedger(create_async_engine(DATABASE_URL))
 
         @once_task(broker, ledger, "trial_6h", key=lambda user, deadline: (user, deadline))
