@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -36,12 +39,19 @@ def site_of(config: pytest.Config, requirement: str, module: str) -> Path:
     locally (failed in CI) when it cannot be installed."""
     if config.cache is None:
         pytest.skip("pytest's cache is off (-p no:cacheprovider)")
-    site = config.cache.mkdir(f"site-{requirement.replace('==', '-')}")
-    marker = site / module / "__init__.py"
-    if not marker.exists():
-        command = [sys.executable, "-m", "pip", "install", "-q", "--target", str(site)]
+    site = config.cache.mkdir("sites") / requirement.replace("==", "-")
+    if not (site / module / "__init__.py").exists():
+        # Installed beside the final directory and renamed into place whole: two test
+        # workers asking at once each install their own, and the first rename wins, so no
+        # worker sees a half-installed site.
+        staging = Path(tempfile.mkdtemp(prefix=f"{site.name}-", dir=site.parent))
+        command = [sys.executable, "-m", "pip", "install", "-q", "--target", str(staging)]
         done = subprocess.run([*command, requirement], capture_output=True, text=True, timeout=300)
-        if not marker.exists():
+        if (staging / module / "__init__.py").exists():
+            with contextlib.suppress(OSError):  # another worker's rename came first
+                staging.rename(site)
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (site / module / "__init__.py").exists():
             message = f"could not install {requirement} into {site}: {done.stderr[-500:]}"
             if IN_CI:
                 pytest.fail(message, pytrace=False)
