@@ -545,7 +545,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         # The whole call (checkout, statements, commit, checkin) as one piece of sync work,
         # run as the engine's driver runs work (see notifyonce._drivers).
         spare = keeper or self._spare
-        if spare is not None:
+        if spare is not None and plan.statement is not None:
             pooled = spare.take()
             if pooled is not None:
                 ran = await self._run_direct(plan, pooled, spare)
