@@ -123,7 +123,7 @@ async def compiled_per_claim(url: sa.URL) -> float:
     finally:
         engine_logger.handlers = saved
         async with engine.begin() as conn:
-            await conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
+            await conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}, {table}_recipients"))
         await engine.dispose()
 
 
@@ -255,7 +255,7 @@ async def main(url: str, json_path: str | None = None) -> int:
             await conn.close()
         async with engine.begin() as conn:
             for table in (ledger_table, raw_table):
-                await conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
+                await conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}, {table}_recipients"))
         await engine.dispose()
     return 0
 
@@ -323,7 +323,11 @@ async def index_costs(url: str) -> int:
     finally:
         async with engine.begin() as conn:
             for ledger in ledgers.values():
-                await conn.execute(sa.text(f"DROP TABLE IF EXISTS {ledger.table_name}"))
+                await conn.execute(
+                    sa.text(
+                        f"DROP TABLE IF EXISTS {ledger.table_name}, {ledger.table_name}_recipients"
+                    )
+                )
         await engine.dispose()
     return 0
 
