@@ -13,7 +13,9 @@ pool, no statement built per call. In one run, on tables of the same shape, it m
   SELECT FROM unnest(...) ON CONFLICT DO NOTHING RETURNING``, in chunks of 500 and 10,000.
 
 Each case runs ``ROUNDS`` times, raw and ledger alternating, and the median round is
-reported: the machine is shared, so a load spike should not land on one side only.
+reported: the machine is shared, so a load spike should not land on one side only. With
+each rate it prints the client CPU per claim, the median of the rounds (user + system time
+of this process, as the OS charged it), which a busy machine disturbs far less.
 
 It also counts what SQLAlchemy compiles for the claims: through an engine with ``echo``
 (where the ledger's statements go through the Connection, so they are logged) it runs 200
@@ -24,6 +26,11 @@ compiled per call). Run it with SQLAlchemy 2.0 and 2.1 (for example in a venv wi
 Goals: claim_slot >= 0.7x and claim_many >= 0.7x the held connection's rate, on both.
 
 ``--json PATH`` also writes the figures there (``bench/plot_benchmarks.py`` draws them).
+
+``--indexes`` measures instead what each of the table's indexes costs a claim: the
+ledger's ``claim_many`` and ``claim_slot`` (16 workers) on scratch tables, one with every
+index, one without each secondary index in turn, and a bare one (the primary key and the
+unique key the claim's ``ON CONFLICT`` needs), alternating, the median of ``ROUNDS``.
 """
 
 from __future__ import annotations
@@ -79,11 +86,21 @@ def keys(prefix: str, count: int) -> list[tuple[str, dt.datetime]]:
     return [(f"{prefix}{i}", base + dt.timedelta(minutes=i % 90)) for i in range(count)]
 
 
-async def timed(count: int, work: Callable[[], Awaitable[object]]) -> float:
-    """Claims per second of one run of ``work``."""
+#: Client CPU per claim (user + system time of this process, us) of each timed run, by
+#: the label of its case: what the OS charged the side that ran.
+CPU: dict[str, list[float]] = {}
+
+
+async def timed(count: int, work: Callable[[], Awaitable[object]], label: str = "") -> float:
+    """Claims per second of one run of ``work`` (its CPU per claim kept in `CPU`)."""
+    before = os.times()
     start = time.perf_counter()
     await work()
-    return count / (time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
+    after = os.times()
+    cpu = (after.user - before.user) + (after.system - before.system)
+    CPU.setdefault(label, []).append(1e6 * cpu / count)
+    return count / elapsed
 
 
 async def compiled_per_claim(url: sa.URL) -> float:
@@ -106,7 +123,7 @@ async def compiled_per_claim(url: sa.URL) -> float:
     finally:
         engine_logger.handlers = saved
         async with engine.begin() as conn:
-            await conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
+            await conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}, {table}_recipients"))
         await engine.dispose()
 
 
@@ -211,7 +228,7 @@ async def main(url: str, json_path: str | None = None) -> int:
         for round_number in range(ROUNDS):
             for index, (label, (count, work)) in enumerate(cases.items()):
                 prefix = f"r{round_number}c{index}-"
-                rates[label].append(await timed(count, partial(work, prefix)))
+                rates[label].append(await timed(count, partial(work, prefix), label))
         median = {label: statistics.median(values) for label, values in rates.items()}
         print(
             f"SQLAlchemy {sa.__version__}, asyncpg {asyncpg.__version__}: median of {ROUNDS}"
@@ -219,7 +236,8 @@ async def main(url: str, json_path: str | None = None) -> int:
         )
         for label, rate in median.items():
             spread = ", ".join(f"{r:,.0f}" for r in rates[label])
-            print(f"  {label:<40} {rate:>9,.0f} claims/s   ({spread})")
+            cpu = statistics.median(CPU[label])
+            print(f"  {label:<40} {rate:>9,.0f} claims/s   ({spread}), CPU {cpu:,.1f} us/claim")
         raw_seq, led_seq, raw_par, led_par, raw_many, raw_big, led_many = median.values()
         print("ratios (ledger / the held connection; goals: >= 0.7)")
         print(f"  claim_slot, sequential                      {led_seq / raw_seq:.2f}")
@@ -237,7 +255,79 @@ async def main(url: str, json_path: str | None = None) -> int:
             await conn.close()
         async with engine.begin() as conn:
             for table in (ledger_table, raw_table):
-                await conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
+                await conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}, {table}_recipients"))
+        await engine.dispose()
+    return 0
+
+
+async def index_costs(url: str) -> int:
+    """Claims per second with each secondary index of the table dropped in turn."""
+    from notifyonce._ledger.table import index_names
+
+    sa_url = sa.make_url(url).set(drivername="postgresql+asyncpg")
+    engine = create_async_engine(sa_url, pool_size=WORKERS, max_overflow=0)
+    suffix = uuid.uuid4().hex[:8]
+    secondary = [kind for kind in index_names("t") if kind not in ("pk", "key")]
+    variants: dict[str, list[str]] = {"every index": []}
+    variants.update({f"without {kind}": [kind] for kind in secondary})
+    variants["bare (primary key and unique key)"] = secondary
+    ledgers: dict[str, AsyncLedger] = {}
+    try:
+        for number, (label, dropped) in enumerate(variants.items()):
+            table = f"bench_idx{number}_{suffix}"
+            ledger = ledgers[label] = AsyncLedger(engine, table_name=table)
+            await ledger.create_schema()
+            names = index_names(table)
+            async with engine.begin() as conn:
+                for kind in dropped:
+                    await conn.execute(sa.text(f"DROP INDEX {names[kind]}"))
+
+        async def bulk(ledger: AsyncLedger, prefix: str) -> None:
+            await ledger.claim_many("m", keys(prefix, BULK))
+
+        async def single(ledger: AsyncLedger, prefix: str) -> None:
+            items = keys(prefix, SINGLE)
+
+            async def worker(part: list[tuple[str, dt.datetime]]) -> None:
+                for subject, cycle in part:
+                    await ledger.claim_slot("s", subject, cycle)
+
+            await asyncio.gather(*(worker(items[i::WORKERS]) for i in range(WORKERS)))
+
+        for ledger in ledgers.values():  # warm up
+            await bulk(ledger, "warm")
+            await single(ledger, "warm")
+        rates: dict[tuple[str, str], list[float]] = {}
+        for round_number in range(ROUNDS):
+            for label, ledger in ledgers.items():
+                for case, count, work in (("bulk", BULK, bulk), ("single", SINGLE, single)):
+                    prefix = f"r{round_number}{case}-"
+                    rate = await timed(count, partial(work, ledger, prefix))
+                    rates.setdefault((label, case), []).append(rate)
+        median = {key: statistics.median(values) for key, values in rates.items()}
+        full_bulk, full_single = median["every index", "bulk"], median["every index", "single"]
+        print(
+            f"SQLAlchemy {sa.__version__}, asyncpg {asyncpg.__version__}: median of {ROUNDS}"
+            f" alternating rounds; claim_many {BULK:,} keys, claim_slot {SINGLE} with"
+            f" {WORKERS} workers; the table holds about {ROUNDS * BULK + BULK:,} rows at the end"
+        )
+        print(
+            f"  {'table':<36} {'claim_many':>12} {'vs every':>9} {'claim_slot':>11} {'vs every':>9}"
+        )
+        for label in variants:
+            b, s1 = median[label, "bulk"], median[label, "single"]
+            print(
+                f"  {label:<36} {b:>10,.0f}/s {b / full_bulk:>8.2f}x"
+                f" {s1:>9,.0f}/s {s1 / full_single:>8.2f}x"
+            )
+    finally:
+        async with engine.begin() as conn:
+            for ledger in ledgers.values():
+                await conn.execute(
+                    sa.text(
+                        f"DROP TABLE IF EXISTS {ledger.table_name}, {ledger.table_name}_recipients"
+                    )
+                )
         await engine.dispose()
     return 0
 
@@ -262,5 +352,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("url", nargs="?", default=default)
     parser.add_argument("--json", metavar="PATH", help="also write the figures to PATH")
+    parser.add_argument(
+        "--indexes", action="store_true", help="measure what each index costs a claim instead"
+    )
     args = parser.parse_args()
+    if args.indexes:
+        sys.exit(asyncio.run(index_costs(args.url)))
     sys.exit(asyncio.run(main(args.url, args.json)))

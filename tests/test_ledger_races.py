@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from notifyonce import Claim, LedgerUnavailableError
+from notifyonce import AsyncLedger, Claim, LedgerError, LedgerUnavailableError
 
 from ._ledger_env import UTC, Env
 from ._ledger_env import Awaitable as Wrapped
@@ -201,6 +201,14 @@ async def test_unreachable_database_raises_unavailable(tmp_path: Path) -> None:
         await engine.dispose()
 
 
+def _usual_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every claim through ``LedgerCore.claim_keys``, the seam of the tests that fail it:
+    none awaited as a statement on asyncpg's own connection (tested below on its own)."""
+    from notifyonce._ledger.core import LedgerCore
+
+    monkeypatch.setattr(LedgerCore, "claim_statement", lambda *args, **kwargs: None)
+
+
 async def test_failed_chunk_releases_the_chunks_already_won(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -221,6 +229,7 @@ async def test_failed_chunk_releases_the_chunks_already_won(
 
     ledger = env.make()
     monkeypatch.setattr(LedgerCore, "claim_keys", second_chunk_fails)
+    _usual_way(monkeypatch)
     with pytest.raises(LedgerError):
         await ledger.claim_many("a", [(i, DEADLINE) for i in range(4)], chunk_size=2)
     monkeypatch.setattr(LedgerCore, "claim_keys", real)
@@ -259,6 +268,7 @@ async def test_deadlock_victim_transaction_is_run_again(
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(LedgerCore, "claim_keys", deadlocked)
+    _usual_way(monkeypatch)
     ledger = env.make()
     if env.dialect == "sqlite":
         with pytest.raises(LedgerError):
@@ -304,3 +314,129 @@ def test_sqlite_writes_run_with_the_ledgers_busy_timeout(tmp_path: Path) -> None
         assert (1500, 3) == (timeout(), len(pragmas))
     finally:
         engine.dispose()
+
+
+# -- asyncpg: a claim on the connection the previous call left, awaited directly -----------
+
+
+def _asyncpg_only(ledger: AsyncLedger) -> None:
+    if ledger.engine.sync_engine.dialect.driver != "asyncpg":
+        pytest.skip("claims are awaited on the driver's own connection on asyncpg only")
+
+
+def _kill_kept_connection(ledger: AsyncLedger, sync_url: str) -> None:
+    """Terminate the backend of the connection the ledger's last call left for the next,
+    without letting the event loop turn (it would give the connection back)."""
+    pooled = ledger._spare._pooled  # type: ignore[union-attr]
+    assert pooled is not None, "the last call left no connection"
+    killer = sa.create_engine(sync_url, poolclass=sa.pool.NullPool)
+    try:
+        with killer.begin() as k:
+            pid = _backend_pid(pooled.driver_connection)
+            k.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    finally:
+        killer.dispose()
+
+
+async def test_a_claim_right_after_a_claim_needs_no_greenlet_and_wins_the_same(
+    ledger: AsyncLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On asyncpg the second of two claims in a row runs on the connection the first left,
+    awaited directly: the driver runs no sync work for it, and it claims exactly as the
+    first did (a fresh row at attempt 1, its token and lease; a held slot is not won)."""
+    _asyncpg_only(ledger)
+    runs: list[object] = []
+    run = ledger._driver.run
+
+    async def counted(work: Any) -> Any:
+        runs.append(work)
+        return await run(work)
+
+    monkeypatch.setattr(ledger._driver, "run", counted)
+    first = await ledger.claim_slot("a", 1, DEADLINE)
+    second = await ledger.claim_slot("a", 2, DEADLINE)
+    held = await ledger.claim_slot("a", 1, DEADLINE)
+    many = await ledger.claim_many("a", [(3, DEADLINE), (4, DEADLINE), (1, DEADLINE)])
+    assert 1 == len(runs)
+    assert first is not None
+    assert second is not None
+    assert held is None
+    assert (1, 1) == (first.attempt, second.attempt)
+    assert first.token != second.token
+    assert ["3", "4"] == [c.key.subject for c in many]
+    record = await ledger.get("a", 2, DEADLINE)
+    assert record is not None
+    assert (record.id, record.token, record.status) == (second.id, second.token, "claimed")
+    assert record.lease_until == second.lease_until
+
+
+async def test_a_backend_killed_under_a_direct_claim_raises_and_the_connection_is_dropped(
+    ledger: AsyncLedger, async_backend: Any
+) -> None:
+    """A claim on a kept connection whose backend was killed raises LedgerUnavailableError
+    (not asyncpg's own error), returns no claim, and the dead connection is discarded: the
+    next claim wins the slot, at attempt 1, on a fresh one."""
+    _asyncpg_only(ledger)
+    assert await ledger.claim_slot("a", 1, DEADLINE) is not None
+    _kill_kept_connection(ledger, async_backend.sync_url)
+    with pytest.raises(LedgerUnavailableError):
+        await ledger.claim_slot("a", 2, DEADLINE)
+    again = await ledger.claim_slot("a", 2, DEADLINE)
+    assert again is not None
+    assert 1 == again.attempt
+    await asyncio.sleep(0)  # the kept connection goes back to the pool
+    pool = ledger.engine.sync_engine.pool
+    assert 0 == pool.checkedout()  # type: ignore[attr-defined]
+
+
+async def test_a_database_error_under_a_direct_claim_is_a_ledger_error_and_frees_the_connection(
+    ledger: AsyncLedger, async_backend: Any
+) -> None:
+    """A statement the database refuses (its table dropped under it) raises LedgerError
+    as the usual way does, and the connection goes back to the pool, still usable."""
+    _asyncpg_only(ledger)
+    assert await ledger.claim_slot("a", 1, DEADLINE) is not None
+    dropper = sa.create_engine(async_backend.sync_url, poolclass=sa.pool.NullPool)
+    try:
+        with dropper.begin() as conn:
+            conn.execute(sa.text(f"DROP TABLE {ledger.table_name}"))
+    finally:
+        dropper.dispose()
+    with pytest.raises(LedgerError) as raised:
+        await ledger.claim_slot("a", 2, DEADLINE)
+    assert not isinstance(raised.value, LedgerUnavailableError)
+    await asyncio.sleep(0)
+    pool = ledger.engine.sync_engine.pool
+    assert 0 == pool.checkedout()  # type: ignore[attr-defined]
+    await ledger.create_schema()
+    assert await ledger.claim_slot("a", 2, DEADLINE) is not None
+
+
+async def test_a_deadlock_under_a_direct_claim_runs_the_claim_again(
+    ledger: AsyncLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim on a kept connection chosen as a deadlock victim (rolled back by the server)
+    is run again, and wins; one that keeps being chosen raises LedgerError after the
+    ledger's runs."""
+    _asyncpg_only(ledger)
+    import asyncpg
+
+    real = asyncpg.Connection.fetch
+    failures = 0
+
+    async def deadlocked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal failures
+        if failures:
+            failures -= 1
+            raise asyncpg.exceptions.DeadlockDetectedError("deadlock detected")
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(asyncpg.Connection, "fetch", deadlocked)
+    assert await ledger.claim_slot("a", 1, DEADLINE) is not None
+    failures = 1
+    claim = await ledger.claim_slot("a", 2, DEADLINE)
+    assert (0, 1) == (failures, claim.attempt if claim else None)
+    failures = 10
+    with pytest.raises(LedgerError):
+        await ledger.claim_slot("a", 3, DEADLINE)
+    assert await ledger.get("a", 3, DEADLINE) is None

@@ -185,6 +185,12 @@ class Driver:
         return DriverLink(pooled, self.engine.dialect)
 
     @property
+    def direct_statements(self) -> bool:
+        """Whether a statement in autocommit may be awaited on the driver's own connection
+        from async code, outside SQLAlchemy's greenlet bridge (as `link` runs it inside)."""
+        return False
+
+    @property
     def autocommit_connections(self) -> bool:
         """Whether a SQLAlchemy ``Connection`` may run a statement alone in autocommit, as
         `autocommit_statements` prefers (not through a pooler that would split its

@@ -22,7 +22,7 @@ on every call).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Dialect
@@ -231,11 +231,18 @@ class AsyncpgLink(DriverLink):
         try:
             return await_(getattr(self._driver, method)(sql, *args))
         except Exception as exc:
-            try:
-                self._connection.dbapi_connection._handle_exception(exc)
-            except Exception as adapted:
-                raise self.wrap(adapted, sql) from exc
-            raise  # pragma: no cover - the adapter always raises
+            self.raise_adapted(exc, sql)
+
+    def raise_adapted(self, exc: BaseException, sql: str) -> NoReturn:
+        """Raise what asyncpg raised running ``sql`` as SQLAlchemy would (``DBAPIError``;
+        a disconnect invalidates the connection); anything else as it is."""
+        try:
+            self._connection.dbapi_connection._handle_exception(exc)
+        except Exception as adapted:
+            if adapted is exc:
+                raise
+            raise self.wrap(adapted, sql) from exc
+        raise exc  # pragma: no cover - the adapter always raises
 
     def rows(self, compiled: Compiled, params: Mapping[str, Any]) -> Sequence[Any]:
         return self._call(compiled.sql, "fetch", compiled.args(params))  # type: ignore[arg-type,no-any-return]

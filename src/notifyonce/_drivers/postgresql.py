@@ -130,6 +130,11 @@ class PostgreSQLDriver(Driver):
             return AsyncpgLink(pooled, self.engine.dialect)
         return DriverLink(pooled, self.engine.dialect)
 
+    @property
+    def direct_statements(self) -> bool:
+        # asyncpg's own connection, as `link` gives it for autocommit.
+        return self.engine.dialect.driver == "asyncpg"
+
     def switches_to_autocommit(self) -> bool:
         # asyncpg's own connection is in autocommit already.
         return self.engine.dialect.driver != "asyncpg"

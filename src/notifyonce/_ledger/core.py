@@ -26,10 +26,18 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Dialect as SADialect
 
 from notifyonce._drivers import Driver
 from notifyonce._drivers.errors import DATABASE_ERRORS, is_retryable, translate
-from notifyonce._drivers.execute import ConnectionLink, Link, is_observed, wrap_dbapi_error
+from notifyonce._drivers.execute import (
+    AsyncpgLink,
+    Compiled,
+    ConnectionLink,
+    Link,
+    is_observed,
+    wrap_dbapi_error,
+)
 from notifyonce._errors import LedgerError, LedgerUnavailableError, ValidationError
 from notifyonce._keys import SlotKey
 from notifyonce._ledger.checks import ClaimOptions, check_bool, check_lease, check_positive_int
@@ -53,9 +61,11 @@ __all__ = [
     "Plan",
     "Shape",
     "Spare",
+    "Statement",
 ]
 
 T = TypeVar("T")
+U = TypeVar("U")
 Clock = Callable[[], dt.datetime]
 
 _CLAIMED = SlotStatus.CLAIMED.value
@@ -107,12 +117,15 @@ class Plan(Generic[T]):
         undo: What to run, on a connection of its own, when ``body`` fails in a way that
             may have left its writes committed (a claim whose answer was lost): a best
             effort, before the failure is raised.
+        statement: ``body`` as one statement in autocommit, for the driver's own
+            connection awaited directly (see `Statement`), or None.
     """
 
     body: Callable[[Any], T]
     shape: Shape
     on_link: bool = True
     undo: Plan[Any] | None = None
+    statement: Callable[[SADialect], Statement[T] | None] | None = None
 
     @property
     def writes(self) -> bool:
@@ -123,6 +136,27 @@ class Plan(Generic[T]):
     def alone(self) -> bool:
         """It needs no transaction around it, so it may run in autocommit."""
         return self.shape is not Shape.TOGETHER
+
+
+@dataclass(frozen=True, slots=True)
+class Statement(Generic[T]):
+    """A plan's body as one statement that stands alone: its compiled SQL, the values of
+    one execution, and what makes the plan's result of the rows it returns.
+
+    ``AsyncLedger`` awaits it on asyncpg's own connection, outside SQLAlchemy's greenlet
+    bridge, when the call already has a connection at hand (kept from the previous call):
+    the statement, its values and its result are those of ``body``, and a failure is
+    handled by the same code as ``body``'s (`LedgerCore.direct_failed`).
+    """
+
+    compiled: Compiled
+    params: dict[str, Any]
+    finish: Callable[[Sequence[Any]], T]
+
+    def then(self, after: Callable[[T], U]) -> Statement[U]:
+        """The same statement, its result passed through ``after``."""
+        finish = self.finish
+        return Statement(self.compiled, self.params, lambda rows: after(finish(rows)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -464,6 +498,46 @@ class LedgerCore:
             elif not (done and spare is not None and pooled.is_valid and spare.give(pooled)):
                 pooled.close()
 
+    def direct_statement(self, engine: sa.Engine, plan: Plan[T]) -> Statement[T] | None:
+        """``plan``'s `Statement` when it may be awaited on the driver's own connection
+        instead of running in a greenlet: a statement alone, in autocommit, on a driver
+        whose connection takes it directly (asyncpg), nobody watching the engine's
+        statements, the server's clock read recently enough; else None."""
+        if (
+            plan.statement is None
+            or not plan.alone
+            or not self.driver.direct_statements
+            or self.clock_due
+            or is_observed(engine)
+        ):
+            return None
+        return plan.statement(engine.dialect)
+
+    def direct_failed(self, pooled: Any, exc: BaseException, sql: str) -> bool:
+        """What `_run_on_driver` does when its statement fails, for a `Statement` that
+        failed on ``pooled``'s driver connection (run in a greenlet: giving the connection
+        back may await). The connection goes back to the pool, or is discarded when the
+        database is unreachable on it. True: a deadlock the server rolled back, so the
+        plan may run again; otherwise the error is raised as `_run_on_driver` raises it."""
+        cut = False
+        try:
+            try:
+                AsyncpgLink(pooled, self.driver.engine.dialect).raise_adapted(exc, sql)
+            except DATABASE_ERRORS as error:
+                if self.is_retryable(error):
+                    return True
+                translated = self.translate(error)
+                cut = isinstance(translated, LedgerUnavailableError)
+                raise translated from error
+        finally:
+            if cut:
+                with contextlib.suppress(Exception):
+                    if pooled.dbapi_connection is not None:
+                        pooled.invalidate()
+            else:
+                with contextlib.suppress(Exception):
+                    pooled.close()
+
     def is_retryable(self, exc: BaseException) -> bool:
         """A deadlock or lock timeout whose transaction the server rolled back."""
         return is_retryable(self.driver, exc)
@@ -521,6 +595,24 @@ class LedgerCore:
         params, limited = self._claim_params(action, options)
         won = self.dialect.claim(link, params, keys, tokens, options.take_expired, limited)
         return _won(keys, tokens, won, params["lease_until"])
+
+    def claim_statement(
+        self,
+        sa_dialect: SADialect,
+        action: str,
+        keys: Sequence[SlotKey],
+        options: ClaimOptions,
+        tokens: Sequence[int],
+    ) -> Statement[list[Claim]] | None:
+        """`claim_keys` as one `Statement`, or None where a claim is not one."""
+        params, limited = self._claim_params(action, options)
+        compiled = self.dialect.claim_compiled(
+            sa_dialect, params, keys, tokens, options.take_expired, limited
+        )
+        if compiled is None:
+            return None
+        until = params["lease_until"]
+        return Statement(compiled, params, lambda won: _won(keys, tokens, won, until))
 
     def write(
         self,

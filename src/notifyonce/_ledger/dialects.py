@@ -248,6 +248,19 @@ class Dialect:
         """
         raise NotImplementedError
 
+    def claim_compiled(
+        self,
+        sa_dialect: SADialect,
+        params: dict[str, Any],
+        ordered: Sequence[SlotKey],
+        tokens: Sequence[int],
+        take_expired: bool,
+        limited: bool,
+    ) -> Compiled | None:
+        """`claim` as one compiled statement returning the won rows, its per-key values
+        added to ``params``; None where a claim is not one such statement."""
+        return None
+
     def write(
         self,
         link: Link,
@@ -396,6 +409,18 @@ class PostgreSQL(Dialect):
         take_expired: bool,
         limited: bool,
     ) -> Sequence[Any]:
+        compiled = self.claim_compiled(link.dialect, params, ordered, tokens, take_expired, limited)
+        return link.rows(compiled, params)
+
+    def claim_compiled(
+        self,
+        sa_dialect: SADialect,
+        params: dict[str, Any],
+        ordered: Sequence[SlotKey],
+        tokens: Sequence[int],
+        take_expired: bool,
+        limited: bool,
+    ) -> Compiled:
         if len(ordered) == 1:
             _numbered(params, ordered, tokens)
             rows = 1
@@ -403,10 +428,9 @@ class PostgreSQL(Dialect):
             _claim_arrays(params, ordered, tokens)
             rows = 0
         shape = ("claim", rows, take_expired, limited)
-        compiled = self.compiled(
-            link.dialect, shape, lambda: self._build_claim(rows, take_expired, limited)
+        return self.compiled(
+            sa_dialect, shape, lambda: self._build_claim(rows, take_expired, limited)
         )
-        return link.rows(compiled, params)
 
     def _build_claim(self, rows: int, take_expired: bool, limited: bool) -> sa.ClauseElement:
         return _on_conflict_claim(self.table, self._insert(rows), take_expired, limited)

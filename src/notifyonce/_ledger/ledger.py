@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Generic, NoReturn, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Dialect as SADialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
@@ -57,6 +58,7 @@ from notifyonce._ledger.core import (
     Plan,
     Shape,
     Spare,
+    Statement,
 )
 from notifyonce._ledger.records import LedgerStats, SlotRecord, SweepResult
 from notifyonce._ledger.table import DEFAULT_TABLE_NAME, SlotStatus
@@ -67,6 +69,8 @@ __all__ = ["AsyncLedger", "Ledger"]
 
 T = TypeVar("T")
 _UNSET = object()
+# `AsyncLedger._run_direct`: the plan is to run the usual way.
+_AGAIN = object()
 Body = Callable[[Connection], T]
 
 
@@ -137,11 +141,17 @@ class _LedgerBase(Generic[EngineT]):
         options = self._core.claim_options(lease, take_expired, max_attempts)
         claim = self._plan_claim_keys([make_key(action, subject, cycle)], options)
 
-        def body(link: Link) -> Claim | None:
-            won = claim.body(link)
+        def first(won: list[Claim]) -> Claim | None:
             return won[0] if won else None
 
-        return Plan(body, claim.shape, undo=claim.undo)
+        def body(link: Link) -> Claim | None:
+            return first(claim.body(link))
+
+        def statement(sa_dialect: SADialect) -> Statement[Claim | None] | None:
+            made = claim.statement(sa_dialect) if claim.statement is not None else None
+            return None if made is None else made.then(first)
+
+        return Plan(body, claim.shape, undo=claim.undo, statement=statement)
 
     def _plan_claim_many(
         self,
@@ -185,11 +195,13 @@ class _LedgerBase(Generic[EngineT]):
         undo = Plan(
             partial(core.release_lost, keys=ordered, tokens=tokens), Shape.ALONE, on_link=False
         )
-        body = partial(
-            core.claim_keys, action=keys[0].action, keys=ordered, options=options, tokens=tokens
+        action = keys[0].action
+        body = partial(core.claim_keys, action=action, keys=ordered, options=options, tokens=tokens)
+        statement = partial(
+            core.claim_statement, action=action, keys=ordered, options=options, tokens=tokens
         )
         one = core.dialect.claim_is_one_statement
-        return Plan(body, Shape.ALONE if one else Shape.TOGETHER, undo=undo)
+        return Plan(body, Shape.ALONE if one else Shape.TOGETHER, undo=undo, statement=statement)
 
     def _plan_release_won(self, won: Sequence[Claim]) -> Plan[list[bool]] | None:
         """Free what earlier chunks of a failed ``claim_many`` won, so the next run wins them
@@ -536,8 +548,40 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
     async def _run_owned(self, plan: Plan[T], keeper: Keeper | None) -> T:
         # The whole call (checkout, statements, commit, checkin) as one piece of sync work,
         # run as the engine's driver runs work (see notifyonce._drivers).
-        work = partial(self._core.run_owned, plan=plan, spare=keeper or self._spare)
+        spare = keeper or self._spare
+        if spare is not None and plan.statement is not None:
+            pooled = spare.take()
+            if pooled is not None:
+                ran = await self._run_direct(plan, pooled, spare)
+                if ran is not _AGAIN:
+                    return cast(T, ran)
+        work = partial(self._core.run_owned, plan=plan, spare=spare)
         return await self._driver.run(work)
+
+    async def _run_direct(self, plan: Plan[T], pooled: Any, spare: Keeper) -> T | object:
+        """Run ``plan``'s one statement on the connection the previous call left (``pooled``),
+        awaited on asyncpg's own connection: no greenlet, no checkout, no check-in, which
+        cost a claim as much CPU as asyncpg's execution of it. `_AGAIN` when the plan is
+        to run the usual way instead (it has no such statement, or a deadlock the server
+        rolled back); failures are handled as the usual way handles them."""
+        core = self._core
+        statement = core.direct_statement(self._engine.sync_engine, plan)
+        if statement is None:
+            if not spare.give(pooled):
+                await greenlet_spawn(pooled.close)
+            return _AGAIN
+        compiled = statement.compiled
+        try:
+            rows = await pooled.driver_connection.fetch(
+                compiled.sql, *compiled.args(statement.params)
+            )
+        except BaseException as exc:
+            if await greenlet_spawn(core.direct_failed, pooled, exc, compiled.sql):
+                return _AGAIN
+            raise  # pragma: no cover - direct_failed raises
+        if not spare.give(pooled):
+            await greenlet_spawn(pooled.close)
+        return statement.finish(rows)
 
     async def _run_chain(self, chain: Chain[T]) -> T:
         done: list[Any] = []
