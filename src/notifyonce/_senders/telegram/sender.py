@@ -199,15 +199,31 @@ def prepare(recipient: object, message: object, *, file: bool = True) -> tuple[s
     upload limit. A send passes ``file=False``: there a file problem is the message's, not
     a reason to refuse its recipient (see ``files.unreadable``).
     """
+    global _last_text  # one slot, replaced whole: no lock needed
     recipient = _validate_recipient(recipient)
     if not isinstance(message, Message):
         raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
+    # A text message with no keyboard and no options is checked by its immutable fields
+    # alone: a broadcast sends the same one to every chat (the Notifier checks it before
+    # each claim, the send again), so the last one checked is remembered.
+    key = None
+    if message.media is None and message.reply_markup is None and not message.options:
+        key = (message.text, message.parse_mode, message.silent, message.link_preview)
+        last = _last_text
+        if last is not None and last[0] == key:
+            return recipient, dict(last[1])
     check_message(message, file=file)
     payload = _payload(message)
     # Encoded once by field, so an error can say which field cannot be encoded.
     options = jsonable(dict(message.options), "options")
     encode({"reply_markup": payload.get("reply_markup"), "options": options})
+    if key is not None:
+        _last_text = (key, dict(payload))
     return recipient, payload
+
+
+# The last text message `prepare` passed, by its fields, and its payload.
+_last_text: tuple[tuple[object, ...], dict[str, Any]] | None = None
 
 
 def _limiter(
