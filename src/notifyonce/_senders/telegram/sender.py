@@ -35,6 +35,7 @@ from notifyonce._senders.http import (
     DEFAULT_SLEEP,
     POOL_TIMEOUT,
     WRITE_TIMEOUT,
+    Answer,
     HTTPOptions,
     HTTPSenderBase,
     check_seconds,
@@ -805,7 +806,7 @@ class TelegramSender(HTTPSenderBase):
             return response, cause, certain
         return self._classify(response), None, False
 
-    def _classify(self, response: httpx.Response) -> Delivered | Migrated | SendError:
+    def _classify(self, response: Answer) -> Delivered | Migrated | SendError:
         return classify_response(
             response.status_code, response.headers, response.content, token=self._secrets.token
         )
