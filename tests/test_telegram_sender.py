@@ -534,17 +534,18 @@ def test_a_text_checked_before_is_checked_by_its_fields_and_each_payload_is_fres
     each send gets a payload of its own to add its chat id to."""
     from notifyonce._senders.telegram.sender import prepare
 
-    short = Message("x" * 4096, parse_mode="HTML", silent=True)
+    short = Message("x" * 4096, parse_mode="HTML", silent=True, options={"protect_content": True})
     for _ in range(2):  # checked, then remembered
         _, payload = prepare("1", short)
         payload["allow_paid_broadcast"] = True  # what a paid sender adds to its own payload
-    assert ("2", {"text": "x" * 4096, "parse_mode": "HTML", "disable_notification": True}) == (
-        prepare("2", Message("x" * 4096, parse_mode="HTML", silent=True))
-    )
+    paid = {"text": "x" * 4096, "parse_mode": "HTML", "disable_notification": True}
+    paid["protect_content"] = True
+    assert ("2", paid) == prepare("2", replace(short))
+    del paid["protect_content"]
+    assert ("2", paid) == prepare("2", replace(short, options={}))
     with pytest.raises(ValidationError, match="4097 characters"):
         prepare("1", Message("x" * 4097, parse_mode="HTML", silent=True))
     with pytest.raises(ValidationError, match="never closed"):
         prepare("1", Message("<b>" + "x" * 10, parse_mode="HTML", silent=True))
-    assert {"text": "x" * 4096, "parse_mode": "HTML"} == prepare("1", replace(short, silent=False))[
-        1
-    ]
+    loud = prepare("1", replace(short, silent=False))[1]
+    assert {"text": "x" * 4096, "parse_mode": "HTML", "protect_content": True} == loud

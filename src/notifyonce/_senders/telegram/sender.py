@@ -204,12 +204,18 @@ def prepare(recipient: object, message: object, *, file: bool = True) -> tuple[s
     recipient = _validate_recipient(recipient)
     if not isinstance(message, Message):
         raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
-    # A text message with no keyboard and no options is checked by its immutable fields
-    # alone: a broadcast sends the same one to every chat (the Notifier checks it before
-    # each claim, the send again), so the last one checked is remembered.
+    # A text message with no keyboard, whose options are plain values (``--paid``'s
+    # allow_paid_broadcast), is checked by its immutable fields alone: a broadcast sends
+    # the same one to every chat (the Notifier checks it before each claim, the send
+    # again), so the last one checked is remembered.
     key = None
-    if message.media is None and message.reply_markup is None and not message.options:
-        key = (message.text, message.parse_mode, message.silent, message.link_preview)
+    if (
+        message.media is None
+        and message.reply_markup is None
+        and all(type(v) in _PLAIN for v in message.options.values())
+    ):
+        options = tuple(message.options.items())
+        key = (message.text, message.parse_mode, message.silent, message.link_preview, options)
         last = _last_text
         if last is not None and last[0] == key:
             return recipient, dict(last[1])
@@ -223,7 +229,9 @@ def prepare(recipient: object, message: object, *, file: bool = True) -> tuple[s
     return recipient, payload
 
 
-# The last text message `prepare` passed, by its fields, and its payload.
+# The last text message `prepare` passed, by its fields, and its payload; the option
+# values that cannot change under it.
+_PLAIN = (str, int, float, bool, type(None))
 _last_text: tuple[tuple[object, ...], dict[str, Any]] | None = None
 
 
