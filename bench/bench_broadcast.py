@@ -20,9 +20,11 @@ the pipeline is from it when nothing paces it.
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing as mp
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,6 +58,7 @@ def run_once(
     rate: float,
     workdir: Path,
     profile: Path | None = None,
+    src: Path = ROOT / "src",
 ) -> dict[str, float]:
     """One command to ``chats`` new chats; its figures."""
     recipients = workdir / "recipients.txt"
@@ -94,7 +97,7 @@ def run_once(
         "--progress-every",
         "3600",
     ]
-    env = {**os.environ, "NOTIFYONCE_BOT_TOKEN": TOKEN, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "NOTIFYONCE_BOT_TOKEN": TOKEN, "PYTHONPATH": str(src)}
     assert callable(ask)
     ask("reset")
     subprocess.run(
@@ -152,7 +155,17 @@ def main() -> None:
         type=Path,
         help="write each run's cProfile output to this folder (rate-<rate>-<round>.prof)",
     )
+    parser.add_argument(
+        "--src",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="run the command from this source tree (repeat to compare trees in turn, "
+        "e.g. before=/tmp/old/src after=src); by default this checkout's src",
+    )
     args = parser.parse_args()
+    trees = [tuple(item.split("=", 1)) for item in args.src] or [("", str(ROOT / "src"))]
+    cpu: dict[str, list[float]] = {}
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
     parent, child = mp.Pipe()
@@ -167,19 +180,25 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for round_ in range(args.rounds):
-                for rate in args.rate:
+                for (name, src), rate in itertools.product(trees, args.rate):
                     profile = (
                         None
                         if args.profile is None
-                        else args.profile / f"rate-{rate:g}-{round_ + 1}.prof"
+                        else args.profile / f"{name}rate-{rate:g}-{round_ + 1}.prof"
                     )
-                    f = run_once(url, ask, args.chats, args.concurrency, rate, Path(tmp), profile)
+                    f = run_once(
+                        url, ask, args.chats, args.concurrency, rate, Path(tmp), profile, Path(src)
+                    )
+                    cpu.setdefault(f"{name} --rate {rate:g}".strip(), []).append(f["cpu_ms"])
                     print(
-                        f"round {round_ + 1}, --rate {rate:g}: {f['overall']:,.0f} msg/s overall, "
+                        f"round {round_ + 1}, {name} --rate {rate:g}: "
+                        f"{f['overall']:,.0f} msg/s overall, "
                         f"{f['sending']:,.0f} msg/s sending, {f['cpu_ms']:.2f} ms CPU per "
                         f"message, busiest second {f['busiest']:.0f}",
                         flush=True,
                     )
+        for label, figures in cpu.items():
+            print(f"{label}: median {statistics.median(figures):.3f} ms CPU per message")
     finally:
         ask("stop")
         process.join(10)

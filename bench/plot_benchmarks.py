@@ -12,6 +12,7 @@ It reads, from ``bench/results/`` (``--results``):
 - ``claims.json``: ``bench_claims.py --json``, drawn as ``bench-claims.svg``;
 - ``campaign*.json``: ``bench_campaign.py --json`` (one panel per database, one line per
   file in it, an earlier version's dashed), drawn as ``bench-campaign.svg``;
+- ``breakdown.json``: ``profile_breakdown.py --json``, drawn as ``bench-breakdown.svg``;
 
 and writes the SVGs to ``docs/assets/`` (``--out``), each twice: ``NAME.svg`` for Material's
 light palette and ``NAME-dark.svg`` for its dark one (the page shows the one of the palette
@@ -120,6 +121,13 @@ def load(path: Path) -> dict[str, Any]:
             for rate in _need(database, "rates", list, where):
                 if not isinstance(rate, number):
                     raise ResultsError(f"{where}: a rate is not a number")
+    elif kind == "breakdown":
+        for run in _need(record, "runs", list, where):
+            _need(run, "label", str, where)
+            _need(run, "cpu_us", number, where)
+            for part in _need(run, "parts", list, where):
+                _need(part, "part", str, where)
+                _need(part, "us", number, where)
     elif kind == "audience":  # a table in docs/benchmarks.md, no plot
         _need(_need(record, "settings", dict, where), "notifications", int, where)
         for database in _need(record, "databases", list, where):
@@ -413,10 +421,52 @@ def draw_campaign(records: list[dict[str, Any]], palette: Palette) -> Any:
     return figure
 
 
+def draw_breakdown(records: list[dict[str, Any]], palette: Palette) -> Any:
+    """A message's CPU on the paid lane, part by part: µs per message of each run."""
+    import matplotlib.pyplot as plt
+
+    record = records[-1]
+    runs = record["runs"]
+    parts = [part["part"] for part in runs[0]["parts"]]
+    figure, axes = plt.subplots(
+        figsize=(9, 0.42 * len(parts) * len(runs) + 1.6), layout="constrained"
+    )
+    height = 0.8 / len(runs)
+    for index, run in enumerate(runs):
+        ys = [n + index * height for n in range(len(parts))]
+        last = index == len(runs) - 1
+        values = [part["us"] for part in run["parts"]]
+        bars = axes.barh(
+            ys,
+            values,
+            height=height,
+            color=palette.ours if last else palette.other,
+            label=f"{run['label']}: {run['cpu_us']:.0f} µs per message",
+        )
+        axes.bar_label(bars, [f"{v:.0f}" for v in values], padding=3, fontsize=8)
+    axes.set_yticks([n + height * (len(runs) - 1) / 2 for n in range(len(parts))])
+    axes.set_yticklabels(parts)
+    axes.invert_yaxis()
+    axes.margins(x=0.12)
+    axes.set_xlabel("µs of CPU per message (less is better)")
+    axes.legend(loc="lower right", fontsize=8, frameon=False)
+    messages = record.get("settings", {}).get("messages", "?")
+    figure.suptitle(
+        f"broadcast --paid to {messages:,} chats on PostgreSQL: a message's CPU, part by part",
+        x=0.01,
+        ha="left",
+        weight="bold",
+    )
+    bottom = _footer(figure, [record], palette)
+    figure.get_layout_engine().set(rect=(0, bottom, 1, 0.95 - bottom))
+    return figure
+
+
 PLOTS = [
     Plot("bench-telegram.svg", "telegram.json", draw_telegram),
     Plot("bench-claims.svg", "claims.json", draw_claims),
     Plot("bench-campaign.svg", "campaign*.json", draw_campaign),
+    Plot("bench-breakdown.svg", "breakdown.json", draw_breakdown),
 ]
 
 

@@ -227,3 +227,34 @@ def test_bench_personal_json_is_read_by_the_plot_script(tmp_path: Path) -> None:
     record = PLOTTER.load(target)
     assert 300 == record["rows"]
     assert [300, 300, 300] == [record["phases"][p]["rows"] for p in ("read", "check", "dry run")]
+
+
+def test_the_breakdown_table_shows_the_plotted_runs() -> None:
+    """The paid lane's breakdown table shows every part's µs of every run the plot draws."""
+    record = PLOTTER.load(BENCH / "results" / "breakdown.json")
+    section = _section("Where a message's CPU goes on the paid lane")
+    rows = [
+        (part["part"], [f"{run['parts'][index]['us']:.0f} µs" for run in record["runs"]])
+        for index, part in enumerate(record["runs"][0]["parts"])
+    ]
+    missing = [
+        (part, cells) for part, cells in rows if f"| {part} | {' | '.join(cells)} |" not in section
+    ]
+    assert [] == missing
+
+
+@pytest.mark.usefixtures("bench_on_path")
+def test_profile_breakdown_json_is_read_by_the_plot_script(tmp_path: Path) -> None:
+    """profile_breakdown.py's --json figures load: each run's parts, in one order, scaled
+    to the run's CPU per message."""
+    import cProfile
+
+    bench = _module("profile_breakdown")
+    profile = tmp_path / "run.prof"
+    cProfile.runctx("sum(range(10_000))", {}, {}, str(profile))
+    figures = bench.results([("before", str(profile), 1.0), ("after", str(profile), 0.5)], 10)
+    record = _written(tmp_path, "breakdown", figures)
+    assert [1000.0, 500.0] == [
+        round(sum(part["us"] for part in run["parts"]), 6) for run in record["runs"]
+    ]
+    assert record["runs"][0]["parts"][0]["part"] == record["runs"][1]["parts"][0]["part"]

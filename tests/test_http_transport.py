@@ -9,6 +9,7 @@ becomes which httpx exception, by whether the connection had been acquired.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import sys
 from types import SimpleNamespace
 
@@ -165,3 +166,68 @@ def test_a_url_in_aiohttps_text_keeps_only_the_host() -> None:
     error = _error(exc, _Attempt(None), REQUEST)
     assert TOKEN not in str(error)
     assert "api.example" in str(error)
+
+
+async def _gzip_bot_api(
+    heads: list[dict[str, str]],
+) -> asyncio.Server:
+    """A Bot API stand-in that answers every request with a gzip-compressed ``ok`` (as
+    api.telegram.org may, asked with httpx's ``Accept-Encoding``), recording each
+    request's headers."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                lines = head.decode("latin-1").split("\r\n")[1:]
+                headers = dict(line.lower().split(": ", 1) for line in lines if line)
+                await reader.readexactly(int(headers["content-length"]))
+                heads.append(headers)
+                body = gzip.compress(b'{"ok":true,"result":{"message_id":7,"chat":{"id":1}}}')
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(serve, "127.0.0.1", 0)
+
+
+async def test_the_own_client_sends_httpxs_headers_and_reads_compressed_answers() -> None:
+    """The own client posts straight to its aiohttp transport, without an httpx request
+    per send: the server still sees the very headers a caller's httpx client sends, and a
+    compressed answer is decoded before it is classified (its message id is read)."""
+    heads: list[dict[str, str]] = []
+    server = await _gzip_bot_api(heads)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        receipts = []
+        for path in PATHS:
+            options: dict[str, object] = {}
+            if path == "httpx-client":
+                options["client"] = httpx.AsyncClient()
+            s = TelegramSender(
+                TOKEN,
+                base_url=f"http://127.0.0.1:{port}",
+                rate_limit=None,
+                allow_paid_broadcast=True,
+                **options,  # type: ignore[arg-type]
+            )
+            try:
+                receipts += [await s.send("1", Message("a")), await s.send("1", Message("bc"))]
+            finally:
+                await close(s)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert [7, 7, 7, 7] == [r.message_id for r in receipts]
+    own, _, theirs, _ = heads
+    assert theirs == own
+    assert {"accept-encoding", "user-agent", "content-length", "content-type"} <= set(own)
+    assert [str(len(b'{"text":"a","allow_paid_broadcast":true,"chat_id":1}'))] * 2 == [
+        own["content-length"],
+        theirs["content-length"],
+    ]

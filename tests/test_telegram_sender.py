@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -525,3 +526,26 @@ async def test_a_turn_no_send_used_is_given_back() -> None:
         async with sender.turn("7"):
             await sender.send("7", Message("x"))
     assert [0.0] == pytest.approx(sent_at)
+
+
+def test_a_text_checked_before_is_checked_by_its_fields_and_each_payload_is_fresh() -> None:
+    """The sender remembers the last text message it checked (a broadcast checks and sends
+    one message to every chat): another message with other fields is checked in full, and
+    each send gets a payload of its own to add its chat id to."""
+    from notifyonce._senders.telegram.sender import prepare
+
+    short = Message("x" * 4096, parse_mode="HTML", silent=True, options={"protect_content": True})
+    for _ in range(2):  # checked, then remembered
+        _, payload = prepare("1", short)
+        payload["allow_paid_broadcast"] = True  # what a paid sender adds to its own payload
+    paid = {"text": "x" * 4096, "parse_mode": "HTML", "disable_notification": True}
+    paid["protect_content"] = True
+    assert ("2", paid) == prepare("2", replace(short))
+    del paid["protect_content"]
+    assert ("2", paid) == prepare("2", replace(short, options={}))
+    with pytest.raises(ValidationError, match="4097 characters"):
+        prepare("1", Message("x" * 4097, parse_mode="HTML", silent=True))
+    with pytest.raises(ValidationError, match="never closed"):
+        prepare("1", Message("<b>" + "x" * 10, parse_mode="HTML", silent=True))
+    loud = prepare("1", replace(short, silent=False))[1]
+    assert {"text": "x" * 4096, "parse_mode": "HTML", "protect_content": True} == loud

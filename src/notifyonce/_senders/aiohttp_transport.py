@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import select
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -46,18 +46,44 @@ from aiohttp.connector import Connection
 from aiohttp.tracing import Trace
 from yarl import URL
 
-__all__ = ["AiohttpTransport"]
+__all__ = ["AiohttpTransport", "Answer"]
 
 
 class _Attempt:
     """What one request's aiohttp trace said: did it get a connection (and so may have been
     written)."""
 
-    __slots__ = ("started", "trace")
+    __slots__ = ("announced", "started", "trace")
 
     def __init__(self, trace: Any) -> None:
         self.trace = trace  # httpx's "trace" extension (the sender's Progress), or None
         self.started = False
+        self.announced = False  # "connection.acquire.started" already reported
+
+
+class Answer:
+    """An answer read whole: its status, headers (case-insensitive) and body, as aiohttp
+    gave them. A sender reads these three alone; `response` makes the httpx response a
+    client returns (decoding the body by its Content-Encoding)."""
+
+    __slots__ = ("_raw", "content", "headers", "reason", "status_code")
+
+    def __init__(self, answer: aiohttp.ClientResponse, content: bytes) -> None:
+        self.status_code = answer.status
+        self.headers: Mapping[str, str] = answer.headers
+        self._raw = answer.raw_headers
+        self.reason = answer.reason
+        self.content = content
+
+    def response(self, request: httpx.Request) -> httpx.Response:
+        reason = (self.reason or "").encode("ascii", "replace")
+        return httpx.Response(
+            self.status_code,
+            headers=self._raw,
+            stream=httpx.ByteStream(self.content),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
+            request=request,
+        )
 
 
 async def _on_connection(session: object, context: SimpleNamespace, params: object) -> None:
@@ -194,64 +220,93 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if self._closed:
             raise httpx.ConnectError("the transport is closed", request=request)
+        attempt = _Attempt(request.extensions.get("trace"))
+        body = request.content if isinstance(request.stream, httpx.ByteStream) else None
+        if body is None:
+            if attempt.trace is not None:
+                await attempt.trace("connection.acquire.started", {})  # "this transport traces"
+                attempt.announced = True
+            body = await request.aread()
+        answer = await self._exchange(
+            request.method,
+            str(request.url),
+            request.headers.multi_items(),
+            body,
+            request.extensions.get("timeout", {}),
+            attempt,
+            lambda: request,
+        )
+        return answer.response(request)
+
+    async def post(
+        self,
+        url: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        timeouts: Mapping[str, float | None],
+        trace: Any,
+    ) -> Answer:
+        """POST ``body`` to ``url`` with exactly ``headers`` (those httpx would send),
+        without an httpx request or response around it: what a sender's own client costs
+        per send. Fails with the same httpx exceptions, and traces the same moments, as
+        `handle_async_request`."""
+        if self._closed:
+            raise httpx.ConnectError("the transport is closed", request=httpx.Request("POST", url))
+        return await self._exchange(
+            "POST",
+            url,
+            headers,
+            body,
+            timeouts,
+            _Attempt(trace),
+            lambda: httpx.Request("POST", url),
+        )
+
+    async def _exchange(
+        self,
+        method: str,
+        text: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        timeouts: Mapping[str, float | None],
+        attempt: _Attempt,
+        request: Callable[[], httpx.Request],
+    ) -> Answer:
         session = self._session
         if session is None:
             session = self._session = self._open()
-        attempt = _Attempt(request.extensions.get("trace"))
-        if attempt.trace is not None:
+        if attempt.trace is not None and not attempt.announced:
             await attempt.trace("connection.acquire.started", {})  # "this transport traces"
-        body = request.content if isinstance(request.stream, httpx.ByteStream) else None
-        if body is None:
-            body = await request.aread()
-        timeouts = request.extensions.get("timeout", {})
         slots = self._slots
         if slots is not None:
             if slots.locked():
                 try:
                     await asyncio.wait_for(slots.acquire(), timeouts.get("pool"))
                 except asyncio.TimeoutError:
-                    raise httpx.PoolTimeout("no free connection", request=request) from None
+                    raise httpx.PoolTimeout("no free connection", request=request()) from None
             else:
                 await slots.acquire()
         try:
-            return await self._send(session, request, body, timeouts, attempt)
+            url = self._url
+            if url is None or url[0] != text:  # a sender posts to one URL: parse it once
+                url = self._url = (text, URL(text, encoded=True))
+            try:
+                async with session.request(
+                    method,
+                    url[1],
+                    headers=headers,
+                    data=body or None,
+                    allow_redirects=False,
+                    timeout=_timeout(timeouts),
+                    trace_request_ctx=attempt,
+                ) as answer:
+                    content = await answer.read()
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                raise _error(exc, attempt, request()) from exc
+            return Answer(answer, content)
         finally:
             if slots is not None:
                 slots.release()
-
-    async def _send(
-        self,
-        session: aiohttp.ClientSession,
-        request: httpx.Request,
-        body: bytes,
-        timeouts: Mapping[str, float | None],
-        attempt: _Attempt,
-    ) -> httpx.Response:
-        text = str(request.url)
-        url = self._url
-        if url is None or url[0] != text:  # a sender posts to one URL: parse it once
-            url = self._url = (text, URL(text, encoded=True))
-        try:
-            async with session.request(
-                request.method,
-                url[1],
-                headers=request.headers.multi_items(),
-                data=body or None,
-                allow_redirects=False,
-                timeout=_timeout(timeouts),
-                trace_request_ctx=attempt,
-            ) as answer:
-                content = await answer.read()
-                reason = (answer.reason or "").encode("ascii", "replace")
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            raise _error(exc, attempt, request) from exc
-        return httpx.Response(
-            answer.status,
-            headers=answer.raw_headers,
-            stream=httpx.ByteStream(content),
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
-            request=request,
-        )
 
     async def aclose(self) -> None:
         self._closed = True

@@ -35,6 +35,7 @@ from notifyonce._senders.http import (
     DEFAULT_SLEEP,
     POOL_TIMEOUT,
     WRITE_TIMEOUT,
+    Answer,
     HTTPOptions,
     HTTPSenderBase,
     check_seconds,
@@ -199,15 +200,39 @@ def prepare(recipient: object, message: object, *, file: bool = True) -> tuple[s
     upload limit. A send passes ``file=False``: there a file problem is the message's, not
     a reason to refuse its recipient (see ``files.unreadable``).
     """
+    global _last_text  # one slot, replaced whole: no lock needed
     recipient = _validate_recipient(recipient)
     if not isinstance(message, Message):
         raise ValidationTypeError("message", f"must be a Message, got {type(message).__name__}")
+    # A text message with no keyboard, whose options are plain values (``--paid``'s
+    # allow_paid_broadcast), is checked by its immutable fields alone: a broadcast sends
+    # the same one to every chat (the Notifier checks it before each claim, the send
+    # again), so the last one checked is remembered.
+    key = None
+    if (
+        message.media is None
+        and message.reply_markup is None
+        and all(type(v) in _PLAIN for v in message.options.values())
+    ):
+        options = tuple(message.options.items())
+        key = (message.text, message.parse_mode, message.silent, message.link_preview, options)
+        last = _last_text
+        if last is not None and last[0] == key:
+            return recipient, dict(last[1])
     check_message(message, file=file)
     payload = _payload(message)
     # Encoded once by field, so an error can say which field cannot be encoded.
     options = jsonable(dict(message.options), "options")
     encode({"reply_markup": payload.get("reply_markup"), "options": options})
+    if key is not None:
+        _last_text = (key, dict(payload))
     return recipient, payload
+
+
+# The last text message `prepare` passed, by its fields, and its payload; the option
+# values that cannot change under it.
+_PLAIN = (str, int, float, bool, type(None))
+_last_text: tuple[tuple[object, ...], dict[str, Any]] | None = None
 
 
 def _limiter(
@@ -789,7 +814,7 @@ class TelegramSender(HTTPSenderBase):
             return response, cause, certain
         return self._classify(response), None, False
 
-    def _classify(self, response: httpx.Response) -> Delivered | Migrated | SendError:
+    def _classify(self, response: Answer) -> Delivered | Migrated | SendError:
         return classify_response(
             response.status_code, response.headers, response.content, token=self._secrets.token
         )
