@@ -17,9 +17,10 @@ After ``once`` ran or skipped the body, the adapter tells its queue what to do:
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -31,7 +32,7 @@ from notifyonce._ledger.table import SlotStatus
 from notifyonce._once import OnceGuard, check_options, once
 from notifyonce._outcome import DeliveryMode, Outcome
 
-__all__ = ["GuardSpec", "LedgerSource", "retry_delay", "run_guarded"]
+__all__ = ["GuardSpec", "LedgerSource", "retry_delay", "run_guarded", "run_retrying_async"]
 
 L = TypeVar("L", AsyncLedger, Ledger)
 R = TypeVar("R")
@@ -121,3 +122,34 @@ def run_guarded(guard: OnceGuard, body: Callable[[Claim], R]) -> tuple[R | None,
     except Exception as exc:
         return None, exc
     return None, None
+
+
+async def run_retrying_async(
+    spec: GuardSpec,
+    ledger: AsyncLedger,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    max_retries: int,
+    body: Callable[[Claim], Awaitable[R]],
+) -> R | None:
+    """Run ``body`` once for the task's slot on an async ledger, trying again in-process
+    as `retry_delay` says (up to ``max_retries`` times): the body's value, or the
+    exception it raised, raised again after the guard recorded the slot."""
+    error: Exception | None = None
+    value: R | None = None
+    for _ in range(max_retries + 1):
+        guard = spec.guard(ledger, args, kwargs)
+        error = None
+        try:
+            async with guard:
+                if guard.claim is not None:
+                    value = await body(guard.claim)
+        except Exception as exc:
+            error = exc
+        delay = retry_delay(guard, ledger.lease.total_seconds())
+        if delay is None:
+            break
+        await asyncio.sleep(delay)
+    if error is not None:
+        raise error
+    return value

@@ -21,7 +21,6 @@ function taking arq's ``ctx`` first, registered in ``WorkerSettings.functions`` 
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -30,7 +29,7 @@ from notifyonce._keys import Cycle, Subject
 from notifyonce._ledger.claim import Claim
 from notifyonce._ledger.ledger import AsyncLedger
 from notifyonce._outcome import DeliveryMode
-from notifyonce.queues._common import GuardSpec, LedgerSource, retry_delay
+from notifyonce.queues._common import GuardSpec, LedgerSource, run_retrying_async
 
 __all__ = ["once_job"]
 
@@ -96,25 +95,14 @@ def once_job(
     ) -> Callable[Concatenate[ArqContext, P], Awaitable[R | None]]:
         @functools.wraps(function)
         async def job(ctx: ArqContext, /, *args: P.args, **kwargs: P.kwargs) -> R | None:
-            ledger = source.get()
-            error: Exception | None = None
-            value: R | None = None
-            for _ in range(max_retries + 1):
-                guard = spec.guard(ledger, args, kwargs)
-                error = None
-                try:
-                    async with guard:
-                        if guard.claim is not None:
-                            value = await function(guard.claim, ctx, *args, **kwargs)
-                except Exception as exc:
-                    error = exc
-                delay = retry_delay(guard, ledger.lease.total_seconds())
-                if delay is None:
-                    break
-                await asyncio.sleep(delay)
-            if error is not None:
-                raise error
-            return value
+            return await run_retrying_async(
+                spec,
+                source.get(),
+                args,
+                kwargs,
+                max_retries,
+                lambda claim: function(claim, ctx, *args, **kwargs),
+            )
 
         return job
 

@@ -26,7 +26,6 @@ large batch ages in one worker's hands and is claimed again and again).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine
@@ -38,7 +37,7 @@ from notifyonce._keys import Cycle, Subject
 from notifyonce._ledger.claim import Claim
 from notifyonce._ledger.ledger import AsyncLedger
 from notifyonce._outcome import DeliveryMode
-from notifyonce.queues._common import GuardSpec, LedgerSource, retry_delay
+from notifyonce.queues._common import GuardSpec, LedgerSource, run_retrying_async
 
 __all__ = ["once_task"]
 
@@ -102,25 +101,14 @@ def once_task(
     ) -> AsyncTaskiqDecoratedTask[P, Coroutine[Any, Any, R | None]]:
         @functools.wraps(function)
         async def run(*args: P.args, **kwargs: P.kwargs) -> R | None:
-            ledger = source.get()
-            error: Exception | None = None
-            value: R | None = None
-            for _ in range(max_retries + 1):
-                guard = spec.guard(ledger, args, kwargs)
-                error = None
-                try:
-                    async with guard:
-                        if guard.claim is not None:
-                            value = await function(guard.claim, *args, **kwargs)
-                except Exception as exc:
-                    error = exc
-                delay = retry_delay(guard, ledger.lease.total_seconds())
-                if delay is None:
-                    break
-                await asyncio.sleep(delay)
-            if error is not None:
-                raise error
-            return value
+            return await run_retrying_async(
+                spec,
+                source.get(),
+                args,
+                kwargs,
+                max_retries,
+                lambda claim: function(claim, *args, **kwargs),
+            )
 
         # taskiq reads the task's parameters from its signature: the claim is not one
         parameters = list(inspect.signature(function).parameters.values())[1:]
