@@ -24,7 +24,7 @@ from typing import Any
 PARTS: list[tuple[str, str, frozenset[str] | None]] = [
     ("sender: payload and JSON", "telegram/sender.py", frozenset({"prepare", "_payload"})),
     ("sender: response parsing and classification", "telegram/sender.py", frozenset({"_classify"})),
-    ("limiter", "telegram/sender.py", frozenset({"turn", "_use_turn"})),
+    ("limiter", "telegram/sender.py", frozenset({"turn", "_held_turn", "_keep_turn"})),
     ("sender: payload and JSON", "telegram/payload.py", None),
     ("sender: payload and JSON", "telegram/markup.py", None),
     ("sender: payload and JSON", "telegram/chat.py", None),

@@ -302,6 +302,34 @@ async def test_bot_wide_rate_limit_observed_by_the_server(bot_api_server: BotAPI
     assert store.busiest(1.0) <= 30
 
 
+async def test_a_send_kept_waiting_for_a_connection_takes_a_new_turn(
+    bot_api_server: BotAPIServer,
+) -> None:
+    """One connection, held for a second by a slow answer: the turns of the four sends
+    queued behind it pass while they wait for it. Each gives its turn back once it has the
+    connection and takes a new one, so it reaches the server right after the start it
+    kept, not most of a second after a start long past (where sends bunch with the turns
+    booked next and a second holds more than the cap)."""
+    bot_api_server.script("1", [Reply.ok(delay=1.0)])
+    store = BookedStarts()
+    chats = [str(n) for n in range(1, 6)]
+    async with sender_for(
+        bot_api_server,
+        rate_limit=RateLimit(bot_per_second=20),
+        rate_store=store,
+        limits=httpx.Limits(max_connections=1),
+    ) as sender:
+        await asyncio.gather(*(sender.send(chat, Message("x")) for chat in chats))
+    arrived = {d.chat_id: d.at for d in bot_api_server.deliveries}
+    kept = {chat: at for chat, at, _ in store.booked}
+    assert set(chats) == set(arrived) == set(kept)
+    late = {chat: round(arrived[chat] - kept[chat], 3) for chat in chats}
+    # The four queued sends waited about a second for the connection; a send that left
+    # on its old turn arrives that late. 0.5 s leaves room for a busy machine.
+    assert all(-0.001 <= seconds < 0.5 for seconds in late.values()), late
+    assert min(kept[chat] for chat in chats[1:]) > kept["1"] + 0.9
+
+
 async def test_per_chat_rate_limits_observed_by_the_server(bot_api_server: BotAPIServer) -> None:
     """Three sends to one private chat start 1 s apart; two to a group 3 s apart."""
     store = BookedStarts()

@@ -488,7 +488,7 @@ def test_importing_notifyonce_does_not_need_httpx() -> None:
     assert 'pip install "notifyonce[telegram]"' in error
 
 
-def timed_sender(clock: FakeClock, sent_at: list[float]) -> TelegramSender:
+def timed_sender(clock: FakeClock, sent_at: list[float], sleep: Any = None) -> TelegramSender:
     """A sender on the default limits and ``clock``, noting when each request leaves."""
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -497,7 +497,9 @@ def timed_sender(clock: FakeClock, sent_at: list[float]) -> TelegramSender:
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
     store = MemoryRateStore(clock=clock)
-    return TelegramSender(TOKEN, client=client, rate_store=store, clock=clock, sleep=clock.sleep)
+    return TelegramSender(
+        TOKEN, client=client, rate_store=store, clock=clock, sleep=sleep or clock.sleep
+    )
 
 
 async def test_a_turn_is_handed_over_as_early_as_claims_take_and_sent_at_its_start() -> None:
@@ -514,6 +516,32 @@ async def test_a_turn_is_handed_over_as_early_as_claims_take_and_sent_at_its_sta
                 await sender.send(chat, Message("x"))
     assert [0.0, 0.05] == pytest.approx(handed)
     assert [0.05, 0.10] == pytest.approx(sent_at)
+
+
+async def test_a_send_woken_late_for_its_turn_takes_a_new_one() -> None:
+    """A turn is handed over as early as the last claim took (10 ms) and its send waits
+    for its start; woken 50 ms after it (a busy event loop), the send gives that turn back
+    and leaves at once on a new one. The next send is paced from the start actually used,
+    not from the one missed (it would leave 10 ms after the late send)."""
+    clock, sent_at = FakeClock(), []
+    sleeps = []
+
+    async def oversleep(seconds: float) -> None:
+        await clock.sleep(seconds)
+        sleeps.append(seconds)
+        if len(sleeps) == 2:  # chat 2's send, waiting for its turn's start
+            clock.now += 0.05
+
+    interval = 1.03 / 30
+    async with timed_sender(clock, sent_at, oversleep) as sender:
+        async with sender.turn("1"):
+            clock.now += 0.01  # the claim
+            await sender.send("1", Message("x"))
+        for chat in ("2", "3"):
+            async with sender.turn(chat):
+                await sender.send(chat, Message("x"))
+    woke = interval + 0.05
+    assert [0.01, woke, woke + interval] == pytest.approx(sent_at)
 
 
 async def test_a_turn_no_send_used_is_given_back() -> None:

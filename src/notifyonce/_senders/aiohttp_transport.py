@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import select
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -45,6 +45,8 @@ from aiohttp.client_reqrep import ConnectionKey
 from aiohttp.connector import Connection
 from aiohttp.tracing import Trace
 from yarl import URL
+
+from notifyonce._senders.transport import TurnMissedError
 
 __all__ = ["AiohttpTransport", "Answer"]
 
@@ -245,11 +247,18 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         body: bytes,
         timeouts: Mapping[str, float | None],
         trace: Any,
+        gate: Callable[[], Awaitable[bool]] | None = None,
     ) -> Answer:
         """POST ``body`` to ``url`` with exactly ``headers`` (those httpx would send),
         without an httpx request or response around it: what a sender's own client costs
         per send. Fails with the same httpx exceptions, and traces the same moments, as
-        `handle_async_request`."""
+        `handle_async_request`.
+
+        ``gate`` is awaited once one of the ``max_connections`` is held, right before the
+        request is made: a rate limiter's turn is kept there, after any wait for a free
+        connection, not before it. When it answers False the request is not made and
+        `TurnMissedError` is raised.
+        """
         if self._closed:
             raise httpx.ConnectError("the transport is closed", request=httpx.Request("POST", url))
         return await self._exchange(
@@ -260,6 +269,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             timeouts,
             _Attempt(trace),
             lambda: httpx.Request("POST", url),
+            gate,
         )
 
     async def _exchange(
@@ -271,6 +281,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         timeouts: Mapping[str, float | None],
         attempt: _Attempt,
         request: Callable[[], httpx.Request],
+        gate: Callable[[], Awaitable[bool]] | None = None,
     ) -> Answer:
         session = self._session
         if session is None:
@@ -287,6 +298,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             else:
                 await slots.acquire()
         try:
+            if gate is not None and not await gate():
+                raise TurnMissedError
             url = self._url
             if url is None or url[0] != text:  # a sender posts to one URL: parse it once
                 url = self._url = (text, URL(text, encoded=True))

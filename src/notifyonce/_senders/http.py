@@ -32,7 +32,12 @@ from notifyonce._errors import (
 )
 from notifyonce._senders.redaction import redacted
 from notifyonce._senders.retry import RetryPlan
-from notifyonce._senders.transport import Progress, classify_transport_error, placed_by_httpcore
+from notifyonce._senders.transport import (
+    Progress,
+    TurnMissedError,
+    classify_transport_error,
+    placed_by_httpcore,
+)
 
 if TYPE_CHECKING:
     from notifyonce._senders.aiohttp_transport import AiohttpTransport
@@ -293,9 +298,16 @@ class HTTPSenderBase:
         headers: Mapping[str, str],
         remaining: float,
         scrub: Callable[[str], str],
+        gate: Callable[[], Awaitable[bool]] | None = None,
     ) -> tuple[Answer | SendError, BaseException | None, bool]:
         """POST once. Returns (the read response or the classified transport failure,
-        the exception to chain, whether the failure certainly left nothing sent)."""
+        the exception to chain, whether the failure certainly left nothing sent).
+
+        ``gate`` is awaited right before the request is made: on the sender's own client
+        once a connection is held, on a client passed in before it is asked (its pool's
+        wait comes after). When it answers False nothing is sent and `TurnMissedError` is
+        raised.
+        """
         progress = Progress()
         target = self._parsed
         if target is None or target.text != url:  # parsed once: httpx parses a str per request
@@ -307,11 +319,13 @@ class HTTPSenderBase:
             if self._direct is not None and client is self._client:
                 response = await _within(
                     self._post_direct(
-                        self._direct, client, target, body, headers, remaining, progress
+                        self._direct, client, target, body, headers, remaining, progress, gate
                     ),
                     remaining + _DEADLINE_GRACE,
                 )
             else:
+                if gate is not None and not await gate():
+                    raise TurnMissedError
                 response = await _within(
                     client.post(
                         target.url,
@@ -322,6 +336,8 @@ class HTTPSenderBase:
                     ),
                     remaining + _DEADLINE_GRACE,
                 )
+        except TurnMissedError:
+            raise
         except asyncio.TimeoutError:
             if progress.evidence is False:
                 return TransientSendError("no connection within the send's budget"), None, True
@@ -347,6 +363,7 @@ class HTTPSenderBase:
         headers: Mapping[str, str],
         remaining: float,
         progress: Progress,
+        gate: Callable[[], Awaitable[bool]] | None = None,
     ) -> Answer:
         """The sender's own client's POST, straight to its aiohttp transport: the same
         headers on the wire (httpx's, built once per URL and content type), the same
@@ -367,7 +384,7 @@ class HTTPSenderBase:
             "pool": min(self.pool_timeout, remaining),
         }
         wire = [*fixed, ("content-length", str(len(body)))]
-        answer = await transport.post(target.text, wire, body, timeouts, progress)
+        answer = await transport.post(target.text, wire, body, timeouts, progress, gate)
         if "content-encoding" not in answer.headers:
             return answer
         response = answer.response(httpx.Request("POST", target.url))

@@ -21,6 +21,7 @@ from notifyonce._senders.redaction import short
 __all__ = [
     "EXCEPTION_CLASSES",
     "Progress",
+    "TurnMissedError",
     "classify_transport_error",
     "placed_by_httpcore",
     "transport_error_class",
@@ -67,6 +68,15 @@ EXCEPTION_CLASSES: dict[type[BaseException], type[SendError]] = {
     httpx.HTTPError: _MAYBE,
     httpx.StreamError: _MAYBE,
 }
+
+
+class TurnMissedError(Exception):
+    """A POST's gate refused it right before the request: nothing was written.
+
+    The gate keeps a rate limiter's turn: a send that waited too long for a connection
+    (or on a busy event loop) since its turn started would bunch with the next turns'
+    sends; it gives the turn back and takes a new one instead.
+    """
 
 
 def transport_error_class(exc: BaseException) -> type[SendError]:

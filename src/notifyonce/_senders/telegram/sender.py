@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import httpx
@@ -74,6 +75,7 @@ from notifyonce._senders.telegram.payload import (
     multipart,
 )
 from notifyonce._senders.telegram.ratelimit import RateLimit
+from notifyonce._senders.transport import TurnMissedError
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -595,29 +597,33 @@ class TelegramSender(HTTPSenderBase):
             if not held.used:
                 await self._limiter.give_back(grant)
 
-    async def _use_turn(self, target: str) -> bool:
-        """Use up the turn this task holds for ``target``, if any; False when there is none
-        to use and the send must take one.
-
-        The send leaves at the turn's start: it waits for it if the steps since the turn
-        was handed over were quicker. Later than the limiter's tolerance it could bunch
-        with the next turns' sends: the turn is given back (in a shared store only if no
-        turn was booked after it) and the send takes a new one.
-        """
+    def _held_turn(self, target: str) -> Grant | None:
+        """The turn this task holds for ``target`` (now used up), or None when there is
+        none and the send must take one."""
         held = _GRANTED.get()
         if held is None or held.used or (held.sender, held.target) != (id(self), target):
-            return False
+            return None
         held.used = True
+        self._steps.append(self._clock() - held.handed)
+        return held.grant
+
+    async def _keep_turn(self, grant: Grant) -> bool:
+        """The gate right before a send's request: wait for the turn's start if the steps
+        since it was handed over were quicker; True to send.
+
+        A send that leaves later than the limiter's tolerance (it waited for a free
+        connection, or the event loop was busy) would bunch with the next turns' sends:
+        the turn is given back (in a shared store only if no turn was booked after it) and
+        False tells the send to take a new one.
+        """
         assert self._limiter is not None
-        now = self._clock()
-        self._steps.append(now - held.handed)
-        early = held.grant.due - now
+        early = grant.due - self._clock()
         if early > 0:
             await self._sleep(early)
-            return True
+            early = grant.due - self._clock()
         if -early <= self._limiter.tolerance:
             return True
-        await self._limiter.give_back(held.grant)
+        await self._limiter.give_back(grant)
         return False
 
     async def _send_media(
@@ -739,25 +745,36 @@ class TelegramSender(HTTPSenderBase):
         while True:
             payload["chat_id"] = _chat_id(target)
             remaining = deadline - self._clock()
-            if self._limiter is not None and not await self._use_turn(target):
-                grant = await self._limiter.acquire(
-                    target,
-                    max_wait=max(remaining, 0.0),
-                    lane=self._lane,
-                    flood_limit=self.max_flood_wait,
-                )
-                if not isinstance(grant, Grant):
-                    raise TransientSendError(
-                        f"rate limit: the next slot is {grant:.2f} s away, beyond the budget",
-                        retry_after=grant,
+            gate: Callable[[], Awaitable[bool]] | None = None
+            grant: Grant | None = None
+            if self._limiter is not None:
+                grant = self._held_turn(target)
+                if grant is None:
+                    taken = await self._limiter.acquire(
+                        target,
+                        max_wait=max(remaining, 0.0),
+                        lane=self._lane,
+                        flood_limit=self.max_flood_wait,
                     )
-                remaining = deadline - self._clock()
+                    if not isinstance(taken, Grant):
+                        raise TransientSendError(
+                            f"rate limit: the next slot is {taken:.2f} s away, beyond the budget",
+                            retry_after=taken,
+                        )
+                    grant = taken
+                    remaining = deadline - self._clock()
+                gate = partial(self._keep_turn, grant)
             if remaining <= 0:
+                if grant is not None and self._limiter is not None:
+                    await self._limiter.give_back(grant)
                 raise TransientSendError("the send budget ran out before an attempt")
 
-            outcome, cause, certain_transport = await self._attempt(
-                client, payload, remaining, method, upload
-            )
+            try:
+                outcome, cause, certain_transport = await self._attempt(
+                    client, payload, remaining, method, upload, gate
+                )
+            except TurnMissedError:
+                continue  # nothing was sent; the turn was given back: take a new one
 
             if isinstance(outcome, Delivered):
                 return Receipt(target, outcome.message_id, migrated_to, outcome.file_id)
@@ -792,11 +809,14 @@ class TelegramSender(HTTPSenderBase):
         remaining: float,
         method: str = "sendMessage",
         upload: Sequence[Upload] = (),
+        gate: Callable[[], Awaitable[bool]] | None = None,
     ) -> tuple[Delivered | Migrated | SendError, BaseException | None, bool]:
         """One HTTP request; returns (outcome, exception to chain, certain transport failure).
 
         ``upload`` holds files, each (its field, its file name, its bytes): the request is
         then a multipart form, built again for every attempt (the chat id may have moved).
+        ``gate`` keeps the rate limiter's turn right before the request (`TurnMissedError`
+        when it is given back instead).
         """
         if not upload:
             body, content_type = encode(payload), "application/json"
@@ -809,6 +829,7 @@ class TelegramSender(HTTPSenderBase):
             {"content-type": content_type},
             remaining,
             self._secrets.scrub,
+            gate,
         )
         if isinstance(response, SendError):
             return response, cause, certain
