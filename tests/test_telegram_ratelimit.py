@@ -172,6 +172,25 @@ async def test_async_limiter_sleeps_until_the_booked_start() -> None:
     assert 30.0 == await limiter.acquire("7", max_wait=5.0)
 
 
+async def test_turns_starting_in_one_step_are_handed_over_together() -> None:
+    """With ``together=0.1``, nine turns at 30/s (starts 34.3 ms apart) are handed over
+    in threes at 0, 100 and 200 ms, the step of the grid each start falls in: never after
+    its start, and each still due at its own start. Without it each is handed over at its
+    start."""
+    interval = 1.03 / 30
+    for together, handed in ((0.1, [0.0] * 3 + [0.1] * 3 + [0.2] * 3), (0.0, None)):
+        clock = FakeClock()
+        limiter, _ = limiter_on(clock, clock.sleep)
+        grants, times = [], []
+        for _ in range(9):
+            grant = await limiter.acquire("7" + str(len(grants)), math.inf, together=together)
+            assert isinstance(grant, Grant)
+            grants.append(grant.due)
+            times.append(clock.now)
+        assert [n * interval for n in range(9)] == pytest.approx(grants)
+        assert (handed or grants) == pytest.approx(times)
+
+
 async def test_late_wake_up_books_again() -> None:
     """A send whose sleep overran (busy loop) books a fresh start instead of bunching."""
     clock = FakeClock()

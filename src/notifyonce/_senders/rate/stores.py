@@ -365,13 +365,17 @@ class SharedRateLimiter:
         lane: str = BOT_LANE,
         flood_limit: float = math.inf,
         ready_in: float = 0.0,
+        together: float = 0.0,
     ) -> Grant | float:
         """Wait for this send's turn; return it, or the seconds needed if beyond ``max_wait``.
 
         The turn's start is booked at least ``ready_in`` seconds ahead and handed over
         that much before it: a caller with steps of its own before the send (a claim) takes
-        them then, and its send leaves at the start booked for it (`Grant.due`). A flood
-        wait is waited out only up to ``flood_limit`` seconds.
+        them then, and its send leaves at the start booked for it (`Grant.due`). With
+        ``together``, turns are handed over on a grid of that many seconds (up to that much
+        earlier still), so the turns starting in one step of it are handed over at the
+        same moment and their callers' steps can share one statement. A flood wait is
+        waited out only up to ``flood_limit`` seconds.
 
         Raises:
             RateStoreUnavailableError: The store failed; the caller must not send.
@@ -409,10 +413,15 @@ class SharedRateLimiter:
                 )
             if not turn.booked and turn.wait > remaining:
                 return turn.wait
-            due = self._clock() + turn.wait
-            delay = turn.wait - ready_in if turn.booked else turn.wait
+            now = self._clock()
+            due = now + turn.wait
+            handover = due
             if turn.booked:
+                handover -= ready_in
+                if together > 0:
+                    handover -= handover % together
                 self._horizon = max(self._horizon, due)
+            delay = handover - now
             if delay <= 0:
                 if turn.booked:
                     return Grant(turn, due)
@@ -424,7 +433,7 @@ class SharedRateLimiter:
                     await asyncio.shield(self._give_back(turn))
                 raise
             if turn.booked:
-                if self._clock() - (due - ready_in) <= tolerance:
+                if self._clock() - handover <= tolerance:
                     return Grant(turn, due)
                 await self._give_back(turn)
 

@@ -113,6 +113,10 @@ _TURN_MAX_WAIT = 3600.0
 # much before its start: a claim then runs before the start instead of after it.
 _LEAD_SAMPLES = 16
 _MAX_LEAD = 0.25
+# Turns are handed over on a grid of this many seconds: at 1,000 msg/s the claims of the
+# ten or so turns starting in one step go to the ledger in one statement instead of one
+# each (a claim held that much longer before its send is the price).
+_TOGETHER = 0.01
 _BOT_PREFIX = re.compile(r"bot[0-9]+:")
 
 
@@ -562,9 +566,13 @@ class TelegramSender(HTTPSenderBase):
         The Notifier claims a slot only inside its recipient's turn, so claims never wait
         in the limiter: a crash then costs the sends under way, not every claim queued
         behind the rate limit. The turn is handed over as long before its start as the
-        steps between a turn and its send (the claim) took lately, at most 0.25 s; the
-        send then leaves at the start booked for it, waiting if the claim was quicker. A
-        turn no send used (the slot was someone else's, the run stopped) is given back.
+        steps between a turn and its send (the claim) took lately, at most 0.25 s, and on
+        a 10 ms grid: the turns starting in one 10 ms step are handed over at the same
+        moment, so their claims share one statement (at 1,000 msg/s, ten claims a round
+        trip instead of one). The send then leaves at the start booked for it, waiting if
+        the claim was quicker, and gives the turn back for a new one if it could not leave
+        in time (it waited for a free connection, the event loop was busy). A turn no send
+        used (the slot was someone else's, the run stopped) is given back.
         Without a limiter this waits for nothing.
 
         Raises:
@@ -583,6 +591,7 @@ class TelegramSender(HTTPSenderBase):
             lane=self._lane,
             flood_limit=self.max_flood_wait,
             ready_in=min(max(self._steps, default=0.0), _MAX_LEAD),
+            together=_TOGETHER,
         )
         if not isinstance(grant, Grant):
             raise TransientSendError(
