@@ -23,7 +23,6 @@ import argparse
 import itertools
 import multiprocessing as mp
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -45,9 +44,52 @@ def pg_url() -> str:
     return make_url(url).render_as_string(False)
 
 
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def rss_mb(pid: int) -> float | None:
+    """The resident memory of process ``pid`` in MB, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def run_command(
+    command: list[str], env: dict[str, str]
+) -> tuple[int, str, str, float, float, list[float]]:
+    """Run ``command``: (exit code, stdout, stderr, wall seconds, CPU seconds, resident
+    memory sampled every second in MB). The CPU is the OS's user + system time of this
+    process alone (``wait4``), not of every child so far."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        child = subprocess.Popen(command, env=env, stdout=out, stderr=err, text=True)
+        samples: list[float] = []
+        while True:
+            try:
+                pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+            except ChildProcessError:  # pragma: no cover - reaped elsewhere
+                raise RuntimeError("the command was reaped by someone else") from None
+            if pid:
+                break
+            rss = rss_mb(child.pid)
+            if rss is not None:
+                samples.append(rss)
+            time.sleep(1.0)
+        wall = time.perf_counter() - start
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        samples.append(usage.ru_maxrss / 1024)  # the peak, which a sample may miss
+        return (
+            child.returncode,
+            out.read(),
+            err.read(),
+            wall,
+            usage.ru_utime + usage.ru_stime,
+            samples,
+        )
 
 
 def run_once(
@@ -115,16 +157,12 @@ def run_once(
         env=env,
         capture_output=True,
     )
-    cpu = children_cpu()
-    start = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    used = children_cpu() - cpu
-    if done.returncode != 0:
-        raise RuntimeError(f"broadcast exited {done.returncode}: {done.stderr[-2000:]}")
+    code, stdout, stderr, wall, used, memory = run_command(command, env)
+    if code != 0:
+        raise RuntimeError(f"broadcast exited {code}: {stderr[-2000:]}")
     seen = ask("stats")
     assert isinstance(seen, dict)
-    assert seen["deliveries"] == chats, (seen["deliveries"], done.stdout[-500:])
+    assert seen["deliveries"] == chats, (seen["deliveries"], stdout[-500:])
     times = sorted(seen["times"])
     sending = times[-1] - times[0]
     engine = create_engine(make_url(pg_url()).set(drivername="postgresql+psycopg"))
@@ -140,6 +178,10 @@ def run_once(
         "sending": (chats - 1) / sending if sending > 0 else float("inf"),
         "cpu_ms": used / chats * 1000,
         "busiest": float(seen["busiest"]),
+        "wall": wall,
+        "peak_mb": max(memory),
+        # Resident memory at a tenth, half and nine tenths of the run: flat, or growing.
+        "rss_mb": [memory[int(len(memory) * q)] for q in (0.1, 0.5, 0.9)],
     }
 
 
@@ -194,7 +236,9 @@ def main() -> None:
                         f"round {round_ + 1}, {name} --rate {rate:g}: "
                         f"{f['overall']:,.0f} msg/s overall, "
                         f"{f['sending']:,.0f} msg/s sending, {f['cpu_ms']:.2f} ms CPU per "
-                        f"message, busiest second {f['busiest']:.0f}",
+                        f"message, busiest second {f['busiest']:.0f}, {f['wall']:.0f} s in "
+                        f"all, peak memory {f['peak_mb']:.0f} MB (at a tenth, half, nine "
+                        f"tenths of the run: {', '.join(f'{m:.0f}' for m in f['rss_mb'])})",
                         flush=True,
                     )
         for label, figures in cpu.items():
