@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import time
 from typing import Any
@@ -67,6 +68,54 @@ def test_no_window_ever_exceeds_a_cap(
             assert busiest(times, 60.0) <= 20
         else:
             assert busiest(times, 1.0) <= 1
+
+
+def walked_start(booked: list[float], ready: float, interval: float) -> float:
+    """The earliest start at or after ``ready`` at least ``interval`` from every start in
+    ``booked``, by walking them all: the model the scheduler's shortcut must match."""
+    at = ready
+    for start in sorted(booked):
+        if start <= at - interval:
+            continue
+        if start >= at + interval:
+            break
+        at = start + interval
+    return at
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(min_value=0, max_value=0.01, allow_nan=False),  # time passing
+            st.floats(min_value=0, max_value=0.05, allow_nan=False),  # ready_in
+            st.integers(min_value=0, max_value=3),  # 0: give back an earlier turn
+            st.integers(min_value=0, max_value=10**6),  # which one
+        ),
+        max_size=120,
+    )
+)
+def test_the_next_start_is_the_one_a_walk_over_every_booking_finds(
+    steps: list[tuple[float, float, int, int]],
+) -> None:
+    """Starts booked and given back at random, at 1,000 msg/s: every start the scheduler
+    books is the one a walk over all the bookings finds (it skips the walk while no two
+    neighbouring bookings have room between them), and its count of such neighbours
+    stays exact."""
+    state = RateLimitState(RateLimit(bot_per_second=1000, private_chat_per_second=None))
+    interval = state._bot_interval
+    now, held = 0.0, []
+    for number, (passed, ready_in, kind, pick) in enumerate(steps):
+        now += passed
+        if kind == 0 and held:
+            state.cancel(held.pop(pick % len(held)))
+        else:
+            live = [at for at in state._booked if at > now - interval]
+            reservation = state.reserve(str(number), now, ready_in=ready_in)
+            assert walked_start(live, now + ready_in, interval) == reservation.at
+            held.append(reservation)
+        pairs = itertools.pairwise(state._booked)
+        assert sum(b >= a + interval + interval for a, b in pairs) == state._gaps
 
 
 def test_throughput_reaches_the_cap() -> None:

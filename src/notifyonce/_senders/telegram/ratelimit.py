@@ -124,6 +124,9 @@ class RateLimitState:
         self.limit = limit
         self._bot_interval = limit.bot_interval
         self._booked: list[float] = []  # sorted future start times of the bot
+        # How many neighbours in _booked have room for a start between them: while none
+        # has, a start that conflicts goes after the last one, found without a walk.
+        self._gaps = 0
         self._chat_ready: dict[str, float] = {}  # earliest next start per chat
         self._chat_flood: dict[str, float] = {}  # flood-wait deadline per chat
         self._bot_flood = -math.inf
@@ -148,7 +151,7 @@ class RateLimitState:
         if at - now > max_wait:
             return Reservation(chat, at, booked=False)
         if self._bot_interval > 0:
-            bisect.insort(self._booked, at)
+            self._insert(at)
         previous = self._chat_ready.get(chat)
         interval = self.limit.chat_interval(chat)
         if interval > 0:
@@ -161,7 +164,7 @@ class RateLimitState:
             return
         index = bisect.bisect_left(self._booked, reservation.at)
         if index < len(self._booked) and self._booked[index] == reservation.at:
-            del self._booked[index]
+            self._remove(index)
         chat = reservation.chat
         if self._chat_ready.get(chat) == reservation.at + self.limit.chat_interval(chat):
             if reservation.previous_chat_ready is None:
@@ -185,13 +188,51 @@ class RateLimitState:
         # Starts before now - interval can no longer conflict with anything.
         stale = bisect.bisect_left(booked, now - interval)
         if stale:
+            if self._gaps:
+                self._gaps -= sum(map(self._gap, booked[:stale], booked[1 : stale + 1]))
             del booked[:stale]
         at = ready
         index = bisect.bisect_right(booked, at - interval)
+        if index == len(booked) or booked[index] >= at + interval:
+            return at  # nothing booked within an interval of it
+        if not self._gaps:
+            # Every start from the first conflicting one on is within two intervals of
+            # the next: the walk below would end after the last.
+            return booked[-1] + interval
         while index < len(booked) and booked[index] < at + interval:
             at = max(at, booked[index] + interval)
             index += 1
         return at
+
+    def _gap(self, before: float, after: float) -> bool:
+        """Whether a start fits between two neighbouring starts (as the walk sees it)."""
+        interval = self._bot_interval
+        return after >= before + interval + interval
+
+    def _insert(self, at: float) -> None:
+        booked = self._booked
+        index = bisect.bisect_right(booked, at)
+        gaps = self._gaps
+        if index:
+            gaps += self._gap(booked[index - 1], at)
+        if index < len(booked):
+            gaps += self._gap(at, booked[index])
+            if index:
+                gaps -= self._gap(booked[index - 1], booked[index])
+        booked.insert(index, at)
+        self._gaps = gaps
+
+    def _remove(self, index: int) -> None:
+        booked = self._booked
+        at = booked.pop(index)
+        gaps = self._gaps
+        if index:
+            gaps -= self._gap(booked[index - 1], at)
+        if index < len(booked):
+            gaps -= self._gap(at, booked[index])
+            if index:
+                gaps += self._gap(booked[index - 1], booked[index])
+        self._gaps = gaps
 
     def _prune(self, now: float) -> None:
         self._chat_ready = {c: t for c, t in self._chat_ready.items() if t > now}
