@@ -44,28 +44,37 @@ def pg_url() -> str:
     return make_url(url).render_as_string(False)
 
 
-def rss_mb(pid: int) -> float | None:
-    """The resident memory of process ``pid`` in MB, or None once it is gone."""
+def rss_mb(pid: int) -> tuple[float, float] | None:
+    """Process ``pid``'s resident memory and its peak so far, in MB; None once it is gone.
+
+    The peak is the kernel's high-water mark of the process's own memory (``VmHWM``).
+    ``wait4``'s ``ru_maxrss`` is not: a child started by vfork, as subprocess starts it,
+    inherits the parent's high-water mark at exec.
+    """
+    found: dict[str, float] = {}
     try:
         with open(f"/proc/{pid}/status") as status:
             for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    found[line[:5]] = int(line.split()[1]) / 1024
     except OSError:
         return None
-    return None
+    if len(found) < 2:
+        return None
+    return found["VmRSS"], found["VmHWM"]
 
 
 def run_command(
     command: list[str], env: dict[str, str]
 ) -> tuple[int, str, str, float, float, list[float]]:
     """Run ``command``: (exit code, stdout, stderr, wall seconds, CPU seconds, resident
-    memory sampled every second in MB). The CPU is the OS's user + system time of this
-    process alone (``wait4``), not of every child so far."""
+    memory sampled every second in MB with its peak last). The CPU is the OS's user +
+    system time of this process alone (``wait4``), not of every child so far."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()
         child = subprocess.Popen(command, env=env, stdout=out, stderr=err, text=True)
         samples: list[float] = []
+        peak = 0.0
         while True:
             try:
                 pid, status, usage = os.wait4(child.pid, os.WNOHANG)
@@ -73,15 +82,16 @@ def run_command(
                 raise RuntimeError("the command was reaped by someone else") from None
             if pid:
                 break
-            rss = rss_mb(child.pid)
-            if rss is not None:
-                samples.append(rss)
+            memory = rss_mb(child.pid)
+            if memory is not None:
+                samples.append(memory[0])
+                peak = max(peak, memory[1])
             time.sleep(1.0)
         wall = time.perf_counter() - start
         child.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        samples.append(usage.ru_maxrss / 1024)  # the peak, which a sample may miss
+        samples.append(peak)  # the peak up to the last second, which a sample may miss
         return (
             child.returncode,
             out.read(),
@@ -179,9 +189,9 @@ def run_once(
         "cpu_ms": used / chats * 1000,
         "busiest": float(seen["busiest"]),
         "wall": wall,
-        "peak_mb": max(memory),
+        "peak_mb": memory[-1],
         # Resident memory at a tenth, half and nine tenths of the run: flat, or growing.
-        "rss_mb": [memory[int(len(memory) * q)] for q in (0.1, 0.5, 0.9)],
+        "rss_mb": [memory[int((len(memory) - 1) * q)] for q in (0.1, 0.5, 0.9)],
     }
 
 
