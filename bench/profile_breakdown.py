@@ -9,7 +9,9 @@ caller's cumulative time, so nothing is counted twice) goes to one part, by its 
 ``json``'s encoder) goes to the part of the caller that spent most in it. The parts'
 shares are then scaled to CPU_MS, the CPU per message the OS counted for the same
 tree without the profiler: cProfile costs more per call than per line of work, so the
-shares are estimates that favour code with many small calls.
+shares are estimates that favour code with many small calls. cProfile's clock is the wall
+clock, so the time the event loop spends blocked in ``epoll`` waiting for the next
+answer or timer is left out: it is idle, not CPU (and it grows as the rest shrinks).
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ PARTS: list[tuple[str, str, frozenset[str] | None]] = [
     ("start-up: imports, the CLI, the recipients file", "/pydantic", None),
 ]
 EVENT_LOOP = "event loop and the rest (asyncio's scheduling, contextvars)"
-SYSCALLS = "system calls: socket writes and reads, epoll"
+SYSCALLS = "system calls: socket writes and reads"
 BUILTIN = "~"
 
 
@@ -85,8 +87,10 @@ def breakdown(path: str) -> dict[str, float]:
     seconds: dict[str, float] = defaultdict(float)
     for (file, _, name), (_, _, own, _, callers) in stats.items():
         part = part_of(file, name)
-        if file == BUILTIN and ("_socket.socket" in name or "select.epoll" in name):
-            part = SYSCALLS  # HTTP and database alike: their writes, reads and waits
+        if file == BUILTIN and "select.epoll" in name:
+            continue  # blocked waiting: idle time on cProfile's wall clock
+        if file == BUILTIN and "_socket.socket" in name:
+            part = SYSCALLS  # HTTP and database alike: their writes and reads
         if part is None and file == BUILTIN and callers:
             # A C function: the part of the caller that spent most in it.
             caller = max(callers, key=lambda c: callers[c][3])
