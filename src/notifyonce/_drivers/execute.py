@@ -72,13 +72,17 @@ class Compiled:
 
     def args(self, params: Mapping[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
         """The driver's parameters for one execution."""
-        values = [
-            (name, fixed if fixed is not _MISSING else _process(process, params[name]))
-            for name, process, fixed in self._binds
-        ]
         if self.positional:
-            return tuple(value for _, value in values)
-        return dict(values)
+            return tuple(
+                fixed
+                if fixed is not _MISSING
+                else (params[name] if process is None else process(params[name]))
+                for name, process, fixed in self._binds
+            )
+        return {
+            name: fixed if fixed is not _MISSING else _process(process, params[name])
+            for name, process, fixed in self._binds
+        }
 
 
 def _bind_processor(type_: Any, dialect: Dialect) -> Callable[[Any], Any] | None:

@@ -51,6 +51,9 @@ class SlotStatus(str, enum.Enum):
     RELEASED = "released"
 
 
+_UTC = dt.timezone.utc
+
+
 def _driver(dialect: Dialect) -> type[Driver]:
     # SQLAlchemy's generic dialect (a statement printed with str()) gets the plain types.
     return driver_class(dialect, fallback=Driver)
@@ -73,9 +76,10 @@ class UtcDateTime(sa.types.TypeDecorator[dt.datetime]):
     def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
         if value is None:
             return None
-        if value.utcoffset() is None:
-            raise ValueError("naive datetime given to a UTC column")
-        value = value.astimezone(dt.timezone.utc)
+        if value.tzinfo is not _UTC:  # the ledger's own clock gives UTC already
+            if value.utcoffset() is None:
+                raise ValueError("naive datetime given to a UTC column")
+            value = value.astimezone(_UTC)
         return value if _driver(dialect).aware_timestamps else value.replace(tzinfo=None)
 
     def process_result_value(
