@@ -161,12 +161,23 @@ def make_backend(name: str, tmp_path: Path) -> Backend:
     raise ValueError(f"unknown backend {name!r}")
 
 
+# How long a test's DROP TABLE waits for a lock before it fails: a session the test left
+# in a transaction (a task still running when its test failed) would otherwise hold the
+# teardown, and with it the whole run, for ever.
+DROP_LOCK_WAIT_SECONDS = 60
+
+
 def drop_table(backend: Backend, table: str) -> None:
     """Drop a test's ledger table and the recipients table its create_schema() made beside
-    it (and nothing else) on ``backend``."""
+    it (and nothing else) on ``backend``; fails after `DROP_LOCK_WAIT_SECONDS` if another
+    session holds a lock on them."""
     engine = sa.create_engine(backend.sync_url, poolclass=sa.pool.NullPool)
     try:
         with engine.begin() as conn:
+            if backend.dialect == "postgresql":
+                conn.execute(sa.text(f"SET LOCAL lock_timeout = '{DROP_LOCK_WAIT_SECONDS}s'"))
+            elif backend.dialect in ("mysql", "mariadb"):
+                conn.execute(sa.text(f"SET SESSION lock_wait_timeout = {DROP_LOCK_WAIT_SECONDS}"))
             for name in (table, f"{table}_recipients"):
                 conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
     finally:
