@@ -176,7 +176,7 @@ def drop_table(backend: Backend, table: str) -> None:
         with engine.begin() as conn:
             if backend.dialect == "postgresql":
                 conn.execute(sa.text(f"SET LOCAL lock_timeout = '{DROP_LOCK_WAIT_SECONDS}s'"))
-            elif backend.dialect in ("mysql", "mariadb"):
+            elif backend.dialect == "mysql":
                 conn.execute(sa.text(f"SET SESSION lock_wait_timeout = {DROP_LOCK_WAIT_SECONDS}"))
             for name in (table, f"{table}_recipients"):
                 conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
