@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,3 +103,100 @@ def test_the_middleware_runs_a_message_delivered_twice_once(tmp_path: Path) -> N
     with pytest.raises(ValidationError) as raised:
         current_claim()
     assert "current_claim" == raised.value.field
+
+
+def _stub_run(
+    ledger: Any, mode: DeliveryMode, count: int = 1, max_retries: int = 20
+) -> tuple[list[Any], list[BaseException]]:
+    """Send ``count`` messages of one slot to a stub broker's worker with OnceMiddleware:
+    the ledger's clock at each run of the actor, and the exceptions dramatiq stuffed into
+    the messages it gave up."""
+    import dramatiq
+    from dramatiq.brokers.stub import StubBroker
+
+    from notifyonce.queues.dramatiq import OnceMiddleware
+
+    broker = StubBroker()
+    broker.add_middleware(OnceMiddleware(ledger, mode=mode))
+    runs: list[Any] = []
+    name = f"effect_{uuid.uuid4().hex[:8]}"
+
+    @dramatiq.actor(
+        broker=broker,
+        actor_name=name,
+        once_action="effect",
+        once_key=lambda n: (n, 1),
+        max_retries=max_retries,
+        min_backoff=100,
+        max_backoff=200,
+    )
+    def effect(n: int) -> None:
+        runs.append(ledger.now())
+
+    worker = dramatiq.Worker(broker, worker_timeout=50)
+    worker.start()
+    try:
+        for _ in range(count):
+            effect.send(7)
+        broker.join(effect.queue_name, timeout=30_000, fail_fast=False)
+        worker.join()
+    finally:
+        worker.stop()
+    failed = [m._exception for m in broker.dead_letters if getattr(m, "_exception", None)]
+    return runs, failed
+
+
+@pytest.mark.sqlite
+@pytest.mark.parametrize("mode", [DeliveryMode.AT_MOST_ONCE, DeliveryMode.AT_LEAST_ONCE])
+def test_a_slot_held_by_a_live_worker_does_not_run_the_actor(
+    tmp_path: Path, mode: DeliveryMode
+) -> None:
+    """A message whose slot another worker holds under a live lease does not run its
+    actor, in both modes (dramatiq runs an actor after any hook exception that is not a
+    MiddlewareError); at least once the message comes back after the lease and runs once,
+    at most once it is skipped for good."""
+    import datetime as dt
+
+    import sqlalchemy as sa
+
+    from notifyonce import Ledger
+
+    ledger = Ledger(
+        sa.create_engine(f"sqlite:///{tmp_path / 'l.sqlite3'}"), lease=dt.timedelta(seconds=1)
+    )
+    ledger.create_schema()
+    holder = ledger.claim_slot("effect", 7, 1)
+    assert holder is not None
+    try:
+        runs, failed = _stub_run(ledger, mode)
+        held_runs = 1 if mode is DeliveryMode.AT_LEAST_ONCE else 0
+        assert held_runs == len(runs)
+        assert all(run >= holder.lease_until for run in runs), "ran while the slot was held"
+        assert [] == failed
+        # at least once the retry took the expired claim over: the holder's mark is refused
+        assert (mode is DeliveryMode.AT_MOST_ONCE) == ledger.mark_sent(holder)
+    finally:
+        ledger.engine.dispose()
+
+
+@pytest.mark.sqlite
+@pytest.mark.parametrize("mode", [DeliveryMode.AT_MOST_ONCE, DeliveryMode.AT_LEAST_ONCE])
+def test_a_missing_ledger_table_stops_the_message_and_names_the_fix(
+    tmp_path: Path, mode: DeliveryMode
+) -> None:
+    """Without the ledger table the actor never runs, in both modes: the message fails
+    (after its retries) with ClaimError, whose text says to run the migration."""
+    import sqlalchemy as sa
+
+    from notifyonce import Ledger
+    from notifyonce.queues.dramatiq import ClaimError
+
+    ledger = Ledger(sa.create_engine(f"sqlite:///{tmp_path / 'l.sqlite3'}"))
+    try:
+        runs, failed = _stub_run(ledger, mode, max_retries=1)
+    finally:
+        ledger.engine.dispose()
+    assert [] == runs
+    assert 1 == len(failed)
+    assert isinstance(failed[0], ClaimError)
+    assert "notifyonce migrate" in str(failed[0])
