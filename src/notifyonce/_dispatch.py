@@ -536,11 +536,15 @@ class Run:
         if check is None or not todo:
             return todo
         targets = [item.notification.target for item in todo]
+        since = time.monotonic()
         while True:
             try:
                 skips = await check.skips(targets)
                 break
             except LedgerUnavailableError as exc:
+                persisting = self.outage.persisting(exc, since)
+                if persisting is not None:
+                    raise persisting from exc
                 await self.outage.wait(exc)
         if not skips:
             return todo

@@ -36,8 +36,14 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from notifyonce._audience import AsyncAudience, AudienceCheck, normalize_category
 from notifyonce._dispatch import Keep, Parts, Policy, Run
-from notifyonce._errors import SenderConfigError, ValidationError, ValidationTypeError
+from notifyonce._errors import (
+    LedgerError,
+    SenderConfigError,
+    ValidationError,
+    ValidationTypeError,
+)
 from notifyonce._keys import KeyMaker, SlotKey, normalize_action
+from notifyonce._ledger.explain import explained
 from notifyonce._ledger.ledger import AsyncLedger
 from notifyonce._message import Message, Sender, SupportsCheck
 from notifyonce._observe import Observer
@@ -351,13 +357,20 @@ class Notifier:
             asyncio.CancelledError: The run was cancelled. Sends under way were recorded
                 as uncertain, claims not yet sent were freed, before this is raised.
         """
-        return await self._send_many(
-            action,
-            notifications,
-            category=category,
-            transactional=transactional,
-            skip_gone=skip_gone,
-        )
+        try:
+            return await self._send_many(
+                action,
+                notifications,
+                category=category,
+                transactional=transactional,
+                skip_gone=skip_gone,
+            )
+        except LedgerError as exc:
+            # A missing table says to migrate, an unreachable database names its URL.
+            why = await explained(exc, self.ledger)
+            if why is exc:
+                raise
+            raise why from exc
 
     async def _send_many(
         self,

@@ -22,7 +22,6 @@ async guard awaits and the sync guard calls.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import inspect
 import logging
@@ -32,7 +31,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
-import sqlalchemy as sa
 from typing_extensions import Self
 
 from notifyonce._errors import (
@@ -46,6 +44,7 @@ from notifyonce._errors import (
 from notifyonce._keys import Cycle, SlotKey, Subject, make_key
 from notifyonce._ledger.checks import check_positive_int
 from notifyonce._ledger.claim import Claim
+from notifyonce._ledger.explain import explained, explained_sync
 from notifyonce._ledger.ledger import AsyncLedger, Ledger
 from notifyonce._ledger.records import SlotRecord
 from notifyonce._ledger.table import SlotStatus
@@ -342,45 +341,26 @@ def _cause(exc: BaseException) -> str:
     return type(exc.__cause__ or exc).__name__
 
 
-def _missing_table(ledger: AsyncLedger | Ledger) -> LedgerError:
-    if ledger.migrate_command is not None:
-        how = f"`{ledger.migrate_command}`"
-    else:
-        how = "(notifyonce.migrations.upgrade, or `notifyonce migrate`) or create_schema()"
-    return LedgerError(
-        f"the ledger table {ledger.table_name!r} does not exist: run the migration {how} first"
-    )
-
-
-def _has_table(connection: sa.Connection, ledger: AsyncLedger | Ledger) -> bool:
-    return sa.inspect(connection).has_table(ledger.table_name, schema=ledger.schema)
-
-
 async def _explained(call: Awaitable[Any], ledger: AsyncLedger) -> Any:
-    """``call``'s result; a ledger error on a missing table says to run the migration."""
+    """``call``'s result; a ledger error says what to do (see `explained`)."""
     try:
         return await call
     except LedgerError as exc:
-        exists = True
-        with contextlib.suppress(Exception):  # the first error is what the caller sees
-            async with ledger.engine.connect() as connection:
-                exists = await connection.run_sync(_has_table, ledger)
-        if exists:
+        why = await explained(exc, ledger)
+        if why is exc:
             raise
-        raise _missing_table(ledger) from exc
+        raise why from exc
 
 
 def _explained_sync(call: Callable[[], Any], ledger: Ledger) -> Any:
-    """``call``'s result; a ledger error on a missing table says to run the migration."""
+    """``call``'s result; a ledger error says what to do (see `explained`)."""
     try:
         return call()
     except LedgerError as exc:
-        exists = True
-        with contextlib.suppress(Exception), ledger.engine.connect() as connection:
-            exists = _has_table(connection, ledger)
-        if exists:
+        why = explained_sync(exc, ledger)
+        if why is exc:
             raise
-        raise _missing_table(ledger) from exc
+        raise why from exc
 
 
 def _checked(

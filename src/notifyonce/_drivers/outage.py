@@ -89,6 +89,22 @@ class Outage:
             self._back = asyncio.ensure_future(self._probe(exc))
         await asyncio.shield(self._back)
 
+    def persisting(
+        self, exc: LedgerUnavailableError, since: float
+    ) -> LedgerUnavailableError | None:
+        """The error that ends a statement failing since ``since`` (``time.monotonic()``)
+        although its database answers each probe, once that lasted past the patience;
+        None while it may still be a database coming back. Without this bound a statement
+        that fails for a reason of its own would be run again for ever."""
+        if time.monotonic() - since <= self.patience:
+            return None
+        error = LedgerUnavailableError(
+            f"{exc}; the database answers, but this statement failed each time it ran "
+            f"again for {_seconds(self.patience)}, the run's patience"
+        )
+        error.__cause__ = exc
+        return error
+
     async def _probe(self, exc: LedgerUnavailableError) -> None:
         self.absences += 1
         started = time.monotonic()

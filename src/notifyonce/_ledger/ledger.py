@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, ClassVar, Generic, NoReturn, TypeVar, cast
@@ -529,6 +530,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         claims it may have won, released by their tokens) runs first, on the database
         that is back, so the claims are won again instead of held by tokens nobody has.
         """
+        since = time.monotonic()
         while True:
             try:
                 await outage.wait(exc)
@@ -541,6 +543,10 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
                 return await self._run_owned(plan, None)
             except LedgerUnavailableError as again:
                 exc = again
+                persisting = outage.persisting(exc, since)
+                if persisting is not None:
+                    await self._undo(plan)
+                    raise persisting from exc
             except LedgerError:
                 await self._undo(plan)
                 raise

@@ -1,0 +1,376 @@
+"""Every door keeps the promise: each shipped way of running a side effect under a slot,
+driven through the public contract (`notifyonce.testing.contract`) on SQLite and
+PostgreSQL (the core doors on MariaDB too).
+
+A door here is the few lines a user would write to plug their integration in: build one
+task for the framework and run it as the framework would, in this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from notifyonce import (
+    Claim,
+    Notification,
+    Notifier,
+    once,
+    once_call,
+)
+from notifyonce.testing.contract import (
+    ContractDatabase,
+    Door,
+    DoorContract,
+    Task,
+)
+
+from ._databases import IN_CI, backend_params, make_backend
+
+# A Notifier pauses while its database is away (a minute by default) before it gives up:
+# the contract's faults do not come back, so its doors wait a few seconds.
+PATIENCE = {"outage_patience": dt.timedelta(seconds=3)}
+
+
+def _cycle(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text)
+
+
+# -- the doors ---------------------------------------------------------------------------
+
+
+class OnceDoor(Door):
+    """``with once(ledger, ...)`` on a sync ledger."""
+
+    name = "once (sync)"
+
+    def run(self, task: Task) -> None:
+        options = {"mode": task.mode, "max_attempts": task.max_attempts}
+        with once(task.ledger(), task.action, task.subject, task.cycle, **options) as guard:
+            if guard:
+                task.body(guard.claim)
+
+
+class AsyncOnceDoor(Door):
+    """``async with once(ledger, ...)`` on an AsyncLedger."""
+
+    name = "once (async)"
+
+    def run(self, task: Task) -> None:
+        async def main() -> None:
+            ledger = task.async_ledger()
+            options = {"mode": task.mode, "max_attempts": task.max_attempts}
+            async with once(ledger, task.action, task.subject, task.cycle, **options) as guard:
+                if guard:
+                    await task.abody(guard.claim)
+
+        asyncio.run(main())
+
+
+class OnceCallDoor(Door):
+    """A plain function decorated with ``once_call``."""
+
+    name = "once_call (sync)"
+
+    def run(self, task: Task) -> None:
+        @once_call(
+            task.ledger(),
+            task.action,
+            key=lambda subject, cycle: (subject, cycle),
+            mode=task.mode,
+            max_attempts=task.max_attempts,
+        )
+        def effect(claim: Claim, subject: str, cycle: dt.datetime) -> None:
+            task.body(claim)
+
+        effect(task.subject, task.cycle)
+
+
+class AsyncOnceCallDoor(Door):
+    """A coroutine function decorated with ``once_call``."""
+
+    name = "once_call (async)"
+
+    def run(self, task: Task) -> None:
+        async def main() -> None:
+            @once_call(
+                task.async_ledger(),
+                task.action,
+                key=lambda subject, cycle: (subject, cycle),
+                mode=task.mode,
+                max_attempts=task.max_attempts,
+            )
+            async def effect(claim: Claim, subject: str, cycle: dt.datetime) -> None:
+                await task.abody(claim)
+
+            await effect(task.subject, task.cycle)
+
+        asyncio.run(main())
+
+
+class SendOnceDoor(Door):
+    """``Notifier.send_once``: the sender's send is the side effect."""
+
+    name = "Notifier.send_once"
+
+    def run(self, task: Task) -> None:
+        async def main() -> None:
+            notifier = Notifier(task.async_ledger(), task.sender(), mode=task.mode, **PATIENCE)
+            await notifier.send_once(task.action, task.subject, task.cycle, task.message())
+
+        asyncio.run(main())
+
+
+class SendManyDoor(Door):
+    """``Notifier.send_many`` with one notification."""
+
+    name = "Notifier.send_many"
+
+    def run(self, task: Task) -> None:
+        async def main() -> None:
+            notifier = Notifier(task.async_ledger(), task.sender(), mode=task.mode, **PATIENCE)
+            one = Notification(task.subject, task.cycle, task.message())
+            await notifier.send_many(task.action, [one])
+
+        asyncio.run(main())
+
+
+class DramatiqDoor(Door):
+    """An actor with ``once_action`` on dramatiq's stub broker and a real worker."""
+
+    name = "dramatiq OnceMiddleware"
+
+    def run(self, task: Task) -> None:
+        import dramatiq
+        from dramatiq.brokers.stub import StubBroker
+
+        from notifyonce.queues.dramatiq import OnceMiddleware
+
+        broker = StubBroker()
+        broker.add_middleware(OnceMiddleware(task.ledger, mode=task.mode))
+
+        @dramatiq.actor(
+            broker=broker,
+            actor_name=f"effect_{uuid.uuid4().hex[:8]}",
+            once_action=task.action,
+            once_key=lambda subject, cycle: (subject, _cycle(cycle)),
+            max_retries=3,
+            min_backoff=50,
+            max_backoff=100,
+        )
+        def effect(subject: str, cycle: str) -> None:
+            from notifyonce.queues.dramatiq import current_claim
+
+            task.body(current_claim())
+
+        worker = dramatiq.Worker(broker, worker_timeout=50)
+        worker.start()
+        try:
+            effect.send(task.subject, task.cycle.isoformat())
+            broker.join(effect.queue_name, timeout=80_000, fail_fast=False)
+            worker.join()
+        finally:
+            worker.stop()
+        for message in broker.dead_letters:
+            error = getattr(message, "_exception", None)
+            if error is not None:
+                raise error
+
+
+class CeleryDoor(Door):
+    """A Celery task made with ``once_task`` on a real worker thread (memory broker)."""
+
+    name = "Celery once_task"
+
+    def run(self, task: Task) -> None:
+        from celery import Celery
+        from celery.contrib.testing.worker import start_worker
+
+        from notifyonce.queues.celery import once_task
+
+        queue = f"contract_{uuid.uuid4().hex[:8]}"
+        app = Celery(queue, broker="memory://", backend="cache+memory://", set_as_current=False)
+        app.conf.task_default_queue = queue
+
+        @once_task(
+            app,
+            task.ledger,
+            task.action,
+            key=lambda subject, cycle: (subject, _cycle(cycle)),
+            mode=task.mode,
+            max_attempts=task.max_attempts,
+            max_retries=3,
+            name=f"{queue}.effect",
+        )
+        def effect(claim: Claim, subject: str, cycle: str) -> None:
+            task.body(claim)
+
+        with start_worker(app, pool="solo", perform_ping_check=False, queues=[queue]):
+            effect.delay(task.subject, task.cycle.isoformat()).get(timeout=80)
+
+
+class TaskiqDoor(Door):
+    """A taskiq task made with ``once_task`` on taskiq's in-memory broker."""
+
+    name = "taskiq once_task"
+
+    def run(self, task: Task) -> None:
+        from taskiq import InMemoryBroker
+
+        from notifyonce.queues.taskiq import once_task
+
+        async def main() -> None:
+            broker = InMemoryBroker()
+
+            @once_task(
+                broker,
+                task.async_ledger,
+                task.action,
+                key=lambda subject, cycle: (subject, _cycle(cycle)),
+                mode=task.mode,
+                max_attempts=task.max_attempts,
+                max_retries=3,
+                task_name=f"effect_{uuid.uuid4().hex[:8]}",
+            )
+            async def effect(claim: Claim, subject: str, cycle: str) -> None:
+                await task.abody(claim)
+
+            await broker.startup()
+            try:
+                sent = await effect.kiq(task.subject, task.cycle.isoformat())
+                result = await sent.wait_result(timeout=80)
+            finally:
+                await broker.shutdown()
+            if result.is_err and result.error is not None:
+                raise result.error
+
+        asyncio.run(main())
+
+
+class ArqDoor(Door):
+    """An arq job made with ``once_job``, run as arq's worker runs a job."""
+
+    name = "arq once_job"
+
+    def run(self, task: Task) -> None:
+        from notifyonce.queues.arq import once_job
+
+        @once_job(
+            task.async_ledger,
+            task.action,
+            key=lambda subject, cycle: (subject, _cycle(cycle)),
+            mode=task.mode,
+            max_attempts=task.max_attempts,
+            max_retries=3,
+        )
+        async def effect(claim: Claim, ctx: dict[str, Any], subject: str, cycle: str) -> None:
+            await task.abody(claim)
+
+        asyncio.run(effect({"job_try": 1}, task.subject, task.cycle.isoformat()))
+
+
+class APSchedulerDoor(Door):
+    """A job made with the APScheduler adapter's ``once_job``, run as a scheduler runs
+    it (its run time is the task's cycle)."""
+
+    name = "APScheduler once_job"
+
+    def run(self, task: Task) -> None:
+        from notifyonce.queues.apscheduler import once_job
+
+        @once_job(
+            task.ledger,
+            task.action,
+            period=dt.timedelta(days=1),
+            subject=task.subject,
+            mode=task.mode,
+            max_attempts=task.max_attempts,
+            max_retries=3,
+            clock=lambda: task.cycle,
+        )
+        def effect(claim: Claim) -> None:
+            task.body(claim)
+
+        effect()
+
+
+# -- the databases ----------------------------------------------------------------------
+
+
+@pytest.fixture(params=backend_params(["sqlite", "postgres-psycopg"]))
+def contract_database(request: pytest.FixtureRequest, tmp_path: Path) -> ContractDatabase:
+    backend = make_backend(request.param, tmp_path)
+    return ContractDatabase(backend.sync_url, backend.async_url)
+
+
+def _queue(module: str) -> None:
+    if not IN_CI:  # in CI a missing dev dependency is a failure, not a skip
+        pytest.importorskip(module)
+
+
+class TestOnce(DoorContract):
+    door = OnceDoor()
+
+
+class TestAsyncOnce(DoorContract):
+    door = AsyncOnceDoor()
+
+
+class TestOnceCall(DoorContract):
+    door = OnceCallDoor()
+
+
+class TestAsyncOnceCall(DoorContract):
+    door = AsyncOnceCallDoor()
+
+
+class TestSendOnce(DoorContract):
+    door = SendOnceDoor()
+
+
+class TestSendMany(DoorContract):
+    door = SendManyDoor()
+
+
+class TestDramatiq(DoorContract):
+    door = DramatiqDoor()
+
+    @pytest.fixture(autouse=True)
+    def _needs(self) -> None:
+        _queue("dramatiq")
+
+
+class TestCelery(DoorContract):
+    door = CeleryDoor()
+
+    @pytest.fixture(autouse=True)
+    def _needs(self) -> None:
+        _queue("celery")
+
+
+class TestTaskiq(DoorContract):
+    door = TaskiqDoor()
+
+    @pytest.fixture(autouse=True)
+    def _needs(self) -> None:
+        _queue("taskiq")
+
+
+class TestArq(DoorContract):
+    """arq's worker awaits the job's coroutine with its ``ctx``: the wrapper imports
+    nothing from arq, so this runs without it (the storms run arq itself)."""
+
+    door = ArqDoor()
+
+
+class TestAPScheduler(DoorContract):
+    door = APSchedulerDoor()
+
+    @pytest.fixture(autouse=True)
+    def _needs(self) -> None:
+        _queue("apscheduler")
