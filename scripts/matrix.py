@@ -71,6 +71,7 @@ class Config:
     extras: list[str]
     tools: list[str]
     core: list[str]
+    workers: int = 1  # pytest-xdist processes per leg
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,12 @@ def read_config(pyproject: Path) -> Config:
     absent = [path for path in core if not (ROOT / path).is_file()]
     if absent:
         sys.exit(f"pyproject.toml: matrix core files {absent} do not exist")
-    return Config(name, pythons, requirements, extras, tools, core)
+    workers = section.get("workers", 1)
+    if not isinstance(workers, int) or workers < 1:
+        sys.exit(
+            f"pyproject.toml: [tool.notifyonce.matrix] workers must be an int >= 1, got {workers!r}"
+        )
+    return Config(name, pythons, requirements, extras, tools, core, workers)
 
 
 def lowest_constraints(config: Config, python_full_version: str) -> dict[str, str]:
@@ -317,12 +323,23 @@ def _run_leg(config: Config, leg: Leg, pytest_args: list[str], output: IO[str] |
         log(f"{leg.name}: {result.outcome}")
         return result
     result.setup = time.monotonic() - started
-    log(f"{leg.name}: pytest on {len(config.core)} core files")
+    log(f"{leg.name}: pytest on {len(config.core)} core files, {config.workers} process(es)")
     started = time.monotonic()
     args = [*config.core, *pytest_args]
+    parallel = ["-n", str(config.workers)] if config.workers > 1 else []
     done = subprocess.run(  # noqa: S603 - our argv, no shell
         # the storms (worker processes killed again and again) run in the whole suite
-        [str(venv_python), "-m", "pytest", "-p", "no:cacheprovider", "-m", "not storm", *args],
+        [
+            str(venv_python),
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not storm",
+            *parallel,
+            *args,
+        ],
         cwd=ROOT,
         stdout=output,
         stderr=output and subprocess.STDOUT,
