@@ -47,6 +47,7 @@ from notifyonce._keys import (
     normalize_cycle,
     normalize_subject,
 )
+from notifyonce._ledger.explain import explained
 from notifyonce._ledger.table import SlotStatus
 from notifyonce._message import Message
 from notifyonce._outcome import Outcome
@@ -795,6 +796,16 @@ class Broadcast:
             asyncio.CancelledError: The task running this was cancelled (after the claims
                 were settled). `cancel` instead returns a report marked cancelled.
         """
+        try:
+            return await self._broadcast()
+        except LedgerError as exc:
+            # A missing table says to migrate, an unreachable database names its URL.
+            why = await explained(exc, self.notifier.ledger)
+            if why is exc:
+                raise
+            raise why from exc
+
+    async def _broadcast(self) -> BroadcastReport:
         if self._task is not None:
             raise RuntimeError("this Broadcast is already running or ran; build a new one")
         ledger, dry_run = self.notifier.ledger, self.notifier.dry_run

@@ -104,6 +104,8 @@ SCENARIOS = (
 # any scenario needs (a lease is 2 s here), far less than a lease of the ``finished``
 # scenario (an hour), so a door that waits a lease on a finished slot is caught.
 _RUN_LIMIT = 90.0
+# The ``held`` scenario's holder: a lease far longer than a door takes to start.
+_HOLDER_LEASE = 8.0
 
 
 @dataclass(frozen=True)
@@ -506,11 +508,19 @@ class DoorContract:
         with self._stage(contract_database, tmp_path, "held") as stage:
             task = stage.task(mode)
             ledger = self._ledger(stage, task)
-            holder = ledger.claim_slot(task.action, task.subject, task.cycle)
+            # The holder's lease outlasts the door's start and a few of its retries (one
+            # lease and a second apart): the door meets the slot held, however slow.
+            lease = dt.timedelta(seconds=_HOLDER_LEASE)
+            holder = ledger.claim_slot(task.action, task.subject, task.cycle, lease=lease)
             assert holder is not None
             _run(door, task)
             early = [t for t in stage.runs() if t < holder.lease_until.timestamp()]
             assert [] == early, f"{door.name}: the body ran while another worker held the slot"
+            if mode is AMO:
+                assert ledger.now() < holder.lease_until, (
+                    f"{door.name}: one run of the door outlasted the holder's lease of "
+                    f"{_HOLDER_LEASE:.0f} s, so it never met the slot held"
+                )
             # The holder's lease ends (its worker died): the task comes again.
             _wait_past(holder.lease_until, ledger)
             _run(door, task)
