@@ -14,17 +14,19 @@ counterpart, `SentinelRedis`, is a private master, a replica and one sentinel.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 from tests._private_servers import PrivatePostgres, PrivateRedis, _answers, _missing, free_port
 
-__all__ = ["ReplicatedPostgres", "SentinelRedis", "kill_tree"]
+__all__ = ["ReplicatedPostgres", "ReplicationLink", "SentinelRedis", "kill_tree"]
 
 _TIMEOUT = 60.0
 #: The standby's name, as ``synchronous_standby_names`` names it.
@@ -52,6 +54,84 @@ def kill_tree(pid: int) -> None:
     for victim in victims:
         with contextlib.suppress(ProcessLookupError):
             os.kill(victim, signal.SIGKILL)
+
+
+class ReplicationLink:
+    """The network between the standby and the primary: a TCP relay on 127.0.0.1.
+
+    `hold` keeps what the primary sends (its WAL) from reaching the standby, as a slow or
+    congested link does, while the standby's replies still go through; `cut` closes every
+    connection and throws away what was held, as the primary's death does to what was
+    still on the wire. Runs its own event loop in a thread.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self.flowing = asyncio.Event()  # cleared while the link holds
+        self.flowing.set()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    def __enter__(self) -> ReplicationLink:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(_TIMEOUT)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(_TIMEOUT)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(_TIMEOUT)
+        self._loop.close()
+
+    async def _start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+
+    async def _stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        self._close_all()
+
+    def _close_all(self) -> None:
+        for writer in list(self._writers):
+            writer.transport.abort()  # no FIN after the data: what was held is gone
+        self._writers.clear()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._writers |= {writer, up_w}
+
+        async def pipe(
+            source: asyncio.StreamReader, sink: asyncio.StreamWriter, holds: bool
+        ) -> None:
+            with contextlib.suppress(Exception):
+                while data := await source.read(65536):
+                    if holds:
+                        await self.flowing.wait()  # kept while it holds: the standby lags
+                    sink.write(data)
+                    await sink.drain()
+            sink.transport.abort()
+
+        await asyncio.gather(pipe(reader, up_w, False), pipe(up_r, writer, True))
+
+    def hold(self) -> None:
+        """From now on the standby receives nothing more from the primary."""
+        self._loop.call_soon_threadsafe(self.flowing.clear)
+
+    def cut(self) -> None:
+        """Close every connection; what was held never reaches the standby."""
+        asyncio.run_coroutine_threadsafe(self._cut(), self._loop).result(_TIMEOUT)
+
+    async def _cut(self) -> None:
+        self._close_all()
+        self.flowing.set()
 
 
 class _Node(PrivatePostgres):
@@ -156,6 +236,7 @@ class ReplicatedPostgres:
             primary["synchronous_standby_names"] = f"'{STANDBY_NAME}'"
         self.primary = _Node(primary)
         self.standby: _Node | None = None
+        self.link: ReplicationLink | None = None
         self.failed_over = False
 
     def __enter__(self) -> ReplicatedPostgres:
@@ -163,10 +244,11 @@ class ReplicatedPostgres:
             self.primary.start()
             standby = _Node({"synchronous_standby_names": "''"}, standby_of=self.primary)
             self.standby = standby
-            # The name the primary knows the standby by, in the standby's connection.
+            self.link = ReplicationLink(self.primary.port).__enter__()
+            # Through the link, under the name the primary knows the standby by.
             with (standby.data / "postgresql.auto.conf").open("a") as conf:
                 conf.write(
-                    f"primary_conninfo = 'host=127.0.0.1 port={self.primary.port} "
+                    f"primary_conninfo = 'host=127.0.0.1 port={self.link.port} "
                     f"user=postgres application_name={STANDBY_NAME}'\n"
                 )
             standby.start()
@@ -180,6 +262,10 @@ class ReplicatedPostgres:
         self.close()
 
     def close(self) -> None:
+        if self.link is not None:
+            with contextlib.suppress(Exception):
+                self.link.__exit__()
+            self.link = None
         for node in (self.primary, self.standby):
             if node is None:
                 continue
@@ -219,9 +305,12 @@ class ReplicatedPostgres:
         return f"postgresql+psycopg://postgres@/postgres?{self.hosts()}&target_session_attrs=read-write"
 
     def fail_over(self) -> None:
-        """Kill the primary (SIGKILL) and promote the standby; returns once it takes writes."""
+        """Kill the primary (SIGKILL), cut its link to the standby and promote the
+        standby; returns once it takes writes."""
         assert self.standby is not None
+        assert self.link is not None
         self.primary.kill()
+        self.link.cut()  # what the standby had not received is gone with the primary
         self.standby._run("pg_ctl", "-D", str(self.standby.data), "-w", "promote")
         deadline = time.monotonic() + _TIMEOUT
         while self.standby.psql("SELECT pg_is_in_recovery()") != "f":

@@ -232,3 +232,40 @@ def test_check_durability_on_sqlite_says_there_is_no_failover() -> None:
         "SQLite has no standby and no failover: a committed claim is lost only with the "
         "database file"
     ) == Ledger(sa.create_engine("sqlite://")).check_durability()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("driver", ["postgres-asyncpg", "postgres-psycopg"])
+async def test_a_notifier_run_on_a_durable_ledger_sends_each_chat_once(
+    driver: str, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Notifier's statements that mark and claim together carry the setting too (seen
+    in the echo log): a run of 120 chats in batches of 10 on a durable ledger sends each
+    once."""
+    import datetime as dt
+
+    from notifyonce import Message, Notification, Notifier, Outcome
+    from notifyonce.testing import FakeSender
+
+    from ._databases import drop_table, make_backend
+
+    backend = make_backend(driver, tmp_path)
+    table = backend.unique_table()
+    engine = create_async_engine(backend.async_url, echo=True)
+    try:
+        ledger = AsyncLedger(engine, table_name=table, synchronous_commit="remote_write")
+        await ledger.create_schema()
+        caplog.set_level(logging.INFO, logger="sqlalchemy.engine")
+        sender = FakeSender(latency=0.001)
+        cycle = dt.datetime(2026, 12, 7, tzinfo=dt.timezone.utc)
+        report = await Notifier(ledger, sender, concurrency=4, batch_size=10).send_many(
+            "news", [Notification(chat, cycle, Message("hello")) for chat in range(120)]
+        )
+        assert {Outcome.SENT: 120} == {k: v for k, v in report.counts.items() if v}
+        assert 120 == len({r.recipient for r in sender.records}) == len(sender.records)
+        said = [r.getMessage() for r in caplog.records]
+        setting = "set_config('synchronous_commit', 'remote_write', true)"
+        assert any("marked AS" in m and setting in m for m in said)
+    finally:
+        await engine.dispose()
+        drop_table(backend, table)

@@ -452,13 +452,17 @@ class PostgreSQL(Dialect):
         )
 
     def _build_claim(self, rows: int, take_expired: bool, limited: bool) -> sa.ClauseElement:
-        claim = _on_conflict_claim(self.table, self._insert(rows), take_expired, limited)
+        claim = self._claim_insert(rows, take_expired, limited)
         if self.synchronous_commit is None:
             return claim
         claimed = claim.cte("claimed")  # type: ignore[attr-defined]
         return sa.select(claimed.c.id, claimed.c.token, claimed.c.attempt).select_from(
             claimed.join(self._waiting(), sa.true())
         )
+
+    def _claim_insert(self, rows: int, take_expired: bool, limited: bool) -> sa.ClauseElement:
+        """The claim's INSERT alone (`write` makes it a CTE of its own statement)."""
+        return _on_conflict_claim(self.table, self._insert(rows), take_expired, limited)
 
     def _waiting(self) -> Any:
         """``set_config('synchronous_commit', <level>, true)`` as a CTE the claim joins.
@@ -622,7 +626,7 @@ class PostgreSQL(Dialect):
         # sees or waits for the other; both commit together, in autocommit.
         def build() -> sa.ClauseElement:
             marked = self._build_marks().cte("marked")
-            claim: Any = self._build_claim(0, take_expired, limited)
+            claim: Any = self._claim_insert(0, take_expired, limited)
             claimed = claim.cte("claimed")
             none = sa.null()
             won = sa.select(sa.literal(_CLAIMED), claimed.c.id, claimed.c.token, claimed.c.attempt)
