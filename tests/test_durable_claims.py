@@ -269,3 +269,32 @@ async def test_a_notifier_run_on_a_durable_ledger_sends_each_chat_once(
     finally:
         await engine.dispose()
         drop_table(backend, table)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("driver", ["asyncpg", "psycopg"])
+async def test_a_claim_through_pgbouncer_waits_for_the_standby(
+    driver: str, waiting_server: _Node
+) -> None:
+    """Through a PgBouncer in transaction mode (each statement on whichever server
+    connection is free), a durable claim still waits for the standby: the setting is
+    part of the claim's own statement, not a session's SET."""
+    from notifyonce import pgbouncer_options
+
+    from ._private_servers import PgBouncer
+
+    upstream = f"postgresql+psycopg://postgres@127.0.0.1:{waiting_server.port}/postgres"
+    with PgBouncer(upstream, pool_size=2) as bouncer:
+        url = bouncer.async_url if driver == "asyncpg" else bouncer.url
+        engine = create_async_engine(url, **pgbouncer_options(url))
+        try:
+            table = f"bouncer_{driver}"
+            await AsyncLedger(engine, table_name=table).create_schema()
+            ledger = AsyncLedger(engine, table_name=table, synchronous_commit="on")
+            claim = await _released_once_waiting(
+                waiting_server, ledger.claim_slot("news", 1, CYCLE)
+            )
+            assert claim is not None
+            assert True is await asyncio.wait_for(ledger.mark_sent(claim), 60)
+        finally:
+            await engine.dispose()
