@@ -19,7 +19,8 @@ incident:
   at least once, and twice only a chat claimed before the kill).
 
 ``NOTIFYONCE_FAILOVER_CHATS`` sets the campaign's size (default 3,000; the documented
-figures come from 20,000).
+figures come from 20,000). The campaigns are storms (``make ci`` runs them); the
+two-host URL tests are not.
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ async def campaign_through_a_failover(
     return figures
 
 
+@pytest.mark.storm
 @pytest.mark.parametrize("lagging", [False, True], ids=["streaming", "lagging"])
 async def test_a_synchronous_failover_sends_no_chat_twice_and_loses_none(
     lagging: bool, caplog: pytest.LogCaptureFixture
@@ -139,6 +141,7 @@ async def test_a_synchronous_failover_sends_no_chat_twice_and_loses_none(
     assert figures["after"].startswith("a failover can lose a committed claim"), figures
 
 
+@pytest.mark.storm
 async def test_an_asynchronous_failover_is_measured(caplog: pytest.LogCaptureFixture) -> None:
     """Asynchronous standby, streaming as fast as it can: the campaign goes on through the
     failover, a second run reaches every chat, and the chats sent twice (the claims the
@@ -151,6 +154,7 @@ async def test_an_asynchronous_failover_is_measured(caplog: pytest.LogCaptureFix
     assert any("database is back" in said for said in figures["said"]), figures["said"]
 
 
+@pytest.mark.storm
 async def test_a_lagging_asynchronous_standby_loses_claims_and_their_chats_get_it_twice(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

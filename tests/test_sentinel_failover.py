@@ -25,7 +25,7 @@ from notifyonce.testing import BotAPIServer
 
 from ._failover import SentinelRedis
 
-pytestmark = [pytest.mark.failover, pytest.mark.slow]
+pytestmark = [pytest.mark.failover, pytest.mark.slow, pytest.mark.storm]
 
 WORKER = Path(__file__).with_name("_rate_worker.py")
 PER_WORKER = 150
