@@ -54,6 +54,14 @@ async def open_store(config: dict[str, Any]) -> tuple[RateStore, Any]:
 
         client = redis.asyncio.Redis.from_url(config["url"])
         return RedisRateStore(client, prefix=config["prefix"]), client
+    if config["store"] == "redis-sentinel":  # the master the sentinels name, whichever
+        from redis.asyncio.sentinel import Sentinel
+
+        from notifyonce.ratelimit import RedisRateStore
+
+        sentinel = Sentinel([tuple(address) for address in config["sentinels"]])
+        client = sentinel.master_for(config["service"])
+        return RedisRateStore(client, prefix=config["prefix"]), client
     from sqlalchemy.ext.asyncio import create_async_engine
 
     from notifyonce.ratelimit import SQLRateStore
@@ -133,13 +141,13 @@ async def main(config: dict[str, Any]) -> dict[str, Any]:
             # Warm the connection pool and the store before the common start.
             await asyncio.sleep(max(float(config["start_at"]) - time.time(), 0.0))
             if "ledger" in config:
-                engine = None if config["store"] == "redis" else resource
+                engine = None if config["store"].startswith("redis") else resource
                 sent, errors = await send_many(sender, config, engine, chats)
             else:
                 concurrency = int(config.get("concurrency", 16))
                 sent, errors = await send_each(sender, worker, chats, concurrency)
     finally:
-        if config["store"] == "redis":
+        if config["store"].startswith("redis"):
             await resource.aclose()
         else:
             await resource.dispose()

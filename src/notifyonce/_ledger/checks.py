@@ -30,6 +30,7 @@ __all__ = [
     "check_message_id",
     "check_positive_int",
     "check_statuses",
+    "check_synchronous_commit",
     "check_text",
     "normalize_items",
     "normalize_subjects",
@@ -49,6 +50,28 @@ def check_lease(value: object, field: str = "lease") -> dt.timedelta:
         raise ValidationTypeError(field, f"must be a timedelta, got {type(value).__name__}")
     if value <= dt.timedelta(0):
         raise ValidationError(field, "must be positive")
+    return value
+
+
+#: What ``synchronous_commit`` may ask of a claim's commit: PostgreSQL's levels that wait
+#: for a synchronous standby (weakest first).
+SYNCHRONOUS_COMMITS = ("remote_write", "on", "remote_apply")
+
+
+def check_synchronous_commit(value: object) -> str | None:
+    """Return ``value`` if it is None or one of `SYNCHRONOUS_COMMITS`."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValidationTypeError(
+            "synchronous_commit", f"must be a str or None, got {type(value).__name__}"
+        )
+    if value not in SYNCHRONOUS_COMMITS:
+        allowed = ", ".join(repr(level) for level in SYNCHRONOUS_COMMITS)
+        raise ValidationError(
+            "synchronous_commit",
+            f"must be one of {allowed} or None (the levels that wait for a standby), got {value!r}",
+        )
     return value
 
 

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import enum
+import logging
 import math
 import operator
 import secrets
@@ -40,7 +41,13 @@ from notifyonce._drivers.execute import (
 )
 from notifyonce._errors import LedgerError, LedgerUnavailableError, ValidationError
 from notifyonce._keys import SlotKey
-from notifyonce._ledger.checks import ClaimOptions, check_bool, check_lease, check_positive_int
+from notifyonce._ledger.checks import (
+    ClaimOptions,
+    check_bool,
+    check_lease,
+    check_positive_int,
+    check_synchronous_commit,
+)
 from notifyonce._ledger.claim import Claim
 from notifyonce._ledger.dialects import Dialect, MarkRow, dialect_for, mark_params
 from notifyonce._ledger.records import LedgerStats, SlotRecord, SweepResult
@@ -63,6 +70,8 @@ __all__ = [
     "Spare",
     "Statement",
 ]
+
+logger = logging.getLogger("notifyonce.ledger")
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -291,6 +300,7 @@ class LedgerCore:
         clock: Clock | None,
         busy_timeout: dt.timedelta,
         retries: int,
+        synchronous_commit: str | None = None,
     ) -> None:
         if not isinstance(table_name, str) or not table_name:
             raise ValidationError("table_name", "must be a non-empty str")
@@ -311,6 +321,28 @@ class LedgerCore:
             check_lease(busy_timeout, "busy_timeout") / dt.timedelta(milliseconds=1)
         )
         self.retries = check_positive_int("retries", retries)
+        level = check_synchronous_commit(synchronous_commit)
+        if level is not None:
+            self.dialect.wait_for_standby(level)
+        # Asked to wait for a standby: the first claim says first whether one is there.
+        self.durability_due = level is not None
+
+    # ---- durability across a failover -------------------------------------------------
+
+    def check_durability(self, link: Link) -> str:
+        """Read whether a failover can lose a committed claim on this database; one line,
+        logged (a warning when the ledger was asked to wait for a standby and cannot)."""
+        can_lose, line = self.dialect.durability(link)
+        asked = self.dialect.synchronous_commit is not None
+        logger.log(logging.WARNING if can_lose and asked else logging.INFO, "ledger: %s", line)
+        self.durability_due = False
+        return line
+
+    def _durability_first(self, link: Link) -> None:
+        """The check of `check_durability` before the first claim of a ledger that asked
+        for ``synchronous_commit`` (once: later claims pay nothing)."""
+        if self.durability_due:
+            self.check_durability(link)
 
     # ---- time, options -------------------------------------------------------------
 
@@ -508,6 +540,7 @@ class LedgerCore:
             or not plan.alone
             or not self.driver.direct_statements
             or self.clock_due
+            or self.durability_due
             or is_observed(engine)
         ):
             return None
@@ -592,6 +625,7 @@ class LedgerCore:
     ) -> list[Claim]:
         """Claim ``keys`` (distinct, one action, in index order) in one statement, with one
         token each (`claim_batch`); return the won ones."""
+        self._durability_first(link)
         params, limited = self._claim_params(action, options)
         won = self.dialect.claim(link, params, keys, tokens, options.take_expired, limited)
         return _won(keys, tokens, won, params["lease_until"])
@@ -630,6 +664,7 @@ class LedgerCore:
             return [], self.claim_keys(link, action, keys, options, tokens)
         if not keys:
             return self.mark_many(link, results), []
+        self._durability_first(link)
         params, limited = self._claim_params(action, options)
         landed, won = self.dialect.write(
             link, _mark_rows(results), params, keys, tokens, options.take_expired, limited

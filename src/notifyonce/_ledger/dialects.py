@@ -189,10 +189,15 @@ class Dialect:
     #: one), and where inserts wait for each other (a gap lock, one writer) a second lane
     #: has nothing to gain.
     claim_lanes: ClassVar[int] = 1
+    #: Why a claim's commit cannot be told to wait for a standby here (see
+    #: `wait_for_standby`); None where it can.
+    no_standby_wait: ClassVar[str | None] = None
 
     def __init__(self, table: sa.Table, driver: Driver) -> None:
         self.table = table
         self.driver = driver
+        # The level every claim's commit asks for (None: the server's own setting).
+        self.synchronous_commit: str | None = None
         # Statements per (shape, driver): built and compiled once, kept for the ledger's life.
         self._compiled: dict[tuple[object, ...], Compiled] = {}
         self._runs: dict[tuple[object, ...], int] = {}
@@ -223,6 +228,20 @@ class Dialect:
             variant = found.with_sql(f"{found.sql} /* notifyonce plan {generation} */")
             current = self._generations[key] = (generation, variant)
         return current[1]
+
+    # -- durability across a failover -------------------------------------------------
+
+    def wait_for_standby(self, level: str) -> None:
+        """Make every statement that claims commit at ``level`` (``synchronous_commit``),
+        checked already: its commit waits for a synchronous standby. Raises
+        ValidationError where the database has no such setting."""
+        if self.no_standby_wait is not None:
+            raise ValidationError("synchronous_commit", self.no_standby_wait)
+        self.synchronous_commit = level
+
+    def durability(self, link: Link) -> tuple[bool, str]:
+        """Whether a failover can lose a committed claim here, and one line saying why."""
+        raise NotImplementedError
 
     def text(self, value: Any) -> str:
         """A key column as read from the driver, as text."""
@@ -433,7 +452,57 @@ class PostgreSQL(Dialect):
         )
 
     def _build_claim(self, rows: int, take_expired: bool, limited: bool) -> sa.ClauseElement:
+        claim = self._claim_insert(rows, take_expired, limited)
+        if self.synchronous_commit is None:
+            return claim
+        claimed = claim.cte("claimed")  # type: ignore[attr-defined]
+        return sa.select(claimed.c.id, claimed.c.token, claimed.c.attempt).select_from(
+            claimed.join(self._waiting(), sa.true())
+        )
+
+    def _claim_insert(self, rows: int, take_expired: bool, limited: bool) -> sa.ClauseElement:
+        """The claim's INSERT alone (`write` makes it a CTE of its own statement)."""
         return _on_conflict_claim(self.table, self._insert(rows), take_expired, limited)
+
+    def _waiting(self) -> Any:
+        """``set_config('synchronous_commit', <level>, true)`` as a CTE the claim joins.
+
+        The setting is local to the statement's transaction (autocommit: the statement
+        itself; inside a caller's transaction: that one), so the commit of the claim waits
+        for the synchronous standby and the next statement on the connection (a mark) does
+        not: no ``SET`` of its own, no round trip. PostgreSQL reads ``synchronous_commit``
+        when it commits, after the statement ran. The CTE calls a volatile function, so it
+        is evaluated, not inlined; joined to no won row it need not run: nothing was
+        written that a failover could lose. The level is one of three fixed words
+        (checked), written into the statement's text."""
+        assert self.synchronous_commit is not None
+        level = sa.literal_column(f"'{self.synchronous_commit}'", sa.Text)
+        name = sa.literal_column("'synchronous_commit'", sa.Text)
+        return sa.select(sa.func.set_config(name, level, sa.true()).label("level")).cte("waiting")
+
+    def durability(self, link: Link) -> tuple[bool, str]:
+        found = link.scalar(
+            "SELECT current_setting('synchronous_standby_names') || '|'"
+            " || current_setting('synchronous_commit')"
+        )
+        names, server_level = str(found).rsplit("|", 1)
+        level = self.synchronous_commit or server_level
+        source = "the ledger's" if self.synchronous_commit else "the server's"
+        if not names.strip():
+            return True, (
+                "a failover can lose a committed claim: this PostgreSQL names no synchronous "
+                "standby (synchronous_standby_names is empty), so no commit waits for one"
+            )
+        if level not in ("on", "remote_write", "remote_apply"):
+            return True, (
+                "a failover can lose a committed claim: claims commit with "
+                f"synchronous_commit = {level} ({source}), which does not wait for the "
+                "synchronous standby; give the ledger synchronous_commit='on'"
+            )
+        return False, (
+            "a failover to a synchronous standby keeps every committed claim: each claim's "
+            f"commit waits for synchronous_standby_names ({source} synchronous_commit = {level})"
+        )
 
     def _insert(self, rows: int) -> Any:
         t = self.table
@@ -557,12 +626,15 @@ class PostgreSQL(Dialect):
         # sees or waits for the other; both commit together, in autocommit.
         def build() -> sa.ClauseElement:
             marked = self._build_marks().cte("marked")
-            claim: Any = self._build_claim(0, take_expired, limited)
+            claim: Any = self._claim_insert(0, take_expired, limited)
             claimed = claim.cte("claimed")
             none = sa.null()
+            won = sa.select(sa.literal(_CLAIMED), claimed.c.id, claimed.c.token, claimed.c.attempt)
+            if self.synchronous_commit is not None:  # the commit waits (see `_waiting`)
+                won = won.select_from(claimed.join(self._waiting(), sa.true()))
             return sa.union_all(
                 sa.select(sa.literal(_MARKED), marked.c.id, sa.cast(none, sa.BigInteger), none),
-                sa.select(sa.literal(_CLAIMED), claimed.c.id, claimed.c.token, claimed.c.attempt),
+                won,
             )
 
         compiled = self.compiled(link.dialect, ("write", take_expired, limited), build)
@@ -656,6 +728,15 @@ class SQLite(Dialect):
     """
 
     driver_class = SQLiteDriver
+    no_standby_wait = (
+        "is a PostgreSQL setting: SQLite has no standby for a commit to wait for; leave it None"
+    )
+
+    def durability(self, link: Link) -> tuple[bool, str]:
+        return False, (
+            "SQLite has no standby and no failover: a committed claim is lost only with the "
+            "database file"
+        )
 
     def claim(
         self,
@@ -718,6 +799,18 @@ class MySQL(Dialect):
 
     driver_class = MySQLDriver
     claim_is_one_statement = False
+    no_standby_wait = (
+        "is a PostgreSQL setting: MariaDB and MySQL wait for a replica only as the server is "
+        "configured (semi-synchronous replication, rpl_semi_sync_master_wait_point = "
+        "AFTER_SYNC), not per transaction; leave it None"
+    )
+
+    def durability(self, link: Link) -> tuple[bool, str]:
+        return True, (
+            "a failover can lose a committed claim unless the server waits for a replica "
+            "(semi-synchronous replication, wait point AFTER_SYNC): notifyonce does not read "
+            "MariaDB's or MySQL's replication settings"
+        )
 
     def claim(
         self,

@@ -110,6 +110,7 @@ class _LedgerBase(Generic[EngineT]):
         clock: Callable[[], dt.datetime] | None = None,
         busy_timeout: dt.timedelta = dt.timedelta(seconds=30),
         retries: int = 5,
+        synchronous_commit: str | None = None,
     ) -> None:
         expected, hint = self._engine_kind
         if not isinstance(cast(object, engine), expected):
@@ -124,6 +125,7 @@ class _LedgerBase(Generic[EngineT]):
             clock=clock,
             busy_timeout=busy_timeout,
             retries=retries,
+            synchronous_commit=synchronous_commit,
         )
         # A call may hand its connection to the next one of the same moment (see Spare).
         self._spare = Spare(self._driver) if self._driver.keeps_connections else None
@@ -399,6 +401,9 @@ class _LedgerBase(Generic[EngineT]):
     def _plan_stats(self) -> Plan[LedgerStats]:
         return Plan(self._core.stats, Shape.READ, on_link=False)
 
+    def _plan_check_durability(self) -> Plan[str]:
+        return Plan(self._core.check_durability, Shape.READ)
+
     def _plan_create_schema(self) -> Plan[None]:
         return Plan(self._core.create_schema, Shape.TOGETHER, on_link=False)
 
@@ -475,6 +480,19 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         busy_timeout: SQLite only: how long a write waits for another connection's lock.
         retries: How many times a transaction is run when the database picked it as a
             deadlock victim (it was rolled back, so running it again is safe).
+        synchronous_commit: PostgreSQL only: ``"on"``, ``"remote_write"`` or
+            ``"remote_apply"`` makes every claim's commit wait for the synchronous
+            standby (``synchronous_standby_names``) at that level, so that a failover to
+            it cannot lose a claim and send its message twice. Only the claim's own
+            transaction waits (the setting rides in the claim's statement: no round trip
+            more); marks and reads commit as the server says. The first claim checks once
+            whether the server names a synchronous standby and logs a warning if it does
+            not (see [`check_durability`][notifyonce.AsyncLedger.check_durability]).
+            None (the default): the server's own ``synchronous_commit``.
+
+    Raises:
+        ValidationError: An argument is invalid; ``synchronous_commit`` on MariaDB,
+            MySQL or SQLite, which have no per-transaction wait for a standby.
 
     Examples:
         >>> import asyncio
@@ -690,6 +708,38 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
             Plan(partial(self._core.marked, results=doubtful), Shape.READ, on_link=False)
         )
         return [ok or mark[0].id in found for mark, ok in zip(results, landed, strict=True)]
+
+    async def check_durability(self) -> str:
+        """Say in one line whether a failover can lose a claim this ledger committed.
+
+        On PostgreSQL: whether the server names a synchronous standby
+        (``synchronous_standby_names``) and the claims' commits wait for it (the
+        ledger's ``synchronous_commit``, else the server's). Without both, a claim
+        committed on a primary that dies may be missing on the promoted standby, and won
+        and sent again there. The line is logged too (logger ``notifyonce.ledger``): a
+        warning when the ledger was asked for ``synchronous_commit`` and the claims can
+        still be lost. MariaDB and MySQL: notifyonce does not read their replication
+        settings, and says so; SQLite has no failover.
+
+        Returns:
+            The line, starting "a failover can lose a committed claim" or "a failover to
+            a synchronous standby keeps every committed claim" on PostgreSQL.
+
+        Raises:
+            LedgerUnavailableError: The database cannot be reached.
+
+        Examples:
+            >>> import asyncio
+            >>> from sqlalchemy.ext.asyncio import create_async_engine
+            >>> async def main() -> bool:
+            ...     engine = create_async_engine("sqlite+aiosqlite://")
+            ...     line = await AsyncLedger(engine).check_durability()
+            ...     await engine.dispose()
+            ...     return line.startswith("SQLite has no standby and no failover")
+            >>> asyncio.run(main())
+            True
+        """
+        return await self._run(self._plan_check_durability())
 
     async def create_schema(self) -> None:
         """Create the table and its indexes unless they exist (for quick starts and tests),
@@ -1026,6 +1076,10 @@ class Ledger(_LedgerBase[sa.Engine]):
                     self._run(undo)
             raise
         return chain.join(done)
+
+    def check_durability(self) -> str:
+        """See [`AsyncLedger.check_durability`][notifyonce.AsyncLedger.check_durability]."""
+        return self._run(self._plan_check_durability())
 
     def create_schema(self) -> None:
         """See [`AsyncLedger.create_schema`][notifyonce.AsyncLedger.create_schema]."""
