@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from ._databases import IN_CI, backend_params, make_backend
 
 # A Notifier pauses while its database is away (a minute by default) before it gives up:
 # the contract's faults do not come back, so its doors wait a few seconds.
-PATIENCE = {"outage_patience": dt.timedelta(seconds=3)}
+PATIENCE = {"outage_patience": dt.timedelta(seconds=10)}
 
 
 async def _settle_threads() -> None:
@@ -333,6 +334,29 @@ class APSchedulerDoor(Door):
 
 
 # -- the databases ----------------------------------------------------------------------
+
+
+class _Restartable:
+    """A private PostgreSQL of the test module's own, for the outage scenario."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        async_url = server.url  # psycopg for async too (see ContractDatabase)
+        self.database = ContractDatabase(server.url, async_url)
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def start(self) -> None:
+        self.server.start()
+
+
+@pytest.fixture(scope="module")
+def contract_restartable() -> Iterator[_Restartable]:
+    from ._private_servers import PrivatePostgres
+
+    with PrivatePostgres() as server:
+        yield _Restartable(server)
 
 
 @pytest.fixture(params=backend_params(["sqlite", "postgres-psycopg"]))

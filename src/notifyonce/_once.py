@@ -9,7 +9,8 @@ twice) runs the block once:
   another worker, is not claimed and the block is told to skip, with the reason;
 - **while it runs**: the claim's lease is renewed every third of the lease, as the
   Notifier renews the claims of long sends, so no other worker takes a live block over;
-- **after it**: success marks the slot sent; `NotDoneError` (or an exception the caller names
+- **after it** (waiting up to half a lease for a database that went away): success marks
+  the slot sent; `NotDoneError` (or an exception the caller names
   as certain) releases it; any other exception, a cancellation included, may have done
   the work, so the delivery mode decides: at most once records it ``unknown``, at least
   once releases it for another attempt while attempts are left.
@@ -26,6 +27,7 @@ import functools
 import inspect
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from types import TracebackType
@@ -35,6 +37,7 @@ from typing_extensions import Self
 
 from notifyonce._errors import (
     LedgerError,
+    LedgerUnavailableError,
     NotifyOnceError,
     PermanentSendError,
     TransientSendError,
@@ -60,6 +63,8 @@ R = TypeVar("R")
 # Exceptions that say "certainly not done" without being listed by the caller: the
 # senders' own (a TransientSendError is raised only when nothing was delivered).
 _CERTAIN = (TransientSendError,)
+# Seconds between two tries of a mark whose database went away.
+_MARK_RETRY_EVERY = 0.5
 # Exceptions that say "refused for good": recorded failed, never repeated.
 _REFUSED = (PermanentSendError,)
 
@@ -223,6 +228,23 @@ class OnceGuard:
         logger.debug("%s not run: the slot is %s", self.key, status.value if status else "?")
         return None
 
+    def _mark_patience(self) -> float:
+        """How long the mark after the block waits for a database that went away: half a
+        lease. The claim was renewed at most a third of a lease ago, so its fencing token
+        still holds the slot meanwhile; after that the mark raises, and the slot is settled
+        as a crashed worker's (swept, or taken over at least once)."""
+        return self._ledger.lease.total_seconds() / 2
+
+    def _waiting(self, exc: LedgerUnavailableError) -> bool:
+        """Say once that the mark waits for its database (True: said)."""
+        logger.warning(
+            "the database went away before the end of %s was recorded (%s): waiting up to "
+            "half a lease for it",
+            self.key,
+            _cause(exc),
+        )
+        return True
+
     def _renewal_period(self) -> float:
         return max(self._ledger.lease.total_seconds() / 3, 0.05)
 
@@ -282,8 +304,22 @@ class OnceGuard:
             renewer.cancel()
             await asyncio.gather(renewer, return_exceptions=True)
         # Recorded even when the block was cancelled: the mark outlives a second cancel.
-        landed = await asyncio.shield(self._call(self._settle(error)))
+        step = self._settle(error)
+        landed = await asyncio.shield(self._mark_async(step))
         self._landed(landed)
+
+    async def _mark_async(self, step: _Step) -> Any:
+        """Record the block's end, waiting out a database that went away for up to half a
+        lease (see `_mark_patience`)."""
+        deadline, told = time.monotonic() + self._mark_patience(), False
+        while True:
+            try:
+                return await self._call(step)
+            except LedgerUnavailableError as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                told = told or self._waiting(exc)
+                await asyncio.sleep(_MARK_RETRY_EVERY)
 
     # -- sync -----------------------------------------------------------------------
 
@@ -334,7 +370,18 @@ class OnceGuard:
         self._stop.set()
         if isinstance(self._renewer, threading.Thread):
             self._renewer.join()
-        self._landed(self._call_sync(self._settle(error)))
+        step = self._settle(error)
+        deadline, told = time.monotonic() + self._mark_patience(), False
+        while True:
+            try:
+                landed = self._call_sync(step)
+                break
+            except LedgerUnavailableError as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                told = told or self._waiting(exc)
+                time.sleep(_MARK_RETRY_EVERY)
+        self._landed(landed)
 
 
 def _cause(exc: BaseException) -> str:

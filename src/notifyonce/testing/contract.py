@@ -24,6 +24,9 @@ process that ran them (each run of the body appends a line to a file):
   does not run; an error says so.
 - ``killed``: the process is SIGKILLed inside the body. At most once the slot ends
   ``unknown`` and the body never runs again; at least once it runs once more, ``sent``.
+- ``outage``: the database goes away for a few seconds right after the body ran (a
+  private server the test may restart, from a ``contract_restartable`` fixture). The door
+  waits for it and records the slot ``sent``; nothing runs twice.
 - ``finished``: the task comes again after its slot ended ``sent``, ``failed`` or
   ``unknown``. The body does not run and the door is done at once (no wait of a lease).
 
@@ -65,7 +68,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
@@ -78,6 +81,9 @@ from notifyonce._message import Message, Receipt
 from notifyonce._outcome import DeliveryMode
 
 if TYPE_CHECKING:
+    import pytest
+
+if TYPE_CHECKING:
     pass
 
 __all__ = [
@@ -86,6 +92,7 @@ __all__ = [
     "ContractSender",
     "Door",
     "DoorContract",
+    "Restartable",
     "Task",
 ]
 
@@ -97,6 +104,7 @@ SCENARIOS = (
     "timeout",
     "mid_claim",
     "killed",
+    "outage",
     "finished",
 )
 
@@ -104,8 +112,31 @@ SCENARIOS = (
 # any scenario needs (a lease is 2 s here), far less than a lease of the ``finished``
 # scenario (an hour), so a door that waits a lease on a finished slot is caught.
 _RUN_LIMIT = 90.0
+# How long the ``outage`` scenario's database stays away.
+_OUTAGE_SECONDS = 2.0
 # The ``held`` scenario's holder: a lease far longer than a door takes to start.
 _HOLDER_LEASE = 8.0
+
+
+# The ``outage`` scenario's switch, by the effects file of its task: what its body calls.
+_OUTAGES: dict[str, Callable[[], None]] = {}
+
+
+class Restartable(Protocol):
+    """A database the ``outage`` scenario may take away: a private server of the test's
+    own, never a shared one. Give it as a ``contract_restartable`` fixture.
+
+    Attributes:
+        database: Its URLs.
+    """
+
+    database: ContractDatabase
+
+    def stop(self) -> None:
+        """Stop the server now (as an administrator's restart does)."""
+
+    def start(self) -> None:
+        """Start it again and return once it answers."""
 
 
 @dataclass(frozen=True)
@@ -210,7 +241,8 @@ class Task:
         busy_timeout: How long a statement waits for a lock, in seconds.
         effects: The file each run of the body appends a line to.
         plan: What the body does after it noted its run: ``"ok"`` returns, ``"kill"``
-            SIGKILLs its own process.
+            SIGKILLs its own process, ``"outage"`` takes the database away (for a few
+            seconds, from a thread) and returns.
         fault: ``"mid_claim"``: the ledger's engines fail each claim after it ran;
             ``"timeout"``: their statements give up after ``busy_timeout``.
     """
@@ -274,6 +306,8 @@ class Task:
             os.close(fd)
         if self.plan == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        elif self.plan == "outage":
+            _OUTAGES[self.effects]()
 
     async def abody(self, claim: Claim | None = None) -> None:
         """`body` for async code."""
@@ -708,6 +742,60 @@ class DoorContract:
     ) -> None:
         """At least once, a body whose process was SIGKILLed runs once more and ends sent."""
         self._killed(contract_database, tmp_path, ALO)
+
+    # -- outage ---------------------------------------------------------------------
+
+    def test_database_away_after_the_body_is_waited_out(
+        self, request: pytest.FixtureRequest, tmp_path: Path
+    ) -> None:
+        """The database goes away for a few seconds right after the body ran: the door
+        waits for it and records the slot sent; the body ran once, and a redelivery does
+        not run it again (both modes)."""
+        pytest = self._pytest()
+        try:
+            server: Restartable = request.getfixturevalue("contract_restartable")
+        except pytest.FixtureLookupError:
+            pytest.skip(
+                "the outage scenario needs a `contract_restartable` fixture: a private "
+                "database server the test may stop and start (never a shared one)"
+            )
+        door = self.door
+        with self._stage(server.database, tmp_path, "outage") as stage:
+            for mode in self.modes:
+                task = stage.task(mode, lease=20.0)
+                back: list[threading.Thread] = []
+
+                def away(server: Restartable = server, back: list[threading.Thread] = back) -> None:
+                    server.stop()
+
+                    def later() -> None:
+                        time.sleep(_OUTAGE_SECONDS)
+                        server.start()
+
+                    thread = threading.Thread(target=later, name="contract-outage", daemon=True)
+                    thread.start()
+                    back.append(thread)
+
+                _OUTAGES[task.effects] = away
+                try:
+                    _run(door, dataclasses.replace(task, plan="outage"))
+                finally:
+                    del _OUTAGES[task.effects]
+                    for thread in back:
+                        thread.join(_RUN_LIMIT)
+                assert 1 == len(stage.runs()), (
+                    f"{door.name} ({mode.value}): the body ran {len(stage.runs())} times "
+                    "around an outage, expected once"
+                )
+                _run(door, task)
+                assert 1 == len(stage.runs()), f"{door.name}: a redelivery ran the body again"
+                record = self._ledger(stage, task).get(task.action, task.subject, task.cycle)
+                assert record is not None
+                assert SlotStatus.SENT is record.status, (
+                    f"{door.name} ({mode.value}): the slot ended {record.status.value} after "
+                    "the database came back, not sent"
+                )
+                stage.effects.unlink()
 
     # -- finished -------------------------------------------------------------------
 
