@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -22,6 +22,10 @@ from notifyonce import (
     Claim,
     Notification,
     Notifier,
+    NotifyOnceError,
+    SlotStatus,
+    ValidationError,
+    ValidationTypeError,
     once,
     once_call,
 )
@@ -445,3 +449,136 @@ class TestAPScheduler(DoorContract):
     @pytest.fixture(autouse=True)
     def _needs(self) -> None:
         _queue("apscheduler")
+
+
+# -- the contract itself: it catches a door that fails open, and says what is missing --
+
+
+class FailOpenDoor(Door):
+    """A deliberately broken guard: it runs the body when the claim raised, as dramatiq
+    ran an actor after its middleware's exception."""
+
+    name = "fail-open guard"
+
+    def run(self, task: Task) -> None:
+        try:
+            with once(task.ledger(), task.action, task.subject, task.cycle, mode=task.mode) as g:
+                if g:
+                    task.body(g.claim)
+        except NotifyOnceError:
+            task.body()
+
+
+class HeldIgnoringDoor(Door):
+    """A deliberately broken guard: a slot held by another worker runs the body anyway,
+    as a swallowed ``Retry`` did."""
+
+    name = "held-ignoring guard"
+
+    def run(self, task: Task) -> None:
+        with once(task.ledger(), task.action, task.subject, task.cycle, mode=task.mode) as g:
+            if g or g.skipped is SlotStatus.CLAIMED:
+                task.body(g.claim)
+
+
+class _FailOpenContract(DoorContract):
+    door = FailOpenDoor()
+
+
+class _HeldIgnoringContract(DoorContract):
+    door = HeldIgnoringDoor()
+
+
+@pytest.mark.sqlite
+def test_a_door_that_runs_the_body_when_the_claim_raised_fails_the_contract(
+    tmp_path: Path,
+) -> None:
+    """A guard that runs its body after a failed claim fails the missing-table and the
+    unreachable scenarios, saying the body ran."""
+    database = make_backend("sqlite", tmp_path)
+    contract = ContractDatabase(database.sync_url, database.async_url)
+    with pytest.raises(AssertionError, match="the body ran although missing_table"):
+        _FailOpenContract().test_missing_table_fails_closed(contract, tmp_path)
+    with pytest.raises(AssertionError, match="the body ran although unreachable"):
+        _FailOpenContract().test_unreachable_database_fails_closed(contract, tmp_path)
+
+
+@pytest.mark.sqlite
+def test_a_door_that_ignores_a_held_slot_fails_the_contract(tmp_path: Path) -> None:
+    """A guard that runs its body while another worker holds the slot fails the held
+    scenario in both modes."""
+    database = make_backend("sqlite", tmp_path)
+    contract = ContractDatabase(database.sync_url, database.async_url)
+    for scenario in ("test_held_slot_at_most_once", "test_held_slot_at_least_once"):
+        with pytest.raises(AssertionError, match="while another worker held the slot"):
+            getattr(_HeldIgnoringContract(), scenario)(contract, tmp_path)
+
+
+class _NoDoorContract(DoorContract):
+    pass
+
+
+class _UnknownScenarioDoor(OnceDoor):
+    exceptions: ClassVar[Mapping[str, str]] = {"restarted": "no such scenario"}
+
+
+class _ReasonlessDoor(OnceDoor):
+    exceptions: ClassVar[Mapping[str, str]] = {"killed": " "}
+
+
+class _ExceptedDoor(OnceDoor):
+    exceptions: ClassVar[Mapping[str, str]] = {
+        "killed": "its worker cannot be killed apart from the test runner"
+    }
+
+
+@pytest.mark.sqlite
+def test_an_integration_plugged_in_wrongly_is_told_what_is_missing(tmp_path: Path) -> None:
+    """No door, a door excepting a scenario that does not exist or without a reason, and
+    a door class without ``run`` each get an error naming what is missing."""
+    database = make_backend("sqlite", tmp_path)
+    contract = ContractDatabase(database.sync_url, database.async_url)
+    with pytest.raises(ValidationTypeError) as raised:
+        _NoDoorContract().test_missing_table_fails_closed(contract, tmp_path)
+    assert "door" == raised.value.field
+    assert "run(task)" in str(raised.value)
+
+    class Unknown(DoorContract):
+        door = _UnknownScenarioDoor()
+
+    with pytest.raises(ValidationError) as raised_scenario:
+        Unknown().test_missing_table_fails_closed(contract, tmp_path)
+    assert "door.exceptions" == raised_scenario.value.field
+    assert "restarted" in str(raised_scenario.value)
+
+    class Reasonless(DoorContract):
+        door = _ReasonlessDoor()
+
+    with pytest.raises(ValidationError) as raised_reason:
+        Reasonless().test_missing_table_fails_closed(contract, tmp_path)
+    assert "door.exceptions['killed']" == raised_reason.value.field
+
+    class NoRun(Door):
+        name = "no run"
+
+    with pytest.raises(TypeError, match="run"):
+        NoRun()  # type: ignore[abstract]
+    with pytest.raises(ValidationTypeError) as raised_url:
+        ContractDatabase("", "sqlite+aiosqlite://")
+    assert "url" == raised_url.value.field
+
+
+@pytest.mark.sqlite
+def test_a_scenario_a_door_cannot_pass_is_an_expected_failure_with_its_reason(
+    tmp_path: Path,
+) -> None:
+    """A scenario the door names in ``exceptions`` is reported as an expected failure
+    carrying the door's reason, not skipped silently."""
+    database = make_backend("sqlite", tmp_path)
+    contract = ContractDatabase(database.sync_url, database.async_url)
+
+    class Excepted(DoorContract):
+        door = _ExceptedDoor()
+
+    with pytest.raises(pytest.xfail.Exception, match="cannot be killed apart"):
+        Excepted().test_killed_mid_body_at_most_once(contract, tmp_path)

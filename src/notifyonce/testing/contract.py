@@ -520,9 +520,12 @@ class DoorContract:
             _drop_tables(engine, table)
             engine.dispose()
 
+    def _door(self) -> Door:
+        return _check_door(getattr(type(self), "door", None))
+
     def _mode(self, mode: DeliveryMode) -> None:
         if mode not in self.modes:
-            self._pytest().skip(f"{self.door.name} does not offer {mode.value}")
+            self._pytest().skip(f"{self._door().name} does not offer {mode.value}")
 
     @staticmethod
     def _ledger(stage: _Stage, task: Task) -> Ledger:
@@ -538,7 +541,7 @@ class DoorContract:
         self, contract_database: ContractDatabase, tmp_path: Path, mode: DeliveryMode
     ) -> None:
         self._mode(mode)
-        door = self.door
+        door = self._door()
         with self._stage(contract_database, tmp_path, "held") as stage:
             task = stage.task(mode)
             ledger = self._ledger(stage, task)
@@ -593,7 +596,7 @@ class DoorContract:
         **changes: Any,
     ) -> None:
         self._mode(mode)
-        door = self.door
+        door = self._door()
         with self._stage(contract_database, tmp_path, scenario) as stage:
             task = stage.task(mode, **changes)
             if scenario == "missing_table":
@@ -689,7 +692,7 @@ class DoorContract:
         self, contract_database: ContractDatabase, tmp_path: Path, mode: DeliveryMode
     ) -> None:
         self._mode(mode)
-        door = self.door
+        door = self._door()
         if sys.platform == "win32":  # pragma: no cover
             self._pytest().skip("SIGKILL needs a POSIX system")
         with self._stage(contract_database, tmp_path, "killed") as stage:
@@ -759,7 +762,7 @@ class DoorContract:
                 "the outage scenario needs a `contract_restartable` fixture: a private "
                 "database server the test may stop and start (never a shared one)"
             )
-        door = self.door
+        door = self._door()
         with self._stage(server.database, tmp_path, "outage") as stage:
             for mode in self.modes:
                 task = stage.task(mode, lease=20.0)
@@ -804,7 +807,7 @@ class DoorContract:
     ) -> None:
         """A task redelivered after its slot finished (sent, failed, unknown) runs no body
         and is done without waiting (its lease is an hour: a door that waits one hangs)."""
-        door = self.door
+        door = self._door()
         with self._stage(contract_database, tmp_path, "finished") as stage:
             for mode in self.modes:
                 for status in (SlotStatus.SENT, SlotStatus.FAILED, SlotStatus.UNKNOWN):
