@@ -323,7 +323,8 @@ class Task:
 
 
 class ContractSender:
-    """A sender for the contract's tasks: each send runs the task's body, once."""
+    """A sender for the contract's tasks: each send, edit or delete runs the task's body,
+    once (it edits and deletes as `TelegramSender` does, for campaign revisions)."""
 
     def __init__(self, task: Task) -> None:
         self.task = task
@@ -331,6 +332,16 @@ class ContractSender:
     async def send(self, recipient: str, message: Message) -> Receipt:
         await self.task.abody()
         return Receipt(recipient, message_id=1)
+
+    async def edit_message(self, recipient: str | int, message_id: int, **options: Any) -> bool:
+        await self.task.abody()
+        return True
+
+    async def delete_messages(self, recipient: str | int, message_ids: Any, **options: Any) -> None:
+        await self.task.abody()
+
+    def check_edit(self, text: str | None, **options: Any) -> None:
+        """Every edit is one Telegram would take."""
 
 
 class Door(abc.ABC):
@@ -348,6 +359,12 @@ class Door(abc.ABC):
 
     name: ClassVar[str] = ""
     exceptions: ClassVar[Mapping[str, str]] = {}
+
+    def slot(self, task: Task) -> tuple[str, str, str | dt.datetime]:
+        """The slot ``(action, subject, cycle)`` the door claims for ``task``: the task's
+        own, unless the door derives another (a campaign revision's cycle is
+        ``<campaign>#edit-1``). The contract holds, finishes and reads this one."""
+        return task.action, task.subject, task.cycle
 
     @abc.abstractmethod
     def run(self, task: Task) -> None:
@@ -548,7 +565,7 @@ class DoorContract:
             # The holder's lease outlasts the door's start and a few of its retries (one
             # lease and a second apart): the door meets the slot held, however slow.
             lease = dt.timedelta(seconds=_HOLDER_LEASE)
-            holder = ledger.claim_slot(task.action, task.subject, task.cycle, lease=lease)
+            holder = ledger.claim_slot(*door.slot(task), lease=lease)
             assert holder is not None
             _run(door, task)
             early = [t for t in stage.runs() if t < holder.lease_until.timestamp()]
@@ -713,7 +730,7 @@ class DoorContract:
             )
             assert 1 == len(stage.runs())
             ledger = self._ledger(stage, task)
-            record = ledger.get(task.action, task.subject, task.cycle)
+            record = ledger.get(*door.slot(task))
             assert record is not None
             assert record.status is SlotStatus.CLAIMED, (
                 f"{door.name}: the body ran without a claim committed first ({record})"
@@ -722,7 +739,7 @@ class DoorContract:
             _run(door, task)
             _run(door, task)
             ledger.sweep(mode, actions=[task.action])
-            final = ledger.get(task.action, task.subject, task.cycle)
+            final = ledger.get(*door.slot(task))
             assert final is not None
             if mode is AMO:
                 assert 1 == len(stage.runs()), f"{door.name}: at most once ran a killed body again"
@@ -792,7 +809,7 @@ class DoorContract:
                 )
                 _run(door, task)
                 assert 1 == len(stage.runs()), f"{door.name}: a redelivery ran the body again"
-                record = self._ledger(stage, task).get(task.action, task.subject, task.cycle)
+                record = self._ledger(stage, task).get(*door.slot(task))
                 assert record is not None
                 assert SlotStatus.SENT is record.status, (
                     f"{door.name} ({mode.value}): the slot ended {record.status.value} after "
@@ -813,7 +830,7 @@ class DoorContract:
                 for status in (SlotStatus.SENT, SlotStatus.FAILED, SlotStatus.UNKNOWN):
                     task = stage.task(mode, lease=3600.0)
                     ledger = self._ledger(stage, task)
-                    claim = ledger.claim_slot(task.action, task.subject, task.cycle)
+                    claim = ledger.claim_slot(*door.slot(task))
                     assert claim is not None
                     if status is SlotStatus.SENT:
                         assert ledger.mark_sent(claim)
@@ -825,7 +842,7 @@ class DoorContract:
                     assert [] == stage.runs(), (
                         f"{door.name} ({mode.value}): a {status.value} slot ran its body"
                     )
-                    after = ledger.get(task.action, task.subject, task.cycle)
+                    after = ledger.get(*door.slot(task))
                     assert after is not None
                     assert status is after.status
 
