@@ -353,3 +353,17 @@ async def test_events_are_purged_with_their_window(ledger: AsyncLedger) -> None:
     report = await digest.flush(notifier, render, now=START + dt.timedelta(days=1, hours=2))
     assert 1 == report.purged
     assert ["new"] == [e.key for e, _, _ in await digest.events(1)]
+
+
+async def test_a_notifier_on_another_ledger_table_is_refused(
+    ledger: AsyncLedger, sqlite_ledger: AsyncLedger
+) -> None:
+    """A flush through a Notifier whose ledger table is not the digest's is refused before
+    anything is claimed."""
+    digest = Digest(ledger, "replies", every=HOUR)
+    await digest.add(1, "e", at=START)
+    sender = FakeSender()
+    with pytest.raises(ValidationError) as info:
+        await digest.flush(Notifier(sqlite_ledger, sender), render, now=START + HOUR)
+    assert "notifier" == info.value.field
+    assert [] == sender.records

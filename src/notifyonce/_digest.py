@@ -402,6 +402,13 @@ class Digest:
             raise ValidationTypeError(
                 "notifier", f"must be a Notifier, got {type(notifier).__name__}"
             )
+        mine, theirs = self.ledger.table, notifier.ledger.table
+        if (mine.name, mine.schema) != (theirs.name, theirs.schema):
+            raise ValidationError(
+                "notifier",
+                f"sends through the ledger table {theirs.name!r}, this digest keeps its "
+                f"events beside {mine.name!r}: give both the same ledger table",
+            )
         if not callable(render):
             raise ValidationTypeError("render", "must be a callable render(subject, events)")
         at = self.ledger.now() if now is None else _aware("now", now).astimezone(UTC)

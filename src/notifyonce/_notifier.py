@@ -341,9 +341,11 @@ class Notifier:
                 [`Notification`][notifyonce.Notification]. A list is validated whole before
                 anything is written; a stream is validated batch by batch.
             category: What a recipient opts out of (``audience.opt_out(chat, "promo")``);
-                default: the action's name. A recipient opted out of it is skipped.
-            transactional: Opt-outs do not apply (a password reset, a payment receipt):
-                only recipients that are gone are skipped.
+                default: the action's name. A recipient opted out of it is skipped, and
+                so is one the category's cap (``Notifier(caps=...)``) holds back
+                (``SKIPPED``, reason ``"capped"``).
+            transactional: Opt-outs and caps do not apply (a password reset, a payment
+                receipt): only recipients that are gone are skipped.
             skip_gone: Whether recipients known to be gone are skipped; default: the
                 Notifier's ``skip_gone``.
 
