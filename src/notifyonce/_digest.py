@@ -27,6 +27,7 @@ tables and the drivers.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import inspect
 import json
@@ -42,7 +43,7 @@ from notifyonce._caps import insert_new, inserted
 from notifyonce._drivers import Driver, driver_for
 from notifyonce._drivers.errors import DATABASE_ERRORS, is_retryable, translate
 from notifyonce._errors import ValidationError, ValidationTypeError
-from notifyonce._keys import Subject, check_text, normalize_action, normalize_subject
+from notifyonce._keys import Subject, check_text, make_key, normalize_action, normalize_subject
 from notifyonce._ledger.claim import Claim
 from notifyonce._ledger.ledger import AsyncLedger
 from notifyonce._ledger.side_tables import (
@@ -50,7 +51,7 @@ from notifyonce._ledger.side_tables import (
     build_digest_table,
     default_digest_table,
 )
-from notifyonce._ledger.table import SlotStatus
+from notifyonce._ledger.table import SlotStatus, UtcDateTime
 from notifyonce._message import Message
 from notifyonce._notifier import Notifier
 from notifyonce._outcome import Outcome
@@ -438,11 +439,13 @@ class Digest:
         results: list[Result] = []
         bound: dict[tuple[str, dt.datetime], int] = {}
 
+        binder = _Binder(self)
+
         async def prepare(notification: Notification, claim: Claim) -> Message:
             subject = str(notification.subject)
             start = notification.cycle
             assert isinstance(start, dt.datetime)
-            events = await self._do(lambda conn: self._bind(conn, subject, start, claim.id))
+            events = await binder.bind(subject, start, claim.id)
             if not events:
                 raise LookupError("no events bound to the digest")
             message = render(subject, events)
@@ -463,27 +466,77 @@ class Digest:
             on_result=results.append,
             prepare=prepare,
         )
+        made: list[_Group] = []
+        gone: list[_Group] = []
+        duplicates: list[_Group] = []
         for result in results:
             subject = str(result.notification.subject)
             start = result.notification.cycle
             assert isinstance(start, dt.datetime)
             group = by_key[(subject, start)]
-            report.counts[result.outcome] += 1
             outcome = result.outcome
+            report.counts[outcome] += 1
             if outcome in _MADE:
                 if outcome is Outcome.SENT:
                     report.events_sent += bound.get((subject, start), 0)
-                await self._do(partial(self._made, group=group))
+                made.append(group)
             elif outcome is Outcome.SKIPPED:
                 reason = result.reason or ""
                 report.skips[reason] = report.skips.get(reason, 0) + 1
                 if reason.startswith(("gone", "opted out")):
-                    report.dropped += await self._do(partial(self._drop, group=group))
+                    gone.append(group)
             elif outcome is Outcome.DUPLICATE:
-                record = await self.ledger.get(self.action, subject, start)
-                if record is not None and record.status in _FINISHED:
-                    report.moved += await self._do(partial(self._move_late, group=group, now=now))
+                duplicates.append(group)
             # RETRY: given back; its bound events stay due for the next claim of the slot.
+        if not (made or gone or duplicates):
+            return
+        dropped, moved = await self._do(
+            partial(self._settle, made=made, gone=gone, duplicates=duplicates, now=now)
+        )
+        report.dropped += dropped
+        report.moved += moved
+
+    def _settle(
+        self,
+        conn: sa.Connection,
+        made: list[_Group],
+        gone: list[_Group],
+        duplicates: list[_Group],
+        now: dt.datetime,
+    ) -> tuple[int, int]:
+        """After a page's run, in one transaction: the digests made stop being due, the
+        events of recipients skipped as gone or opted out are dropped, and the late events
+        of windows whose slot another flush finished move on; (dropped, moved)."""
+        for group in made:
+            self._made(conn, group)
+        dropped = sum(self._drop(conn, group) for group in gone)
+        finished = self._finished(conn, duplicates)
+        moved = sum(
+            self._move_late(conn, group, now)
+            for group in duplicates
+            if (group.subject, group.start) in finished
+        )
+        return dropped, moved
+
+    def _finished(self, conn: sa.Connection, groups: list[_Group]) -> set[tuple[str, dt.datetime]]:
+        """Which of ``groups`` have a finished slot (sent, failed, unknown): one look-up
+        per few hundred, by the slots' unique key."""
+        slots = self.ledger.table
+        found: set[tuple[str, dt.datetime]] = set()
+        done = [status.value for status in _FINISHED]
+        for first in range(0, len(groups), 200):
+            chunk = groups[first : first + 200]
+            cycles = {make_key(self.action, g.subject, g.start).cycle: g.start for g in chunk}
+            rows = conn.execute(
+                sa.select(slots.c.subject, slots.c.cycle).where(
+                    slots.c.action == self.action,
+                    slots.c.cycle.in_(list(cycles)),
+                    slots.c.subject.in_(sorted({g.subject for g in chunk})),
+                    slots.c.status.in_(done),
+                )
+            )
+            found.update((str(subject), cycles[str(cycle)]) for subject, cycle in rows)
+        return found
 
     def _group_where(self, subject: str, start: dt.datetime) -> sa.ColumnElement[bool]:
         t = self.table
@@ -512,22 +565,43 @@ class Digest:
         return [_Group(str(s), _utc(w), _utc(e), tz) for s, w, e, tz in conn.execute(query)]
 
     def _bind(
-        self, conn: sa.Connection, subject: str, start: dt.datetime, slot_id: int
-    ) -> list[DigestEvent]:
-        """Bind the window's waiting events to the slot just claimed; its events."""
+        self, conn: sa.Connection, batch: list[tuple[str, dt.datetime, int]]
+    ) -> dict[int, list[DigestEvent]]:
+        """Bind each window's waiting events to the slot just claimed for it (one UPDATE
+        per window, run as one batch); each slot's events, by slot id."""
         t = self.table
-        group = self._group_where(subject, start)
         # due_at stays until the slot is finished: a flush killed after this still finds
         # the window, and its next run settles or resends it as the slot says.
-        conn.execute(sa.update(t).where(group, t.c.slot_id.is_(None)).values(slot_id=slot_id))
+        update = (
+            sa.update(t)
+            .where(
+                t.c.action == self.action,
+                t.c.subject == sa.bindparam("b_subject"),
+                t.c.window_start == sa.bindparam("b_start", type_=UtcDateTime()),
+                t.c.slot_id.is_(None),
+            )
+            .values(slot_id=sa.bindparam("b_slot"))
+        )
+        conn.execute(
+            update,
+            [{"b_subject": s, "b_start": w, "b_slot": slot} for s, w, slot in batch],
+        )
+        events: dict[int, list[DigestEvent]] = {slot: [] for _, _, slot in batch}
         rows = conn.execute(
-            sa.select(t.c.event_key, t.c.data, t.c.at)
-            .where(group, t.c.slot_id == slot_id)
+            sa.select(t.c.slot_id, t.c.event_key, t.c.data, t.c.at)
+            .where(
+                t.c.action == self.action,
+                t.c.subject.in_(sorted({s for s, _, _ in batch})),
+                t.c.window_start.in_(sorted({w for _, w, _ in batch})),
+                t.c.slot_id.in_(list(events)),
+            )
             .order_by(t.c.at, t.c.id)
-        ).all()
-        return [
-            DigestEvent(k, json.loads(d) if d is not None else None, _utc(a)) for k, d, a in rows
-        ]
+        )
+        for slot, key, data, at in rows:
+            events[int(slot)].append(
+                DigestEvent(key, json.loads(data) if data is not None else None, _utc(at))
+            )
+        return events
 
     def _drop(self, conn: sa.Connection, group: _Group) -> int:
         t = self.table
@@ -627,6 +701,44 @@ class Digest:
                     raise translate(driver, exc) from exc
 
         return await driver.run(work)
+
+
+class _Binder:
+    """The binds of the digests whose claims were won together, in one transaction: the
+    workers of a run come back from their claim statement together, and one round trip
+    each cost a flush more than its sends."""
+
+    _LINGER = 0.002  # seconds a bind waits for others to share its transaction
+
+    def __init__(self, digest: Digest) -> None:
+        self.digest = digest
+        self.waiting: list[tuple[str, dt.datetime, int, asyncio.Future[list[DigestEvent]]]] = []
+        self.task: asyncio.Task[None] | None = None
+
+    async def bind(self, subject: str, start: dt.datetime, slot_id: int) -> list[DigestEvent]:
+        future: asyncio.Future[list[DigestEvent]] = asyncio.get_running_loop().create_future()
+        self.waiting.append((subject, start, slot_id, future))
+        if self.task is None:
+            self.task = asyncio.ensure_future(self._run())
+        return await future
+
+    async def _run(self) -> None:
+        await asyncio.sleep(self._LINGER)
+        batch, self.waiting, self.task = self.waiting, [], None
+        try:
+            found = await self.digest._do(
+                partial(self.digest._bind, batch=[(s, w, slot) for s, w, slot, _ in batch])
+            )
+        except BaseException as exc:
+            for *_, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for _, _, slot, future in batch:
+            if not future.done():  # its worker may have been cancelled meanwhile
+                future.set_result(found[slot])
 
 
 def _utc(value: dt.datetime) -> dt.datetime:
