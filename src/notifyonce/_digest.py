@@ -414,15 +414,16 @@ class Digest:
             raise ValidationTypeError("render", "must be a callable render(subject, events)")
         at = self.ledger.now() if now is None else _aware("now", now).astimezone(UTC)
         report = DigestReport(at)
-        after: tuple[str, dt.datetime] | None = None
+        after: tuple[dt.datetime, int] | None = None
+        seen: set[tuple[str, dt.datetime]] = set()
         while True:
-            groups = await self._do(partial(self._due_groups, now=at, after=after))
-            if not groups:
-                break
-            after = (groups[-1].subject, groups[-1].start)
-            report.windows += len(groups)
-            await self._send(notifier, render, groups, at, report)
-            if len(groups) < self.batch_size:
+            page, after = await self._do(partial(self._due_page, now=at, after=after))
+            groups = [g for g in page if (g.subject, g.start) not in seen]
+            seen.update((g.subject, g.start) for g in groups)
+            if groups:
+                report.windows += len(groups)
+                await self._send(notifier, render, groups, at, report)
+            if after is None:
                 break
         report.purged = await self.purge(at)
         return report
@@ -542,27 +543,28 @@ class Digest:
         t = self.table
         return sa.and_(t.c.action == self.action, t.c.subject == subject, t.c.window_start == start)
 
-    def _due_groups(
-        self, conn: sa.Connection, now: dt.datetime, after: tuple[str, dt.datetime] | None
-    ) -> list[_Group]:
+    def _due_page(
+        self, conn: sa.Connection, now: dt.datetime, after: tuple[dt.datetime, int] | None
+    ) -> tuple[list[_Group], tuple[dt.datetime, int] | None]:
+        """The windows of the next ``batch_size`` due events, in the order of the due index
+        (each page reads its own rows, however many are due: a window still due after a
+        page, held by another flusher, is not read again); and where the next page starts,
+        None after the last."""
         t = self.table
         query = sa.select(
-            t.c.subject, t.c.window_start, sa.func.max(t.c.window_end), sa.func.max(t.c.tz)
+            t.c.due_at, t.c.id, t.c.subject, t.c.window_start, t.c.window_end, t.c.tz
         ).where(t.c.action == self.action, t.c.due_at <= now)
         if after is not None:
-            subject, start = after
-            query = query.where(
-                sa.or_(
-                    t.c.subject > subject,
-                    sa.and_(t.c.subject == subject, t.c.window_start > start),
-                )
-            )
-        query = (
-            query.group_by(t.c.subject, t.c.window_start)
-            .order_by(t.c.subject, t.c.window_start)
-            .limit(self.batch_size)
-        )
-        return [_Group(str(s), _utc(w), _utc(e), tz) for s, w, e, tz in conn.execute(query)]
+            due, last = after
+            query = query.where(sa.or_(t.c.due_at > due, sa.and_(t.c.due_at == due, t.c.id > last)))
+        rows = conn.execute(query.order_by(t.c.due_at, t.c.id).limit(self.batch_size)).all()
+        groups: dict[tuple[str, dt.datetime], _Group] = {}
+        for _, _, subject, start, end, tz in rows:
+            key = (str(subject), _utc(start))
+            if key not in groups:
+                groups[key] = _Group(key[0], key[1], _utc(end), tz)
+        following = (rows[-1][0], int(rows[-1][1])) if len(rows) == self.batch_size else None
+        return list(groups.values()), following
 
     def _bind(
         self, conn: sa.Connection, batch: list[tuple[str, dt.datetime, int]]

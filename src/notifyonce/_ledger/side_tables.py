@@ -100,8 +100,9 @@ def build_digest_table(
         sa.PrimaryKeyConstraint("id", name=names["pk"]),
         # add(): an event key is stored once.
         sa.UniqueConstraint("action", "subject", "event_key", name=names["key"]),
-        # flush: the events that are due now, whatever the table holds besides.
-        sa.Index(names["due"], "action", "due_at"),
+        # flush: the events that are due now, page by page in (due_at, id) order, whatever
+        # the table holds besides.
+        sa.Index(names["due"], "action", "due_at", "id"),
         # a digest's own events, and the late ones moved to the next window.
         sa.Index(names["window"], "action", "subject", "window_start"),
         # the retention purge: the windows that ended long ago.

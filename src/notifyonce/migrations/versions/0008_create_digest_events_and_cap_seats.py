@@ -59,7 +59,7 @@ def upgrade() -> None:
         sa.UniqueConstraint("action", "subject", "event_key", name=names["key"]),
         schema=schema,
     )
-    op.create_index(names["due"], digests, ["action", "due_at"], schema=schema)
+    op.create_index(names["due"], digests, ["action", "due_at", "id"], schema=schema)
     op.create_index(names["window"], digests, ["action", "subject", "window_start"], schema=schema)
     op.create_index(names["ends"], digests, ["action", "window_end"], schema=schema)
     op.create_table(

@@ -54,7 +54,7 @@ def _statements(schema_editor: BaseDatabaseSchemaEditor) -> list[str]:
             created_at {timestamp} NOT NULL,
             CONSTRAINT {_DIGESTS}_pkey PRIMARY KEY (id),
             CONSTRAINT {_DIGESTS}_key UNIQUE (action, subject, event_key))""",
-        f"CREATE INDEX {_DIGESTS}_due_idx ON {_DIGESTS} (action, due_at)",
+        f"CREATE INDEX {_DIGESTS}_due_idx ON {_DIGESTS} (action, due_at, id)",
         f"CREATE INDEX {_DIGESTS}_window_idx ON {_DIGESTS} (action, subject, window_start)",
         f"CREATE INDEX {_DIGESTS}_ends_idx ON {_DIGESTS} (action, window_end)",
         f"""CREATE TABLE {_CAPS} (
