@@ -367,3 +367,26 @@ async def test_a_notifier_on_another_ledger_table_is_refused(
         await digest.flush(Notifier(sqlite_ledger, sender), render, now=START + HOUR)
     assert "notifier" == info.value.field
     assert [] == sender.records
+
+
+async def test_a_render_that_fails_retries_and_a_bad_message_fails_for_good(
+    ledger: AsyncLedger,
+) -> None:
+    """A render that raises gives the slot back (the next flush sends the digest); one that
+    returns no Message fails the digest for good, nothing sent."""
+    digest = Digest(ledger, "replies", every=HOUR)
+    sender = FakeSender()
+    notifier = Notifier(ledger, sender)
+    await digest.add(1, "e1", at=START)
+    await digest.add(2, "e2", at=START)
+
+    def broken(subject: str, events: list[DigestEvent]) -> Message:
+        if subject == "1":
+            raise RuntimeError("template missing")
+        return "not a message"  # type: ignore[return-value]
+
+    first = await digest.flush(notifier, broken, now=START + HOUR)
+    assert (1, 1) == (first.counts[Outcome.RETRY], first.counts[Outcome.FAILED])
+    second = await digest.flush(notifier, render, now=START + HOUR)
+    assert (1, 0) == (second.sent, second.counts[Outcome.FAILED])
+    assert [("1", ["e1"])] == delivered(sender)

@@ -127,7 +127,9 @@ async def test_two_flushers_killed_mid_flush_send_each_event_at_most_once(
         killed = 0
         deadline = time.monotonic() + 1200
         while killed < kills and time.monotonic() < deadline:
-            await asyncio.sleep(rng.uniform(0.5, 2.0))
+            # Long enough for a restarted worker to be flushing again (its imports and
+            # connections take about a second), so that kills land mid-flush.
+            await asyncio.sleep(rng.uniform(1.5, 4.0))
             victim = rng.randrange(2)
             if procs[victim].returncode is not None:
                 break  # the flush ended before every kill was made

@@ -389,7 +389,8 @@ class Digest:
             notifier: Sends the digests (on the same database as this digest's ledger).
             render: ``render(subject, events) -> Message`` (or an async one); events in
                 the order they happened. What it raises gives that digest's slot back
-                for a later flush.
+                for a later flush, except a ValidationError (or a message the sender's
+                ``check`` refuses, or not a Message): that digest is ``FAILED``.
             now: The time to flush for; default: the ledger's clock.
 
         Returns:
@@ -456,6 +457,8 @@ class Digest:
                 raise ValidationTypeError(
                     "render", f"must return a Message, got {type(message).__name__}"
                 )
+            if notifier._sender_check is not None:
+                notifier._sender_check(notification.target, message)
             bound[(subject, start)] = len(events)
             return message
 

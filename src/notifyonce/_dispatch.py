@@ -276,7 +276,8 @@ class Parts:
     #: The frequency cap of the run's category (None: uncapped, and no statement for it).
     cap: CapCheck | None = None
     #: Called after the claim and before the send, to make the message sent (a digest
-    #: renders its events here); what it raises gives the slot back.
+    #: renders its events here); a ValidationError it raises fails the slot for good,
+    #: anything else gives it back.
     prepare: Callable[[Notification, Claim], Awaitable[Message]] | None = None
 
 
@@ -741,6 +742,9 @@ class Run:
         if self.parts.prepare is not None:
             try:
                 message = await self.parts.prepare(item.notification, claim)
+            except ValidationError as exc:
+                # A message no sender can take (too long, not a Message): so it stays.
+                return decide_error(exc, self.policy.mode, claim.attempt, 1)
             except Exception as exc:
                 # Nothing was sent: the slot goes back for a later run.
                 logger.warning("could not prepare %s (%s)", claim.key, describe(exc))
