@@ -10,6 +10,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from notifyonce import (
@@ -113,11 +114,29 @@ async def test_a_send_that_certainly_failed_gives_its_seat_back(
 
 
 async def test_runs_without_caps_take_no_seat(ledger: AsyncLedger, clock: WallClock) -> None:
-    """A Notifier without caps, or a category without one, writes nothing to the seats."""
-    notifier = Notifier(ledger, FakeSender(), caps=[PROMO])
-    await notifier.send_once("news", 1, "c", Message("hi"), category="news")
-    await Notifier(ledger, FakeSender()).send_once("promo_x", 1, "c", Message("hi"))
-    assert 0 == await CapSeats.beside(ledger).used(PROMO, "1", clock())
+    """A Notifier without caps, a category without one, or a transactional run sends no
+    statement to the seats at all: the claim path costs what it cost before caps."""
+    seen: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    engine = ledger.engine.sync_engine
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        notifier = Notifier(ledger, FakeSender(), caps=[PROMO])
+        await notifier.send_once("news", 1, "c", Message("hi"), category="news")
+        await notifier.send_once(
+            "receipt", 1, "c", Message("hi"), category="promo", transactional=True
+        )
+        await Notifier(ledger, FakeSender()).send_once("promo_x", 1, "c", Message("hi"))
+        sent = len(seen)
+        await notifier.send_once("promo_y", 1, "c", Message("hi"), category="promo")
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+    assert [] == [s for s in seen[:sent] if "cap_seats" in s]
+    assert [] != [s for s in seen[sent:] if "cap_seats" in s]  # the capped run does take one
+    assert 1 == await CapSeats.beside(ledger).used(PROMO, "1", clock())
 
 
 def _racer(
