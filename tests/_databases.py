@@ -168,9 +168,9 @@ DROP_LOCK_WAIT_SECONDS = 60
 
 
 def drop_table(backend: Backend, table: str) -> None:
-    """Drop a test's ledger table and the recipients table its create_schema() made beside
-    it (and nothing else) on ``backend``; fails after `DROP_LOCK_WAIT_SECONDS` if another
-    session holds a lock on them."""
+    """Drop a test's ledger table and the tables its create_schema() made beside it
+    (recipients, digest events, cap seats), and nothing else, on ``backend``; fails after
+    `DROP_LOCK_WAIT_SECONDS` if another session holds a lock on them."""
     engine = sa.create_engine(backend.sync_url, poolclass=sa.pool.NullPool)
     try:
         with engine.begin() as conn:
@@ -178,7 +178,8 @@ def drop_table(backend: Backend, table: str) -> None:
                 conn.execute(sa.text(f"SET LOCAL lock_timeout = '{DROP_LOCK_WAIT_SECONDS}s'"))
             elif backend.dialect == "mysql":
                 conn.execute(sa.text(f"SET SESSION lock_wait_timeout = {DROP_LOCK_WAIT_SECONDS}"))
-            for name in (table, f"{table}_recipients"):
+            side = (f"{table}_recipients", f"{table}_digest_events", f"{table}_cap_seats")
+            for name in (table, *side):
                 conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
     finally:
         engine.dispose()

@@ -934,3 +934,31 @@ def test_skipped_chats_are_counted_alike_by_the_summary_the_admin_chat_and_stats
         "0 sent, 0 failed, 0 unknown, 43 already done, 0 to retry, "
         "skipped 7 (gone: blocked 6, opted out of news 1)"
     )
+
+
+def test_a_cap_holds_back_the_third_campaign_of_its_category(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """--cap promo=2/7d with --category promo: three campaigns to the same 50 chats send
+    two each; the third skips every chat as capped and says so in its summary."""
+    outputs = []
+    for campaign in ("c1", "c2", "c3"):
+        args = command(workdir, server, "--category", "promo", "--cap", "promo=2/7d")
+        args[args.index("c1")] = campaign
+        done = run(args)
+        assert 0 == done.returncode, done.stderr
+        outputs.append(done.stdout)
+    assert Counter({str(i): 2 for i in range(1, 51)}) == Counter(
+        d.chat_id for d in server.deliveries
+    )
+    assert "skipped 50 (capped 50)" in outputs[2]
+
+
+@pytest.mark.parametrize("cap", ["promo", "promo=0/7d", "promo=2/0s", "promo=two/7d", "=2/7d"])
+def test_a_bad_cap_is_a_usage_error(workdir: Path, server: BotAPIServer, cap: str) -> None:
+    """A --cap that is not CATEGORY=N/DURATION, or with N below 1 or an empty window, exits
+    2 naming the option, before anything is sent."""
+    done = run(command(workdir, server, "--cap", cap))
+    assert 2 == done.returncode
+    assert "--cap" in done.stderr
+    assert [] == server.deliveries

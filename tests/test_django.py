@@ -126,6 +126,8 @@ TABLES = (
     "notifyonce_rate_limits",
     "notifyonce_file_ids",
     "notifyonce_recipients",
+    "notifyonce_digest_events",
+    "notifyonce_cap_seats",
 )
 CYCLE = dt.datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
 

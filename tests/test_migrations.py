@@ -58,6 +58,10 @@ def tables(sync_backend: Backend) -> Iterator[tuple[Backend, str, str]]:
             f"{migrated}_file_ids",
             f"{created}_recipients",
             f"{migrated}_recipients",
+            f"{created}_digest_events",
+            f"{migrated}_digest_events",
+            f"{created}_cap_seats",
+            f"{migrated}_cap_seats",
         ):
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {name}"))
     engine.dispose()
@@ -180,6 +184,25 @@ def test_migration_builds_the_same_recipients_table_as_create_schema(
         engine.dispose()
 
 
+def test_migration_builds_the_same_digest_and_cap_tables_as_create_schema(
+    tables: tuple[Backend, str, str],
+) -> None:
+    """Revision 0008 builds the digest events and cap seats tables as the ledger's
+    create_schema() does, beside the ledger table."""
+    backend, created, migrated = tables
+    engine = sa.create_engine(backend.sync_url)
+    try:
+        Ledger(engine, table_name=created).create_schema()
+        migrations.upgrade(engine, table_name=migrated)
+        inspector = sa.inspect(engine)
+        for suffix in ("digest_events", "cap_seats"):
+            expected = _shape(inspector, f"{created}_{suffix}")
+            actual = _shape(inspector, f"{migrated}_{suffix}")
+            assert expected == actual
+    finally:
+        engine.dispose()
+
+
 def test_migration_runs_inside_the_callers_connection(tables: tuple[Backend, str, str]) -> None:
     """upgrade(connection) uses the caller's transaction, as an app's env.py would call it."""
     backend, _, migrated = tables
@@ -212,7 +235,8 @@ def test_schema_option_places_table_and_version_table_in_the_schema() -> None:
         names = set(sa.inspect(engine).get_table_names(schema=schema))
         expected = {"slots_c", "slots_m", "slots_m_alembic_version", "slots_m_rate_limits"}
         recipients = {"slots_c_recipients", "slots_m_recipients"}
-        assert expected | {"slots_m_file_ids"} | recipients == names
+        side = {f"slots_{x}_{t}" for x in "cm" for t in ("digest_events", "cap_seats")}
+        assert expected | {"slots_m_file_ids"} | recipients | side == names
     finally:
         with engine.begin() as conn:
             conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))

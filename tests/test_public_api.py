@@ -13,7 +13,7 @@ CONTRACT = [
     "Notifier", "Notification", "Outcome", "DeliveryMode", "NotifyOnceError", "ScheduleError",
     "SendError", "PermanentSendError", "TransientSendError", "UncertainSendError",
     "CampaignRevision", "Revision", "SentMessages", "recipients_from_campaign",
-    "once", "once_call", "OnceGuard", "OnceResult", "NotDoneError",
+    "once", "once_call", "OnceGuard", "OnceResult", "NotDoneError", "Digest", "FrequencyCap",
 ]  # fmt: skip
 
 

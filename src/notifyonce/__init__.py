@@ -25,6 +25,8 @@ from notifyonce._broadcast import (
     recipients_from_query,
 )
 from notifyonce._buttons import inline_keyboard, unsubscribe_button
+from notifyonce._caps import FrequencyCap
+from notifyonce._digest import Digest, DigestEvent, DigestReport
 from notifyonce._drivers.postgresql import pgbouncer_options
 from notifyonce._errors import (
     FloodWaitError,
@@ -90,10 +92,14 @@ __all__ = [
     "Cycle",
     "DeadlineRange",
     "DeliveryMode",
+    "Digest",
+    "DigestEvent",
+    "DigestReport",
     "Document",
     "FallbackSender",
     "FanoutSender",
     "FloodWaitError",
+    "FrequencyCap",
     "Gone",
     "GoneReason",
     "Ledger",

@@ -44,10 +44,18 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Sequence,
+)
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from notifyonce._caps import CAPPED
 from notifyonce._drivers.outage import Outage
 from notifyonce._errors import (
     FloodWaitError,
@@ -69,6 +77,7 @@ from notifyonce._results import ATTENTION, DRY_RUN_SEND, Notification, Report, R
 
 if TYPE_CHECKING:
     from notifyonce._audience import AudienceCheck
+    from notifyonce._caps import CapCheck, Seat
     from notifyonce._ledger.claim import Claim
     from notifyonce._ledger.core import Keeper, Mark
     from notifyonce._ledger.ledger import AsyncLedger
@@ -264,6 +273,12 @@ class Parts:
     observer: Observer | None = None
     #: Whom to skip and where to remember the recipients found gone (None: nobody, nowhere).
     audience: AudienceCheck | None = None
+    #: The frequency cap of the run's category (None: uncapped, and no statement for it).
+    cap: CapCheck | None = None
+    #: Called after the claim and before the send, to make the message sent (a digest
+    #: renders its events here); a ValidationError it raises fails the slot for good,
+    #: anything else gives it back.
+    prepare: Callable[[Notification, Claim], Awaitable[Message]] | None = None
 
 
 class Run:
@@ -630,13 +645,23 @@ class Run:
         """Turn, claim, send, hand the outcome to the recorder; settle if interrupted."""
         claim: Claim | None = None
         started = False
+        seat: Seat | None = None
+        cap = self.parts.cap
         try:
             async with self.turn(item.notification.target) if self.turn else _NO_TURN:
                 if self.stopping:
                     return  # nothing claimed: nothing to settle
+                if cap is not None:
+                    # Taken before the claim, so two runs side by side cannot both pass.
+                    seat = await cap.take(item.notification.target, self.parts.now())
+                    if seat is None:
+                        self.finish(item, Outcome.SKIPPED, reason=CAPPED)
+                        return
                 await self.writer.claim(item)
                 claim = self.owned.pop(item.index, None)
                 if claim is None:
+                    if seat is not None and cap is not None:
+                        await cap.give_back(seat)
                     self.finish(item, Outcome.DUPLICATE)
                     return
                 decision = self._too_late(claim)
@@ -645,6 +670,13 @@ class Run:
                     decision = await self._send(item, claim)
                     if decision.status is SlotStatus.SENT:
                         self.delivered = True
+                if (
+                    seat is not None
+                    and cap is not None
+                    and decision.status is SlotStatus.RELEASED
+                    and not decision.may_have_delivered
+                ):
+                    await cap.give_back(seat)  # certainly not sent: the seat is free again
         except BaseException as exc:
             claim = claim or self.owned.pop(item.index, None)
             if claim is None and isinstance(exc, FloodWaitError):
@@ -711,6 +743,16 @@ class Run:
 
     async def _send(self, item: _Item, claim: Claim) -> Decision:
         message = item.notification.message
+        if self.parts.prepare is not None:
+            try:
+                message = await self.parts.prepare(item.notification, claim)
+            except ValidationError as exc:
+                # A message no sender can take (too long, not a Message): so it stays.
+                return decide_error(exc, self.policy.mode, claim.attempt, 1)
+            except Exception as exc:
+                # Nothing was sent: the slot goes back for a later run.
+                logger.warning("could not prepare %s (%s)", claim.key, describe(exc))
+                return Decision(SlotStatus.RELEASED, Outcome.RETRY, error=describe(exc))
         if message.idempotency_key is None:
             # The same key on every attempt of this slot: a receiver that deduplicates by
             # it turns at-least-once into exactly-once.

@@ -31,10 +31,11 @@ import inspect
 import logging
 import time
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from notifyonce._audience import AsyncAudience, AudienceCheck, normalize_category
+from notifyonce._caps import CapCheck, CapSeats, FrequencyCap
 from notifyonce._dispatch import Keep, Parts, Policy, Run
 from notifyonce._errors import (
     LedgerError,
@@ -53,6 +54,7 @@ from notifyonce._results import Notification, Report, Result
 
 if TYPE_CHECKING:
     from notifyonce._keys import Cycle, Subject
+    from notifyonce._ledger.claim import Claim
     from notifyonce._ledger.records import SweepResult
     from notifyonce._schedule.schedule import Schedule
     from notifyonce._schedule.window import DeadlineRange, Window
@@ -157,6 +159,13 @@ class Notifier:
             [`LedgerUnavailableError`][notifyonce.LedgerUnavailableError]. ``timedelta(0)``
             stops at the first failure. A database that never answered in the run is
             not waited for (a wrong URL is not an outage).
+        caps: [`FrequencyCap`][notifyonce.FrequencyCap]s, at most one per category: a
+            notification of a capped category whose recipient already got ``n`` of it
+            within the cap's window is ``Outcome.SKIPPED`` with the reason ``"capped"``,
+            decided at claim time (runs side by side cannot exceed it). Transactional
+            runs are exempt. The seats live in a table beside the ledger's (made by
+            ``create_schema()`` and ``notifyonce migrate``). Runs of uncapped categories
+            pay nothing for it.
 
     Examples:
         >>> import asyncio
@@ -195,6 +204,7 @@ class Notifier:
         audience: AsyncAudience | None = None,
         skip_gone: bool = True,
         outage_patience: dt.timedelta = dt.timedelta(minutes=1),
+        caps: Sequence[FrequencyCap] = (),
     ) -> None:
         if not isinstance(mode, DeliveryMode):
             raise ValidationTypeError("mode", f"must be a DeliveryMode, got {type(mode).__name__}")
@@ -235,6 +245,8 @@ class Notifier:
             )
         if not isinstance(skip_gone, bool):
             raise ValidationTypeError("skip_gone", "must be a bool")
+        self.caps = _checked_caps(caps)
+        self._seats = CapSeats.beside(ledger) if self.caps else None
         self.ledger = ledger
         self.audience = audience if audience is not None else AsyncAudience.beside(ledger)
         self.skip_gone = skip_gone
@@ -335,9 +347,11 @@ class Notifier:
                 [`Notification`][notifyonce.Notification]. A list is validated whole before
                 anything is written; a stream is validated batch by batch.
             category: What a recipient opts out of (``audience.opt_out(chat, "promo")``);
-                default: the action's name. A recipient opted out of it is skipped.
-            transactional: Opt-outs do not apply (a password reset, a payment receipt):
-                only recipients that are gone are skipped.
+                default: the action's name. A recipient opted out of it is skipped, and
+                so is one the category's cap (``Notifier(caps=...)``) holds back
+                (``SKIPPED``, reason ``"capped"``).
+            transactional: Opt-outs and caps do not apply (a password reset, a payment
+                receipt): only recipients that are gone are skipped.
             skip_gone: Whether recipients known to be gone are skipped; default: the
                 Notifier's ``skip_gone``.
 
@@ -382,10 +396,12 @@ class Notifier:
         skip_gone: bool | None = None,
         on_result: Callable[[Result], None] | None = None,
         on_run: Callable[[Run], None] | None = None,
+        prepare: Callable[[Notification, Claim], Awaitable[Message]] | None = None,
     ) -> Report:
         """`send_many`, with a hook of the run's own for its results (called before the
         Notifier's ``on_result``) and one told of the run as it starts (a Broadcast keeps
-        it, to stop it gently)."""
+        it, to stop it gently), and one that makes each message between its claim and its
+        send (a digest's)."""
         normalize_action(action)
         screen = self._screen_args(action, category, transactional, skip_gone)
         report = Report(dry_run=self.dry_run)
@@ -403,7 +419,9 @@ class Notifier:
             else "none"
         )
         report.swept = await self._maybe_sweep(action)
-        parts = self._parts(await self._audience_check(*screen))
+        parts = self._parts(await self._audience_check(*screen), self._cap_check(*screen[:2]))
+        if prepare is not None:
+            parts = replace(parts, prepare=prepare)
         try:
             run = Run(self._policy(), parts, action, report, keep, keys, on_result=on_result)
             if on_run is not None:
@@ -556,7 +574,7 @@ class Notifier:
             outage_patience=self.outage_patience.total_seconds(),
         )
 
-    def _parts(self, audience: AudienceCheck | None = None) -> Parts:
+    def _parts(self, audience: AudienceCheck | None = None, cap: CapCheck | None = None) -> Parts:
         return Parts(
             ledger=self.ledger,
             sender=self.sender,
@@ -565,7 +583,15 @@ class Notifier:
             emit=self._emit,
             observer=self.observer,
             audience=audience,
+            cap=cap,
         )
+
+    def _cap_check(self, category: str, transactional: bool) -> CapCheck | None:
+        """The cap a run of ``category`` takes seats of; None for a transactional run."""
+        cap = None if transactional else self.caps.get(category)
+        if cap is None or self._seats is None:
+            return None
+        return CapCheck(self._seats, cap)
 
     def _screen_args(
         self, action: str, category: str | None, transactional: object, skip_gone: object
@@ -698,6 +724,21 @@ def _check_observer(observer: object, on_result: object) -> None:
             "is the observer's own on_result, which the observer already gets: every result "
             "would be counted twice; pass observer= alone",
         )
+
+
+def _checked_caps(caps: object) -> dict[str, FrequencyCap]:
+    if isinstance(caps, (str, bytes)) or not isinstance(caps, Iterable):
+        raise ValidationTypeError("caps", "must be a list of FrequencyCap")
+    by_category: dict[str, FrequencyCap] = {}
+    for cap in caps:
+        if not isinstance(cap, FrequencyCap):
+            raise ValidationTypeError(
+                "caps", f"items must be FrequencyCap, got {type(cap).__name__}"
+            )
+        if cap.category in by_category:
+            raise ValidationError("caps", f"two caps for the category {cap.category!r}")
+        by_category[cap.category] = cap
+    return by_category
 
 
 def _only_outcome(report: Report) -> Outcome:

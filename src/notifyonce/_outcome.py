@@ -34,8 +34,8 @@ class Outcome(str, enum.Enum):
             before the result could be recorded; nothing was overwritten.
         SKIPPED: Not attempted, nothing claimed and no request made: the recipient is
             gone (blocked the bot, deleted its account) or opted out of the
-            notification's category, or the run is a dry run, or spacing or quiet hours
-            held it back. ``Result.reason`` says which.
+            notification's category, or the run is a dry run, or spacing, quiet hours
+            or a frequency cap (``"capped"``) held it back. ``Result.reason`` says which.
     """
 
     SENT = "sent"

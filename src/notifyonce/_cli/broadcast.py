@@ -42,8 +42,10 @@ from notifyonce._broadcast import (
     waiting_text,
 )
 from notifyonce._buttons import inline_keyboard
+from notifyonce._caps import FrequencyCap
 from notifyonce._cli import personal
 from notifyonce._cli.common import (
+    DURATION_HELP,
     ENV_URL,
     EXIT_DATABASE,
     EXIT_OK,
@@ -51,6 +53,7 @@ from notifyonce._cli.common import (
     async_url,
     duration_arg,
     engine_error,
+    parse_duration,
     plural,
     pooler_options,
 )
@@ -261,6 +264,22 @@ def add_parser(
     )
     parser.add_argument("--dry-run", action="store_true", help="send nothing; count what would go")
     parser.add_argument(
+        "--category",
+        default=None,
+        metavar="NAME",
+        help="what recipients opt out of, and what --cap counts (default: the action)",
+    )
+    parser.add_argument(
+        "--cap",
+        action="append",
+        type=_cap_arg,
+        default=[],
+        metavar="CATEGORY=N/DURATION",
+        help="at most N notifications of CATEGORY per chat within DURATION, whichever "
+        "campaign sends them, e.g. promo=2/7d (repeatable); a chat over it is skipped as "
+        "capped. Every campaign of that category must give the same cap",
+    )
+    parser.add_argument(
         "--progress-every",
         type=float,
         default=None,
@@ -268,6 +287,20 @@ def add_parser(
         help="seconds between progress updates (default: 0.2 on a terminal, else 5)",
     )
     personal.add_options(parser)
+
+
+def _cap_arg(text: str) -> FrequencyCap:
+    """``--cap promo=2/7d``: a FrequencyCap, refused as argparse refuses a bad value."""
+    category, _, rule = text.partition("=")
+    count, _, window = rule.partition("/")
+    if not category or not count.isdigit() or not window:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not like promo=2/7d (a category, how many, per {DURATION_HELP})"
+        )
+    try:
+        return FrequencyCap(category, int(count), parse_duration(window))
+    except ValidationError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc.field} {exc.problem}") from None
 
 
 class _InOrder(argparse.Action):
@@ -549,6 +582,7 @@ async def _broadcast(
             concurrency=args.concurrency,
             dry_run=args.dry_run,
             outage_patience=dt.timedelta(seconds=args.database_patience),
+            caps=args.cap,
         )
         if args.recipients_file:
             source = recipients_from_file(args.recipients_file, format=args.recipients_format)
@@ -575,6 +609,7 @@ async def _broadcast(
                 resume_cancelled=args.resume_cancelled,
                 start_at=args.at,
                 progress_chat=progress_chat,
+                category=args.category,
                 **args.personal,
             )
             if args.at is not None:

@@ -22,6 +22,7 @@ from notifyonce._audience.table import default_recipient_table
 from notifyonce._drivers import missing_driver, url_driver
 from notifyonce._drivers.postgresql import pgbouncer_options
 from notifyonce._errors import ValidationError
+from notifyonce._ledger.side_tables import default_cap_table, default_digest_table
 from notifyonce._schedule.durations import MAX_DURATION
 from notifyonce._senders.telegram.file_sql import default_file_table
 
@@ -208,6 +209,8 @@ def ledger_tables(table: str) -> list[str]:
         default_rate_table(table),
         default_file_table(table),
         default_recipient_table(table),
+        default_digest_table(table),
+        default_cap_table(table),
     ]
 
 

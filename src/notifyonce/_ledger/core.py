@@ -51,6 +51,12 @@ from notifyonce._ledger.checks import (
 from notifyonce._ledger.claim import Claim
 from notifyonce._ledger.dialects import Dialect, MarkRow, dialect_for, mark_params
 from notifyonce._ledger.records import LedgerStats, SlotRecord, SweepResult
+from notifyonce._ledger.side_tables import (
+    build_cap_table,
+    build_digest_table,
+    default_cap_table,
+    default_digest_table,
+)
 from notifyonce._ledger.table import (
     SlotStatus,
     build_table,
@@ -595,6 +601,11 @@ class LedgerCore:
         t = self.table
         recipients = build_recipient_table(sa.MetaData(), default_recipient_table(t.name), t.schema)
         recipients.create(conn, checkfirst=True)
+        # The digests' events and the frequency caps' seats (empty until used).
+        side = sa.MetaData()
+        build_digest_table(side, default_digest_table(t.name), t.schema)
+        build_cap_table(side, default_cap_table(t.name), t.schema)
+        side.create_all(conn, checkfirst=True)
         found = {i["name"]: i for i in sa.inspect(conn).get_indexes(t.name, schema=t.schema)}
         where = self.driver.index_where()
         for index in t.indexes:
