@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from notifyonce._drivers import faults
 from notifyonce._errors import ValidationError, ValidationTypeError
 from notifyonce._ledger.claim import Claim
 from notifyonce._ledger.ledger import AsyncLedger, Ledger
@@ -162,22 +163,11 @@ class ContractDatabase:
                 raise ValidationTypeError(name, "must be a non-empty SQLAlchemy URL string")
             make_url(value)  # raises naming the URL's problem
 
-    @property
-    def dialect(self) -> str:
-        """``sqlite``, ``postgresql`` or ``mysql``."""
-        return make_url(self.url).get_backend_name()
-
     def unreachable(self) -> ContractDatabase:
         """The same URLs pointing where no database answers."""
-        if self.dialect == "sqlite":
-            missing = f"/nonexistent-notifyonce-{uuid.uuid4().hex[:8]}/ledger.sqlite3"
-            return ContractDatabase(
-                make_url(self.url).set(database=missing).render_as_string(False),
-                make_url(self.async_url).set(database=missing).render_as_string(False),
-            )
+        token = uuid.uuid4().hex[:8]
         return ContractDatabase(
-            make_url(self.url).set(host="127.0.0.1", port=1).render_as_string(False),
-            make_url(self.async_url).set(host="127.0.0.1", port=1).render_as_string(False),
+            faults.unreachable_url(self.url, token), faults.unreachable_url(self.async_url, token)
         )
 
 
@@ -192,31 +182,6 @@ def _inject_mid_claim(engine: sa.Engine, table: str, fired: Path) -> None:
             )
 
     sa.event.listen(engine, "after_cursor_execute", after)
-
-
-def _bound_statements(engine: sa.Engine, seconds: float) -> None:
-    """Every connection of ``engine`` gives up on a statement (or a lock wait) after
-    ``seconds``: PostgreSQL's ``statement_timeout``, MariaDB's lock wait; SQLite's is the
-    ledger's ``busy_timeout``."""
-    name = engine.dialect.name
-    if name == "sqlite":
-        return
-    ms = max(1, int(seconds * 1000))
-    setting = (
-        f"SET statement_timeout = {ms}"
-        if name == "postgresql"
-        else f"SET SESSION innodb_lock_wait_timeout = {max(1, round(seconds))}"
-    )
-
-    def connect(dbapi_connection: Any, record: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute(setting)
-        finally:
-            cursor.close()
-        dbapi_connection.commit()
-
-    sa.event.listen(engine, "connect", connect)
 
 
 @dataclass(frozen=True)
@@ -282,7 +247,7 @@ class Task:
         if self.fault == "mid_claim":
             _inject_mid_claim(engine, self.table_name, self._fault_file())
         elif self.fault == "timeout":
-            _bound_statements(engine, self.busy_timeout)
+            faults.bound_statements(engine, self.busy_timeout)
 
     def async_ledger(self) -> AsyncLedger:
         """A new [`AsyncLedger`][notifyonce.AsyncLedger] on the task's database and table,
@@ -534,7 +499,7 @@ class DoorContract:
         try:
             yield _Stage(contract_database, tmp_path, table)
         finally:
-            _drop_tables(engine, table)
+            faults.drop_tables(engine, table)
             engine.dispose()
 
     def _door(self) -> Door:
@@ -620,7 +585,11 @@ class DoorContract:
                 task = dataclasses.replace(task, table_name=f"{stage.table}_missing")
             if scenario == "unreachable":
                 task = dataclasses.replace(task, database=contract_database.unreachable())
-            lock = _lock_table(contract_database, stage.table) if scenario == "timeout" else None
+            lock = (
+                faults.hold_write_lock(contract_database.url, stage.table)
+                if scenario == "timeout"
+                else None
+            )
             try:
                 error = _run(door, task, expect_error=True)
             finally:
@@ -657,16 +626,7 @@ class DoorContract:
         """A database that does not answer runs no body; the error names where it looked."""
 
         def where(task: Task) -> list[str]:
-            url = make_url(task.database.url)
-            return [
-                x
-                for x in (
-                    url.database if url.get_backend_name() == "sqlite" else None,
-                    f"{url.host}:{url.port}",
-                    "port 1",
-                )
-                if x
-            ]
+            return faults.where(task.database.url)
 
         for mode in self.modes:
             self._fails_closed(contract_database, tmp_path, "unreachable", mode, where)
@@ -845,39 +805,3 @@ class DoorContract:
                     after = ledger.get(*door.slot(task))
                     assert after is not None
                     assert status is after.status
-
-
-def _drop_tables(engine: sa.Engine, table: str) -> None:
-    """Drop the test's ledger table and the tables ``create_schema`` made beside it (their
-    names start with its name), waiting at most a minute for another session's lock."""
-    with contextlib.suppress(Exception), engine.begin() as conn:
-        if engine.dialect.name == "postgresql":
-            conn.exec_driver_sql("SET LOCAL lock_timeout = '60s'")
-        elif engine.dialect.name == "mysql":
-            conn.exec_driver_sql("SET SESSION lock_wait_timeout = 60")
-        names = sa.inspect(conn).get_table_names()
-        for name in sorted(n for n in names if n == table or n.startswith(f"{table}_")):
-            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
-
-
-def _lock_table(database: ContractDatabase, table: str) -> Callable[[], None]:
-    """Hold a write lock on ``table`` from another connection; returns its release."""
-    engine = sa.create_engine(database.url, poolclass=sa.pool.NullPool)
-    conn = engine.connect()
-    dialect = database.dialect
-    if dialect == "sqlite":
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-    elif dialect == "postgresql":
-        conn.exec_driver_sql(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
-    else:
-        # Next-key locks over the whole (empty) index: every insert waits for them, as
-        # behind another worker's claim in flight, up to innodb_lock_wait_timeout.
-        conn.exec_driver_sql(f"SELECT * FROM {table} FOR UPDATE")  # noqa: S608 - our own name
-
-    def release() -> None:
-        with contextlib.suppress(Exception):
-            conn.rollback()
-        conn.close()
-        engine.dispose()
-
-    return release
