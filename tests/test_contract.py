@@ -582,3 +582,28 @@ def test_a_scenario_a_door_cannot_pass_is_an_expected_failure_with_its_reason(
 
     with pytest.raises(pytest.xfail.Exception, match="cannot be killed apart"):
         Excepted().test_killed_mid_body_at_most_once(contract, tmp_path)
+
+
+@pytest.mark.sqlite
+def test_a_queue_tries_a_claim_again_only_when_the_database_was_away(tmp_path: Path) -> None:
+    """The queue adapters' shared decision: a claim that found the database away (the
+    body never ran) is tried again after a short delay; a missing table or a finished
+    slot is not."""
+    import sqlalchemy as sa
+
+    from notifyonce import Ledger, LedgerError, LedgerUnavailableError
+    from notifyonce.queues._common import CLAIM_RETRY_SECONDS, retry_delay
+
+    ledger = Ledger(sa.create_engine(f"sqlite:///{tmp_path / 'l.sqlite3'}"))
+    ledger.create_schema()
+    failed = once(ledger, "a", 1, "c")  # never entered: its claim "raised"
+    away = LedgerUnavailableError("database unavailable")
+    assert CLAIM_RETRY_SECONDS == retry_delay(failed, 60.0, away)
+    assert retry_delay(failed, 60.0, LedgerError("no such table")) is None
+    with once(ledger, "a", 1, "c") as done:
+        pass
+    with once(ledger, "a", 1, "c") as again:
+        assert not again
+    assert retry_delay(again, 60.0, away) is None, "a finished slot is done, whatever else"
+    assert done.outcome is not None
+    ledger.engine.dispose()

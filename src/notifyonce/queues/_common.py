@@ -12,6 +12,8 @@ After ``once`` ran or skipped the body, the adapter tells its queue what to do:
   swept ``unknown`` once its lease ran out) settles it, so the task is done; at least
   once, the holder may be dead, so the task is tried again after one lease, when the
   claim, if its worker died, can be taken over;
+- the claim failed because the database was away (the body did not run): the task is
+  tried again a little later, while the queue's retries last, then fails with the error;
 - anything else (done before, settled, or sent): the task is done.
 """
 
@@ -24,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from notifyonce._errors import ValidationTypeError
+from notifyonce._errors import LedgerUnavailableError, ValidationTypeError
 from notifyonce._keys import Cycle, Subject
 from notifyonce._ledger.claim import Claim
 from notifyonce._ledger.ledger import AsyncLedger, Ledger
@@ -35,6 +37,8 @@ from notifyonce._outcome import DeliveryMode, Outcome
 __all__ = ["GuardSpec", "LedgerSource", "retry_delay", "run_guarded", "run_retrying_async"]
 
 L = TypeVar("L", AsyncLedger, Ledger)
+#: Seconds before a task whose claim found the database away is tried again.
+CLAIM_RETRY_SECONDS = 2.0
 R = TypeVar("R")
 
 
@@ -101,8 +105,16 @@ class GuardSpec:
         )
 
 
-def retry_delay(guard: OnceGuard, lease_seconds: float) -> float | None:
-    """Seconds after which the queue should run the task again, or None: it is done."""
+def retry_delay(
+    guard: OnceGuard, lease_seconds: float, error: BaseException | None = None
+) -> float | None:
+    """Seconds after which the queue should run the task again, or None: it is done.
+
+    ``error``: what running the guard raised. A claim that failed because the database
+    was away (the body never ran) is tried again: the database may be back by then, and
+    the retry's claim finds out whether the failed one was committed."""
+    if guard.outcome is None and isinstance(error, LedgerUnavailableError):
+        return CLAIM_RETRY_SECONDS
     if guard.outcome is Outcome.RETRY:
         return 1.0
     held = guard.skipped is SlotStatus.CLAIMED
@@ -146,7 +158,7 @@ async def run_retrying_async(
                     value = await body(guard.claim)
         except Exception as exc:
             error = exc
-        delay = retry_delay(guard, ledger.lease.total_seconds())
+        delay = retry_delay(guard, ledger.lease.total_seconds(), error)
         if delay is None:
             break
         await asyncio.sleep(delay)

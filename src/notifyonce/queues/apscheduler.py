@@ -125,7 +125,7 @@ def once_job(
             for _ in range(max_retries + 1):
                 guard = spec.guard(ledger, (at,), {})
                 value, error = run_guarded(guard, lambda claim: function(claim, *args, **kwargs))
-                delay = retry_delay(guard, ledger.lease.total_seconds())
+                delay = retry_delay(guard, ledger.lease.total_seconds(), error)
                 if delay is None:
                     break
                 time.sleep(delay)

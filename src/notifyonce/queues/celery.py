@@ -87,7 +87,7 @@ def once_task(
             ledger = source.get()
             guard = spec.guard(ledger, args, kwargs)
             value, error = run_guarded(guard, lambda claim: function(claim, *args, **kwargs))
-            delay = retry_delay(guard, ledger.lease.total_seconds())
+            delay = retry_delay(guard, ledger.lease.total_seconds(), error)
             if delay is not None:
                 raise self.retry(exc=error, countdown=delay, max_retries=max_retries)
             if error is not None:
