@@ -73,6 +73,7 @@ OUTAGES = "tests/test_outages.py"
 PERSONAL = "tests/test_personal.py"
 EDITS = "tests/test_campaign_edits.py"
 QUEUES = (
+    "tests/test_queue_decisions.py",
     "tests/test_queues_celery.py::test_once_task_registers_a_task_that_is_redelivered_when_its_worker_dies",
     "tests/test_queues_taskiq.py::test_once_task_delivered_twice_runs_its_body_once",
     "tests/test_queues_arq.py::test_once_job_run_twice_runs_its_body_once",
@@ -692,14 +693,6 @@ MUTANTS = sections(
         "_audience/store.py",
         r"where\.append\(t\.c\.since >= since\)",
         "where.append(t.c.since > since)",
-        (AUDIENCE,),
-    ),
-    Mutant(
-        "dry-run-learns",
-        "a dry run writes nothing to the audience",
-        "_dispatch.py",
-        r"if check is None or not learned or self\.policy\.dry_run:",
-        "if check is None or not learned:",
         (AUDIENCE,),
     ),
     # -- personalisation and the local hour ------------------------------------------------

@@ -334,6 +334,46 @@ async def test_a_delete_says_what_is_past_48_hours_and_deletes_only_the_rest_whe
     assert {"deleteMessage"} == {r.method for r in bot_api_server.requests[before:]}
 
 
+async def test_the_48_hours_count_with_a_margin_of_ten_minutes(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer
+) -> None:
+    """A message sent 47 hours 51 minutes ago by the ledger's clock counts as past
+    Telegram's limit (the run takes a while), one sent 47 hours 49 minutes ago does not."""
+    notifier, sender = notifier_for(ledger, bot_api_server)
+    async with sender:
+        await Broadcast(notifier, "news", "c9", Message("News"), [1, 2, 3]).run()
+        t = ledger.table
+        for chat, ago in (
+            ("1", dt.timedelta(hours=47, minutes=51)),
+            ("2", dt.timedelta(hours=47, minutes=49)),
+        ):
+            async with ledger.engine.begin() as conn:
+                await conn.execute(
+                    sa.update(t)
+                    .where(t.c.cycle == "c9", t.c.subject == chat)
+                    .values(sent_at=ledger.now() - ago)
+                )
+        standing = await CampaignRevision(notifier, "news", "c9").messages()
+    assert SentMessages(3, 1, 0, 0) == standing
+
+
+async def test_a_revision_reaches_every_chat_past_its_first_page(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chats are read a page at a time: with pages of two, five chats are edited,
+    the last page's one too, and each once."""
+    import notifyonce._revision as revision_module
+
+    monkeypatch.setattr(revision_module, "_PAGE", 2)
+    notifier, sender = notifier_for(ledger, bot_api_server)
+    async with sender:
+        await Broadcast(notifier, "news", "c10", Message("Sale"), range(1, 6)).run()
+        report = await CampaignRevision(notifier, "news", "c10").edit("Sale ends Sunday")
+    edited = [c.chat_id for c in bot_api_server.changes]
+    assert 5 == report.progress.sent
+    assert ["1", "2", "3", "4", "5"] == sorted(edited)
+
+
 async def test_bad_revisions_are_refused_before_any_claim_or_request(
     ledger: AsyncLedger, bot_api_server: BotAPIServer
 ) -> None:
