@@ -332,6 +332,28 @@ async def test_a_delete_says_what_is_past_48_hours_and_deletes_only_the_rest_whe
     assert 3 == report.progress.sent
     assert {"3", "4", "5"} == {c.chat_id for c in bot_api_server.changes}
     assert {"deleteMessage"} == {r.method for r in bot_api_server.requests[before:]}
+    assert ["3", "4", "5"] == sorted(r.chat_id for r in bot_api_server.requests[before:]), (
+        "the two old ones never tried"
+    )
+
+
+async def test_a_deleted_campaign_is_not_edited(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer
+) -> None:
+    """An edit after the campaign's delete is refused, naming the campaign, before any
+    request or claim."""
+    notifier, sender = notifier_for(ledger, bot_api_server)
+    async with sender:
+        await Broadcast(notifier, "news", "c11", Message("Sale"), [1, 2]).run()
+        revision = CampaignRevision(notifier, "news", "c11")
+        await revision.delete()
+        requests, rows = len(bot_api_server.requests), await _rows(ledger)
+        with pytest.raises(ValidationError) as refused:
+            await revision.edit("Sale ends Sunday")
+        after = (len(bot_api_server.requests), await _rows(ledger))
+    assert "campaign" == refused.value.field
+    assert "campaign news/c11 was deleted" in refused.value.problem
+    assert (requests, rows) == after
 
 
 async def test_the_48_hours_count_with_a_margin_of_ten_minutes(
