@@ -5,11 +5,10 @@ two photos), one kind per chat. ``notifyonce campaign edit`` and ``campaign dele
 as processes with no mode given (a revision is at-least-once by default) against the
 local Bot API server; the server's hook kills each at half of its requests, mid-request,
 and the command is run again with no flags but where the database and the server are.
-Telegram's
-own answers make a retry harmless ("message is not modified", "message to delete not
-found"), so the server sees each message edited once and deleted once (an album's every
-item), none twice; the same edit run a third time sends nothing; and the messages older
-than Telegram's 48 hours are never tried.
+Telegram's own answers make a retry harmless ("message is not modified", "message to
+delete not found"), so the server sees each message edited once and deleted once (an
+album's every item), none twice, and no chat ends unknown; the same edit run a third
+time sends nothing; and the messages older than Telegram's 48 hours are never tried.
 """
 
 from __future__ import annotations
