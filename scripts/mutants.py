@@ -14,7 +14,8 @@ the copy, runs those tests against it, restores the file and reports:
 
 Run it from the repository root with the services up (``make mutants``, a few minutes;
 not part of every CI run). ``--only NAME`` runs some mutants, ``--list`` shows them,
-``--write-docs`` rewrites the result table in docs/mutants.md. Exit status: 0 when every
+``--group PART`` the mutants of one part of the library (``--list`` shows them),
+``--write-docs`` rewrites the result tables in docs/mutants.md. Exit status: 0 when every
 mutant was caught, 1 otherwise, 2 when the unbroken code already fails those tests.
 """
 
@@ -28,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +47,19 @@ class Mutant:
     pattern: str
     replacement: str
     tests: tuple[str, ...]
+    group: str = ""  # the part of the library it breaks (its section below)
+
+
+def sections(*items: str | Mutant) -> list[Mutant]:
+    """The mutants, each of the part of the library (its ``group``, for the kill rate per
+    part) named by the last str before it."""
+    group, mutants = "", []
+    for item in items:
+        if isinstance(item, str):
+            group = item
+        else:
+            mutants.append(replace(item, group=group))
+    return mutants
 
 
 GUARANTEES = "tests/test_notifier_guarantees.py"
@@ -56,9 +70,19 @@ E2E = "tests/test_telegram_e2e.py"
 AUDIENCE = "tests/test_audience.py"
 DST = "tests/test_dst.py"
 OUTAGES = "tests/test_outages.py"
+PERSONAL = "tests/test_personal.py"
+EDITS = "tests/test_campaign_edits.py"
+QUEUES = (
+    "tests/test_queue_decisions.py",
+    "tests/test_queues_celery.py::test_once_task_registers_a_task_that_is_redelivered_when_its_worker_dies",
+    "tests/test_queues_taskiq.py::test_once_task_delivered_twice_runs_its_body_once",
+    "tests/test_queues_arq.py::test_once_job_run_twice_runs_its_body_once",
+    "tests/test_queues_dramatiq.py::test_the_middleware_runs_a_message_delivered_twice_once",
+)
 
-MUTANTS = [
+MUTANTS = sections(
     # -- the Notifier (the dispatch pipeline) ------------------------------------------------
+    "dispatch",
     Mutant(
         "cancel-releases-in-flight",
         "a send in flight when the run is cancelled is uncertain, never released",
@@ -260,6 +284,7 @@ MUTANTS = [
         (GUARANTEES,),
     ),
     # -- the senders -----------------------------------------------------------------------
+    "senders",
     Mutant(
         "reused-connection-not-written",
         "a failure on a reused keep-alive connection may have delivered: never resent",
@@ -287,6 +312,7 @@ MUTANTS = [
         ),
     ),
     # -- the ledger ------------------------------------------------------------------------
+    "ledger",
     Mutant(
         "leases-on-the-host-clock",
         "leases are measured on the database server's clock",
@@ -424,6 +450,7 @@ MUTANTS = [
         ),
     ),
     # -- schedules and the command line ----------------------------------------------------
+    "schedules and CLI",
     Mutant(
         "overlap-up-to-a-minute",
         "windows that overlap at all are refused",
@@ -449,6 +476,7 @@ MUTANTS = [
         ("tests/test_cli.py",),
     ),
     # -- the audience ----------------------------------------------------------------------
+    "audience",
     Mutant(
         "gone-not-skipped",
         "a recipient known to be gone is skipped before any claim or request",
@@ -491,6 +519,7 @@ MUTANTS = [
         (AUDIENCE + "::test_a_young_audience_is_searched_by_its_key",),
     ),
     # -- local times at daylight-saving changes ---------------------------------------------
+    "daylight-saving changes",
     Mutant(
         "dst-deadline-ignores-fold",
         "a deadline at a local time that happens twice is the occurrence its fold names",
@@ -525,6 +554,7 @@ MUTANTS = [
         (DST + "::test_quiet_hours_follow_the_local_clock_across_a_change",),
     ),
     # -- media: a file rewritten during a send ---------------------------------------------
+    "media",
     Mutant(
         "media-id-kept-for-stale-hash",
         "a file rewritten between its hash and its upload never gets the new bytes' file_id",
@@ -566,6 +596,7 @@ MUTANTS = [
         ("tests/test_media_race.py",),
     ),
     # -- a database that goes away mid-run -------------------------------------------------
+    "outage",
     Mutant(
         "rerun-replays-claim",
         "a claim cut after its commit is released by its token before it is made again",
@@ -606,7 +637,411 @@ MUTANTS = [
         "_mark_checked(_marks(entries), keeper, run.outage))",
         (OUTAGES + "::test_outcomes_answered_while_the_database_is_away_are_kept_and_written",),
     ),
-]
+    # -- the audience: who is skipped, and what is forgotten -----------------------------
+    "audience",
+    Mutant(
+        "skip-gone-false-still-skips",
+        "skip_gone=False sends to a gone recipient (its refusal is learned again)",
+        "_audience/store.py",
+        r"if row_category == GONE:\n(\s+)if skip_gone:",
+        r"if row_category == GONE:\n\1if True:",
+        (AUDIENCE,),
+    ),
+    Mutant(
+        "state-transactional-honours-opt-outs",
+        "a recipient's state skips no transactional notification for an opt-out",
+        "_audience/store.py",
+        r"if not transactional and category in self\.opted_out:",
+        "if category in self.opted_out:",
+        (AUDIENCE,),
+    ),
+    Mutant(
+        "state-ignores-gone",
+        "a recipient's state says to skip a gone recipient, whatever the category",
+        "_audience/store.py",
+        r"if self\.gone is not None:\n(\s+)return f\"gone: ",
+        r'if False:\n\1return f"gone: ',
+        (AUDIENCE,),
+    ),
+    Mutant(
+        "come-back-forgets-opt-outs",
+        "come_back forgets only that the recipient is gone, never its opt-outs",
+        "_audience/store.py",
+        r"where = sa\.and_\(t\.c\.recipient == who, t\.c\.category == GONE\)",
+        "where = t.c.recipient == who",
+        (AUDIENCE,),
+    ),
+    Mutant(
+        "opt-in-forgets-every-category",
+        "opting in to one category keeps the other opt-outs and a gone row",
+        "_audience/store.py",
+        r"where = sa\.and_\(t\.c\.recipient == who, t\.c\.category == what\)",
+        "where = t.c.recipient == who",
+        (AUDIENCE,),
+    ),
+    Mutant(
+        "forget-gone-without-a-filter",
+        "forget_gone refuses to forget every gone recipient at once",
+        "_audience/store.py",
+        r"if len\(where\) == 1:",
+        "if False:",
+        (AUDIENCE,),
+    ),
+    Mutant(
+        "forget-gone-since-excludes-its-moment",
+        "forget_gone(since=t) forgets the recipients gone at t itself",
+        "_audience/store.py",
+        r"where\.append\(t\.c\.since >= since\)",
+        "where.append(t.c.since > since)",
+        (AUDIENCE,),
+    ),
+    # -- personalisation and the local hour ------------------------------------------------
+    "personalisation and local time",
+    Mutant(
+        "template-value-not-escaped",
+        "a field's value arrives as its characters, never as markup",
+        "_personal.py",
+        r"return self\.escape\(value\)",
+        "return value",
+        (PERSONAL,),
+    ),
+    Mutant(
+        "button-url-not-quoted",
+        "a value put in a button's URL is percent-encoded",
+        "_personal.py",
+        r'values = quoted if key != "text" else plain',
+        "values = plain",
+        (PERSONAL,),
+    ),
+    Mutant(
+        "missing-field-sent-empty",
+        "a recipient without a field the template needs is refused, not sent a blank",
+        "_personal.py",
+        r"if filled\.missing is not None:",
+        "if False:",
+        (PERSONAL,),
+    ),
+    Mutant(
+        "missing-button-field-unnoticed",
+        "a recipient without a field a button needs is refused too",
+        "_personal.py",
+        r"filled\.missing = filled\.missing or missing",
+        "pass",
+        (PERSONAL,),
+    ),
+    Mutant(
+        "empty-column-hides-default",
+        "an empty column takes the default, as a missing one does",
+        "_personal.py",
+        r"if text\.strip\(\):\n(\s+)fields\[str\(name\)\] = text",
+        r"if True:\n\1fields[str(name)] = text",
+        (PERSONAL,),
+    ),
+    Mutant(
+        "variant-without-region-fallback",
+        "a language with a region gets its language's variant (pt-br: pt)",
+        "_personal.py",
+        r'or self\.variants\.get\(language\.split\("-"\)\[0\]\)',
+        "",
+        (PERSONAL,),
+    ),
+    Mutant(
+        "local-hour-own-zone-ignored",
+        "each recipient's hour is read in its own time zone",
+        "_personal.py",
+        r"local = self\.start\.astimezone\(zone or self\.default\)",
+        "local = self.start.astimezone(self.default)",
+        (PERSONAL,),
+    ),
+    Mutant(
+        "local-hour-passed-not-tomorrow",
+        "a local hour already past at the start is the next day's",
+        "_personal.py",
+        r"if when < local:",
+        "if False:",
+        (PERSONAL,),
+    ),
+    Mutant(
+        "local-hour-at-the-start-tomorrow",
+        "a local hour that is the start itself is due at once, not a day later",
+        "_personal.py",
+        r"if when < local:",
+        "if when <= local:",
+        (PERSONAL,),
+    ),
+    Mutant(
+        "local-hour-sent-early",
+        "nobody is sent before their local hour",
+        "_broadcast.py",
+        r"if due > now:",
+        "if due > now + dt.timedelta(hours=1):",
+        (PERSONAL,),
+    ),
+    Mutant(
+        "local-pass-repeats-the-handled",
+        "a pass of a local-time campaign asks only for the recipients due since the last",
+        "_broadcast.py",
+        r"if handled_until is not None and due <= handled_until:",
+        "if False:",
+        (PERSONAL,),
+    ),
+    # -- revisions: a campaign's edits and deletes ----------------------------------------
+    "revisions",
+    Mutant(
+        "revision-follows-the-notifiers-mode",
+        "a revision is at-least-once unless told, whatever the Notifier's mode",
+        "_revision.py",
+        r"mode=self\.mode,",
+        "mode=n.mode,",
+        (EDITS,),
+    ),
+    Mutant(
+        "delete-not-found-failed",
+        'a delete Telegram answers "message to delete not found" is done',
+        "_revision.py",
+        r'if "message to delete not found" not in exc\.description\.lower\(\):',
+        "if True:",
+        (EDITS,),
+    ),
+    Mutant(
+        "edit-not-modified-failed",
+        'an edit Telegram answers "message is not modified" is done',
+        "_senders/telegram/sender.py",
+        r'if "message is not modified" in lowered:\n(\s+)return False',
+        r"if False:\n\1return False",
+        (EDITS,),
+    ),
+    Mutant(
+        "delete-past-the-limit-tried",
+        "a delete with messages past 48 hours is refused unless what_is_possible",
+        "_revision.py",
+        r"if standing\.past_delete_limit and not what_is_possible:",
+        "if False:",
+        (EDITS,),
+    ),
+    Mutant(
+        "delete-tries-the-old",
+        "a delete of what is possible never tries a message past 48 hours",
+        "_revision.py",
+        r"if cutoff is not None:\n(\s+)query = query\.where\(t\.c\.sent_at >= cutoff\)",
+        r"if False:\n\1query = query.where(t.c.sent_at >= cutoff)",
+        (EDITS,),
+    ),
+    Mutant(
+        "delete-limit-without-margin",
+        "a message ten minutes short of 48 hours counts as past the limit",
+        "_revision.py",
+        r"- DELETE_LIMIT \+ _DELETE_MARGIN",
+        "- DELETE_LIMIT",
+        (EDITS,),
+    ),
+    Mutant(
+        "running-campaign-revised",
+        "a campaign still running (chats claimed) is not revised",
+        "_revision.py",
+        r"if standing\.running:",
+        "if False:",
+        (EDITS,),
+    ),
+    Mutant(
+        "crashed-claims-count-as-running",
+        "a crashed run's claims, their lease out, do not count as running",
+        "_revision.py",
+        r"live = t\.c\.lease_until > ledger\.now\(\)",
+        "live = sa.true()",
+        (EDITS,),
+    ),
+    Mutant(
+        "same-edit-is-a-new-revision",
+        "the same edit run again is the same revision (edits nothing twice)",
+        "_revision.py",
+        r"if edits and edits\[-1\]\[1\] == fingerprint:",
+        "if False:",
+        (EDITS,),
+    ),
+    Mutant(
+        "edit-after-the-delete",
+        "a deleted campaign is not edited",
+        "_revision.py",
+        r'if any\(r\.kind == "delete" for r in await self\.revisions\(\)\):',
+        "if False:",
+        (EDITS,),
+    ),
+    Mutant(
+        "revision-stops-after-a-full-page",
+        "a revision reaches every chat, past the first page of 500",
+        "_revision.py",
+        r"if len\(rows\) < _PAGE:",
+        "if len(rows) <= _PAGE:",
+        (EDITS,),
+    ),
+    Mutant(
+        "album-delete-first-item-only",
+        "a delete removes every item of an album",
+        "_revision.py",
+        r"await self\.sender\.delete_messages\(recipient, ids\)",
+        "await self.sender.delete_messages(recipient, ids[:1])",
+        (EDITS,),
+    ),
+    # -- the recovery after an outage ------------------------------------------------------
+    "outage",
+    Mutant(
+        "outage-never-armed-waits",
+        "a database that never answered in the run is not waited for (misconfigured)",
+        "_drivers/outage.py",
+        r"if self\.patience <= 0 or not self\.armed:",
+        "if self.patience <= 0:",
+        (OUTAGES,),
+    ),
+    Mutant(
+        "outage-patience-zero-waits",
+        "patience zero ends the run at the first failure, with that failure",
+        "_drivers/outage.py",
+        r"if self\.patience <= 0 or not self\.armed:",
+        "if self.patience < 0 or not self.armed:",
+        (OUTAGES,),
+    ),
+    Mutant(
+        "outage-patience-tripled",
+        "a database away past the run's patience ends the run",
+        "_drivers/outage.py",
+        r"while time\.monotonic\(\) - started < self\.patience:",
+        "while time.monotonic() - started < 3 * self.patience:",
+        (OUTAGES,),
+    ),
+    Mutant(
+        "outage-first-failed-probe-gives-up",
+        "a run waits its whole patience for its database, probing again and again",
+        "_drivers/outage.py",
+        r"last = again\n(\s+)continue",
+        r"last = again\n\1break",
+        (OUTAGES,),
+    ),
+    Mutant(
+        "outage-return-not-counted",
+        "a statement cut by an outage is confirmed by its row once the database is back",
+        "_drivers/outage.py",
+        r"self\.epoch \+= 1",
+        "pass",
+        (OUTAGES,),
+    ),
+    Mutant(
+        "outage-gave-up-waits-again",
+        "once a run gave up on its database, no statement waits for it again",
+        "_drivers/outage.py",
+        r"raise exc  # gave up already",
+        "pass  # gave up already",
+        (OUTAGES,),
+    ),
+    Mutant(
+        "outage-cut-lanes-kept",
+        "the connections a run kept for itself are dropped when its database is back",
+        "_drivers/outage.py",
+        r"if self\.on_back is not None:",
+        "if False:",
+        (OUTAGES,),
+    ),
+    Mutant(
+        "outage-armed-never",
+        "a run that reached its database waits for it when it goes away",
+        "_dispatch.py",
+        r"self\.outage\.armed = True",
+        "pass",
+        (OUTAGES,),
+    ),
+    Mutant(
+        "outage-audience-ends-the-run",
+        "an audience look-up the outage cut waits for the database like the claims",
+        "_dispatch.py",
+        r"skips = await check\.skips\(targets\)\n(\s+)break\n(\s+)except "
+        r"LedgerUnavailableError as exc:\n(\s+)await self\.outage\.wait\(exc\)",
+        r"skips = await check.skips(targets)\n\1break\n\2except "
+        r"LedgerUnavailableError as exc:\n\3raise",
+        (OUTAGES,),
+    ),
+    # -- the queue adapters' shared decisions ---------------------------------------------
+    "queues",
+    Mutant(
+        "queue-released-not-retried",
+        "a task whose slot was released (not done) is run again by its queue",
+        "queues/_common.py",
+        r"if guard\.outcome is Outcome\.RETRY:\n(\s+)return 1\.0",
+        r"if False:\n\1return 1.0",
+        QUEUES,
+    ),
+    Mutant(
+        "queue-held-alo-dropped",
+        "at least once, a task whose slot another worker holds is tried again later",
+        "queues/_common.py",
+        r"if held and guard\.mode is DeliveryMode\.AT_LEAST_ONCE:",
+        "if False:",
+        QUEUES,
+    ),
+    Mutant(
+        "queue-held-amo-retried",
+        "at most once, a task whose slot another worker holds is done (the holder settles it)",
+        "queues/_common.py",
+        r"if held and guard\.mode is DeliveryMode\.AT_LEAST_ONCE:",
+        "if held:",
+        QUEUES,
+    ),
+    Mutant(
+        "queue-held-retried-within-the-lease",
+        "a held slot is tried again only after the holder's lease could have ended",
+        "queues/_common.py",
+        r"return lease_seconds \+ 1\.0",
+        "return 1.0",
+        QUEUES,
+    ),
+    Mutant(
+        "queue-finished-slot-retried",
+        "a task redelivered after its slot finished is done at once, no retry loop",
+        "queues/_common.py",
+        r"held = guard\.skipped is SlotStatus\.CLAIMED",
+        "held = guard.skipped is not None",
+        QUEUES,
+    ),
+    Mutant(
+        "queue-body-without-claim",
+        "a task whose slot is not claimed never runs its body",
+        "queues/_common.py",
+        r"if guard\.claim is not None:\n(\s+)return body\(guard\.claim\), None",
+        r"if True:\n\1return body(guard.claim), None",
+        QUEUES,
+    ),
+    Mutant(
+        "queue-body-error-lost",
+        "a task body's exception reaches its queue after the slot is recorded",
+        "queues/_common.py",
+        r"except Exception as exc:\n(\s+)return None, exc",
+        r"except Exception as exc:\n\1return None, None",
+        QUEUES,
+    ),
+    Mutant(
+        "queue-async-error-lost",
+        "an async task body's exception reaches its queue after the slot is recorded",
+        "queues/_common.py",
+        r"if error is not None:\n(\s+)raise error",
+        r"if False:\n\1raise error",
+        QUEUES,
+    ),
+    Mutant(
+        "queue-async-never-retries",
+        "an async task is tried again in-process as retry_delay says",
+        "queues/_common.py",
+        r"for _ in range\(max_retries \+ 1\):",
+        "for _ in range(1):",
+        QUEUES,
+    ),
+    Mutant(
+        "queue-ledger-shared-across-fork",
+        "a forked worker makes its own ledger, never its parent's engine",
+        "queues/_common.py",
+        r"if self\._made is None or self\._made\[0\] != pid:",
+        "if self._made is None:",
+        QUEUES,
+    ),
+)
 
 
 def copy_tree(into: Path) -> Path:
@@ -674,14 +1109,24 @@ def write_docs(rows: list[tuple[Mutant, str, str]], command: str) -> None:
     }
     ran = {m.name: f"| `{m.name}` | {m.promise} | `{m.file}` | {r} | `{by}` |" for m, r, by in rows}
     lines = []
+    results: dict[str, list[str]] = {}
     for mutant in MUTANTS:
         if mutant.name in ran:
             lines.append(ran[mutant.name])
         elif mutant.name in kept:
             cells = kept[mutant.name].split(" | ")
-            result = cells[3].removesuffix(when)
-            lines.append(" | ".join([*cells[:3], result + when, *cells[4:]]))
+            # A row kept from an earlier run keeps that run's date (the first one it got).
+            result = cells[3] if re.search(r" \(\d{4}-\d\d-\d\d\)", cells[3]) else cells[3] + when
+            result = re.sub(r"( \(\d{4}-\d\d-\d\d\))(?: \(\d{4}-\d\d-\d\d\))+", r"\1", result)
+            lines.append(" | ".join([*cells[:3], result, *cells[4:]]))
+        else:
+            continue
+        results.setdefault(mutant.group, []).append(lines[-1].split(" | ")[3])
     caught = sum(r == "caught" for _, r, _ in rows)
+    parts = ["| part of the library | mutants | caught | kill rate |", "|---|---:|---:|---:|"]
+    for group, found in results.items():
+        killed = sum(r.startswith("caught") for r in found)
+        parts.append(f"| {group} | {len(found)} | {killed} | {killed / len(found):.0%} |")
     table = [
         f"Last run: `{command}`, {time.strftime('%Y-%m-%d')}: {caught} of {len(rows)} caught"
         + (
@@ -690,6 +1135,8 @@ def write_docs(rows: list[tuple[Mutant, str, str]], command: str) -> None:
             else ""
         )
         + ".",
+        "",
+        *parts,
         "",
         "| mutant | the promise it breaks | file | result | first failing test |",
         "|---|---|---|---|---|",
@@ -701,6 +1148,12 @@ def write_docs(rows: list[tuple[Mutant, str, str]], command: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", help="run only this mutant (repeatable)")
+    parser.add_argument(
+        "--group",
+        action="append",
+        help="run only the mutants of this part of the library, e.g. revisions (repeatable; "
+        "--list shows the groups)",
+    )
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument(
         "-m", dest="marker", help="pytest marker expression, e.g. 'sqlite' for a quick run"
@@ -713,13 +1166,20 @@ def main() -> int:
         "the first failure, and count the failures",
     )
     args = parser.parse_args()
-    chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
+    chosen = [
+        m
+        for m in MUTANTS
+        if (not args.only or m.name in args.only) and (not args.group or m.group in args.group)
+    ]
     unknown = set(args.only or ()) - {m.name for m in MUTANTS}
     if unknown:
         parser.error(f"unknown mutants: {', '.join(sorted(unknown))}")
+    groups = set(args.group or ()) - {m.group for m in MUTANTS}
+    if groups:
+        parser.error(f"unknown groups: {', '.join(sorted(groups))}")
     if args.list:
         for m in chosen:
-            print(f"{m.name:36} {m.file:20} {m.promise}")
+            print(f"{m.group:31} {m.name:38} {m.file:28} {m.promise}")
         return 0
     python = str(ROOT / ".venv" / "bin" / "python")
     if not os.path.exists(python):
@@ -745,6 +1205,7 @@ def main() -> int:
             print(f"  {result}: {mutant.name} ({mutant.file}: {mutant.pattern})")
     if args.write_docs:
         command = "python scripts/mutants.py" + (f" -m '{args.marker}'" if args.marker else "")
+        command += "".join(f" --group '{g}'" for g in args.group or ())
         command += f" --only NAME ({len(args.only)} named)" if args.only else ""
         command += " --every-failure" if args.every_failure else ""
         write_docs(rows, command)

@@ -145,6 +145,23 @@ async def test_a_mistaken_import_is_one_call_to_undo(audience: AsyncAudience) ->
         await audience.forget_gone()
 
 
+async def test_forget_gone_since_a_moment_forgets_the_recipients_gone_at_it(
+    audience: AsyncAudience,
+) -> None:
+    """forget_gone(since=t) forgets a recipient gone at t itself (the boundary is in),
+    and not one gone an hour before."""
+    await audience.mark_gone(1, "blocked", source="import")
+    await audience.mark_gone(2, "blocked", source="import")
+    t = audience.table
+    async with audience.engine.begin() as conn:
+        earlier = dt.datetime.now(UTC) - dt.timedelta(hours=1)
+        await conn.execute(sa.update(t).where(t.c.recipient == "1").values(since=earlier))
+    rows = {row.recipient: row for row in await audience.rows()}
+    forgotten = await audience.forget_gone(source="import", since=rows["2"].since)
+    left = [row.recipient for row in await audience.rows()]
+    assert (1, ["1"]) == (forgotten, left)
+
+
 @pytest.mark.parametrize(
     ("call", "field"),
     [

@@ -21,6 +21,7 @@ from notifyonce import (
     Broadcast,
     CampaignRevision,
     Copy,
+    DeliveryMode,
     Message,
     Notifier,
     PermanentSendError,
@@ -32,7 +33,7 @@ from notifyonce import (
     ValidationTypeError,
 )
 from notifyonce.telegram import RateLimit, TelegramSender
-from notifyonce.testing import BotAPIServer, FakeSender
+from notifyonce.testing import BotAPIServer, FakeSender, Reply
 
 TOKEN = "424242:EDIT-secret"
 FAST = RateLimit(bot_per_second=500.0, private_chat_per_second=50.0)
@@ -222,6 +223,62 @@ async def test_not_modified_is_done_and_not_found_is_recorded_not_retried(
     assert {"sent"} == {status["1"][0], status["3"][0]}
 
 
+@pytest.mark.parametrize("kind", ["edit", "delete"])
+async def test_a_revision_is_at_least_once_by_default_and_at_most_once_when_told(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer, kind: str
+) -> None:
+    """A revision's request that went through but lost its answer (the connection cut)
+    is tried again by default, whatever the Notifier's mode, and Telegram's answer to the
+    retry ("not modified", "not found") counts as done: no chat unknown, each message
+    changed once; with mode=AT_MOST_ONCE the chat is unknown and never tried again."""
+    notifier, sender = notifier_for(ledger, bot_api_server)
+    assert DeliveryMode.AT_MOST_ONCE == notifier.mode
+    statuses = {}
+    async with sender:
+        for mode, campaign in ((None, "d1"), (DeliveryMode.AT_MOST_ONCE, "d2")):
+            await Broadcast(notifier, "news", campaign, Message("Sale"), [1, 2]).run()
+            revision = (
+                CampaignRevision(notifier, "news", campaign)
+                if mode is None
+                else CampaignRevision(notifier, "news", campaign, mode=mode)
+            )
+            bot_api_server.script("1", [Reply.drop_after_delivery()])
+            run = revision.edit("Sale ends Sunday") if kind == "edit" else revision.delete()
+            first = await run
+            run = revision.edit("Sale ends Sunday") if kind == "edit" else revision.delete()
+            second = await run
+            t = ledger.table
+            async with ledger.engine.connect() as conn:
+                rows = await conn.execute(
+                    sa.select(t.c.subject, t.c.status).where(
+                        t.c.action == "news", t.c.cycle == first.campaign
+                    )
+                )
+                statuses[campaign] = dict(rows.all())
+            statuses[campaign + "-runs"] = (
+                (first.progress.sent, first.progress.retry, first.progress.unknown),
+                (second.progress.sent, second.progress.duplicate),
+            )
+    assert {"1": "sent", "2": "sent"} == statuses["d1"]
+    assert ((1, 1, 0), (1, 1)) == statuses["d1-runs"]
+    assert {"1": "unknown", "2": "sent"} == statuses["d2"]
+    assert ((1, 0, 1), (0, 2)) == statuses["d2-runs"]
+    changed = [(c.chat_id, c.message_id) for c in bot_api_server.changes]
+    assert 4 == len(changed) == len(set(changed)), "each message changed once"
+
+
+async def test_a_revision_refuses_a_mode_that_is_not_a_delivery_mode(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer
+) -> None:
+    """mode="at_least_once" (a str) is refused, naming the field, before anything."""
+    notifier, sender = notifier_for(ledger, bot_api_server)
+    async with sender:
+        with pytest.raises(ValidationTypeError) as refused:
+            CampaignRevision(notifier, "news", "c1", mode="at_least_once")  # type: ignore[arg-type]
+    assert "mode" == refused.value.field
+    assert "must be a DeliveryMode, got str" in refused.value.problem
+
+
 async def test_a_delete_removes_every_album_item_once(
     ledger: AsyncLedger, bot_api_server: BotAPIServer
 ) -> None:
@@ -275,6 +332,68 @@ async def test_a_delete_says_what_is_past_48_hours_and_deletes_only_the_rest_whe
     assert 3 == report.progress.sent
     assert {"3", "4", "5"} == {c.chat_id for c in bot_api_server.changes}
     assert {"deleteMessage"} == {r.method for r in bot_api_server.requests[before:]}
+    assert ["3", "4", "5"] == sorted(r.chat_id for r in bot_api_server.requests[before:]), (
+        "the two old ones never tried"
+    )
+
+
+async def test_a_deleted_campaign_is_not_edited(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer
+) -> None:
+    """An edit after the campaign's delete is refused, naming the campaign, before any
+    request or claim."""
+    notifier, sender = notifier_for(ledger, bot_api_server)
+    async with sender:
+        await Broadcast(notifier, "news", "c11", Message("Sale"), [1, 2]).run()
+        revision = CampaignRevision(notifier, "news", "c11")
+        await revision.delete()
+        requests, rows = len(bot_api_server.requests), await _rows(ledger)
+        with pytest.raises(ValidationError) as refused:
+            await revision.edit("Sale ends Sunday")
+        after = (len(bot_api_server.requests), await _rows(ledger))
+    assert "campaign" == refused.value.field
+    assert "campaign news/c11 was deleted" in refused.value.problem
+    assert (requests, rows) == after
+
+
+async def test_the_48_hours_count_with_a_margin_of_ten_minutes(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer
+) -> None:
+    """A message sent 47 hours 51 minutes ago by the ledger's clock counts as past
+    Telegram's limit (the run takes a while), one sent 47 hours 49 minutes ago does not."""
+    notifier, sender = notifier_for(ledger, bot_api_server)
+    async with sender:
+        await Broadcast(notifier, "news", "c9", Message("News"), [1, 2, 3]).run()
+        t = ledger.table
+        for chat, ago in (
+            ("1", dt.timedelta(hours=47, minutes=51)),
+            ("2", dt.timedelta(hours=47, minutes=49)),
+        ):
+            async with ledger.engine.begin() as conn:
+                await conn.execute(
+                    sa.update(t)
+                    .where(t.c.cycle == "c9", t.c.subject == chat)
+                    .values(sent_at=ledger.now() - ago)
+                )
+        standing = await CampaignRevision(notifier, "news", "c9").messages()
+    assert SentMessages(3, 1, 0, 0) == standing
+
+
+async def test_a_revision_reaches_every_chat_past_its_first_page(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chats are read a page at a time: with pages of two, five chats are edited,
+    the last page's one too, and each once."""
+    import notifyonce._revision as revision_module
+
+    monkeypatch.setattr(revision_module, "_PAGE", 2)
+    notifier, sender = notifier_for(ledger, bot_api_server)
+    async with sender:
+        await Broadcast(notifier, "news", "c10", Message("Sale"), range(1, 6)).run()
+        report = await CampaignRevision(notifier, "news", "c10").edit("Sale ends Sunday")
+    edited = [c.chat_id for c in bot_api_server.changes]
+    assert 5 == report.progress.sent
+    assert ["1", "2", "3", "4", "5"] == sorted(edited)
 
 
 async def test_bad_revisions_are_refused_before_any_claim_or_request(

@@ -6,6 +6,7 @@ nothing or is still running, messages past Telegram's 48 hours (counted and said
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from notifyonce import DeliveryMode
 from notifyonce._cli import main
+from notifyonce._cli.campaign import FOLLOW_UP_MODE, delivery_mode
 from notifyonce.testing import BotAPIServer
 
 from ._databases import Backend
@@ -184,16 +187,42 @@ def test_a_delete_without_action_and_an_edit_of_a_running_campaign_are_refused(
 
 
 def test_a_follow_up_goes_to_the_chats_with_that_outcome_once(
-    sent: list[str], server: BotAPIServer, tmp_path: Path
+    sent: list[str], server: BotAPIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A reminder to the chats that got the first message: each once, and again nothing."""
+    """A reminder to the chats that got the first message: each once, and again nothing;
+    without --mode it starts by saying it is at-most-once and why, with --mode it does
+    not."""
     (tmp_path / "reminder.txt").write_text("Two days left")
     follow = ("--only", "sent", "--to-campaign", "c1-reminder")
     follow += ("--text-file", str(tmp_path / "reminder.txt"))
     assert 0 == main(campaign("follow-up", sent, *follow))
-    assert 0 == main(campaign("follow-up", sent, *follow))
+    first = capsys.readouterr().err
+    assert 0 == main(campaign("follow-up", sent, *follow, "--mode", "at-most-once"))
+    second = capsys.readouterr().err
     reminders = [d.chat_id for d in server.deliveries if d.text == "Two days left"]
     assert sorted(str(i) for i in range(1, CHATS + 1)) == sorted(reminders)
+    assert first.startswith(FOLLOW_UP_MODE + "\n")
+    assert FOLLOW_UP_MODE not in second
+
+
+@pytest.mark.parametrize(
+    ("command", "given", "expected"),
+    [
+        ("edit", None, DeliveryMode.AT_LEAST_ONCE),
+        ("delete", None, DeliveryMode.AT_LEAST_ONCE),
+        ("follow-up", None, DeliveryMode.AT_MOST_ONCE),
+        ("edit", "at-most-once", DeliveryMode.AT_MOST_ONCE),
+        ("delete", "at-most-once", DeliveryMode.AT_MOST_ONCE),
+        ("follow-up", "at-least-once", DeliveryMode.AT_LEAST_ONCE),
+    ],
+)
+def test_revisions_default_to_at_least_once_and_a_follow_up_to_at_most_once(
+    command: str, given: str | None, expected: DeliveryMode
+) -> None:
+    """edit and delete are at-least-once without --mode (a retry is harmless), a
+    follow-up at-most-once (a retry is a second message); --mode overrides either."""
+    args = argparse.Namespace(campaign_command=command, mode=given)
+    assert expected == delivery_mode(args)
 
 
 def _rows(backend: Backend, table: str) -> int:

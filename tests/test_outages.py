@@ -237,3 +237,125 @@ def test_outage_patience_must_be_a_timedelta_of_zero_or_more(
     """A negative or non-timedelta patience is refused, naming the field."""
     with pytest.raises(ValidationError, match="outage_patience"):
         Notifier(ledger, FakeSender(), outage_patience=value)  # type: ignore[arg-type]
+
+
+class _Away:
+    """A database away for ``failures`` probes (for ever: None), on a clock that moves
+    only when the outage sleeps between probes."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, failures: int | None) -> None:
+        import asyncio
+
+        import notifyonce._drivers.outage as outage_module
+
+        self.now = 0.0
+        self.probes = 0
+        self.failures = failures
+
+        async def sleep(seconds: float) -> None:
+            self.now += seconds
+            await asyncio.sleep(0)
+
+        async def probe(outage: Outage) -> None:
+            self.probes += 1
+            if self.failures is None or self.probes <= self.failures:
+                raise OSError("connection refused")
+
+        fake_asyncio = type(asyncio)("fake_asyncio")
+        fake_asyncio.__dict__.update(vars(asyncio))
+        fake_asyncio.sleep = sleep  # type: ignore[attr-defined]
+        fake_time = type(time)("fake_time")
+        fake_time.monotonic = lambda: self.now  # type: ignore[attr-defined]
+        monkeypatch.setattr(outage_module, "asyncio", fake_asyncio)
+        monkeypatch.setattr(outage_module, "time", fake_time)
+        monkeypatch.setattr(Outage, "_probe_once", probe)
+
+
+def _cut() -> LedgerUnavailableError:
+    return LedgerUnavailableError("database unavailable (OSError: connection reset)")
+
+
+async def test_a_database_away_for_good_is_probed_for_the_patience_and_no_longer(
+    ledger: AsyncLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Patience 5 s, a probe every half second: ten probes, then the wait ends naming the
+    patience; a statement that fails afterwards is not waited for again (no new probe)."""
+    away = _Away(monkeypatch, failures=None)
+    outage = Outage(ledger.engine, patience=5.0)
+    outage.armed = True
+    with pytest.raises(LedgerUnavailableError, match="the run's patience") as first:
+        await outage.wait(_cut())
+    probes = away.probes
+    later = _cut()
+    with pytest.raises(LedgerUnavailableError) as again:
+        await outage.wait(later)
+    assert 10 == probes
+    assert "database unavailable for 5.0 s" in str(first.value)
+    assert later is again.value
+    assert (10, 1) == (away.probes, outage.absences)
+
+
+async def test_a_database_back_after_failed_probes_is_waited_for_and_its_lanes_dropped(
+    ledger: AsyncLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two probes fail, the third answers: the wait returns, the run's own connections are
+    let go once, and the return is counted (statements from before it are confirmed)."""
+    away = _Away(monkeypatch, failures=2)
+    dropped: list[int] = []
+
+    async def on_back() -> None:
+        dropped.append(away.probes)
+
+    outage = Outage(ledger.engine, patience=60.0, on_back=on_back)
+    outage.armed = True
+    await outage.wait(_cut())
+    assert (3, [3], 1, 1) == (away.probes, dropped, outage.epoch, outage.absences)
+    assert 1.5 == outage.waited
+
+
+@pytest.mark.parametrize("armed", [True, False], ids=["armed", "never-answered"])
+async def test_patience_zero_or_a_database_never_reached_raises_the_failure_itself(
+    ledger: AsyncLedger,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    armed: bool,
+) -> None:
+    """Patience zero (or a database the run never reached, whatever the patience): the
+    statement's own failure is raised, with no probe and no word of an outage."""
+    away = _Away(monkeypatch, failures=None)
+    caplog.set_level(logging.WARNING, logger="notifyonce")
+    outage = Outage(ledger.engine, patience=0.0 if armed else 60.0)
+    outage.armed = armed
+    cut = _cut()
+    with pytest.raises(LedgerUnavailableError) as raised:
+        await outage.wait(cut)
+    assert cut is raised.value
+    assert (0, 0) == (away.probes, outage.absences)
+    assert [] == _said(caplog, "the database is away")
+
+
+async def test_an_audience_look_up_cut_by_an_outage_waits_for_the_database(
+    ledger: AsyncLedger, clock: WallClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The audience look-up of a later batch fails because the database went away: the
+    run waits for it like its claims do, and every notification is sent once."""
+    from notifyonce import AsyncAudience
+
+    original = AsyncAudience._screen
+    calls = {"n": 0}
+
+    async def screen(self: AsyncAudience, recipients: list[str]) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise _cut()
+        return await original(self, recipients)
+
+    monkeypatch.setattr(AsyncAudience, "_screen", screen)
+    sender = FakeSender()
+    notifier = Notifier(
+        ledger, sender, batch_size=5, concurrency=1, outage_patience=dt.timedelta(seconds=30)
+    )
+    report = await notifier.send_many(ACTION, items(20))
+    assert 20 == report.counts[Outcome.SENT]
+    assert 20 == len(sender.sent)
+    assert calls["n"] >= 3

@@ -30,7 +30,7 @@ from notifyonce import (
     recipients_from_query,
 )
 from notifyonce._campaign import LanguageCounts
-from notifyonce._personal import Personal, read_rows
+from notifyonce._personal import LocalHour, Personal, read_rows
 from notifyonce._senders.telegram.markup import markup_problem
 from notifyonce.testing import BotAPIServer, FakeSender
 
@@ -349,6 +349,21 @@ def test_a_variant_has_its_own_buttons_filled_in() -> None:
     assert ru == personal.render(Recipient(2, {"name": "B"}, language="ru")).reply_markup
 
 
+@pytest.mark.parametrize("key", ["text", "url"])
+def test_a_field_only_a_button_needs_is_refused_when_missing(key: str) -> None:
+    """A recipient with every field the text needs but not one a button's text or URL
+    needs is refused, naming that field, rather than sent a button with a blank in it."""
+    button = {"text": "Open", "url": "https://x.test/"}
+    button[key] += "$slug" if key == "url" else " $slug"
+    personal = Personal(
+        Message("Hi $name", reply_markup={"inline_keyboard": [[button]]}), template=True
+    )
+    with pytest.raises(ValidationError) as refused:
+        personal.render(Recipient(1, {"name": "Ann"}))
+    assert "recipient" == refused.value.field
+    assert "has no field 'slug' for the template" in refused.value.problem
+
+
 # -- the recipient's own hour ---------------------------------------------------------
 
 
@@ -412,12 +427,37 @@ async def test_each_recipient_gets_it_at_ten_in_its_own_zone(
         "3": dt.datetime(2026, 12, 1, 15, 0, tzinfo=UTC),
         "4": dt.datetime(2026, 12, 2, 1, 0, tzinfo=UTC),
     }
-    assert 4 == report.progress.sent
+    assert (4, 0) == (report.progress.sent, report.progress.duplicate), "each pass asks anew"
     late = {chat: sender.at[chat] - when for chat, when in due.items()}
     assert dict.fromkeys(due, True) == {  # late by no more than one step
         chat: dt.timedelta(0) <= d <= step for chat, d in late.items()
     }
     assert 4 == max(seen)
+
+
+@pytest.mark.parametrize(
+    ("start", "expected"),
+    [
+        (dt.datetime(2026, 12, 1, 9, 0, tzinfo=UTC), dt.datetime(2026, 12, 1, 9, 0, tzinfo=UTC)),
+        (
+            dt.datetime(2026, 12, 1, 9, 0, 1, tzinfo=UTC),
+            dt.datetime(2026, 12, 2, 9, 0, tzinfo=UTC),
+        ),
+        (
+            dt.datetime(2026, 12, 1, 8, 59, 59, tzinfo=UTC),
+            dt.datetime(2026, 12, 1, 9, 0, tzinfo=UTC),
+        ),
+    ],
+    ids=["at-the-hour", "a-second-after", "a-second-before"],
+)
+def test_the_local_hour_is_the_first_at_or_after_the_start(
+    start: dt.datetime, expected: dt.datetime
+) -> None:
+    """10:00 in Berlin (09:00 UTC) from a start at that very moment is due at once; a
+    second later it is the next day's; a second before, today's."""
+    local = LocalHour(dt.time(10), _zone("Europe/Berlin"), start)
+    assert expected == local.due(None)
+    assert expected == local.due(_zone("Europe/Berlin"))
 
 
 async def test_a_cancel_from_the_console_ends_the_wait_for_the_next_hour(

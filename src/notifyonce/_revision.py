@@ -4,9 +4,10 @@ A revision of a campaign is a campaign of its own in the ledger: the same action
 cycle ``<campaign>#edit-<n>`` (the n-th edit) or ``<campaign>#delete``, one slot per chat
 the campaign reached. So the slot machinery that sends a broadcast once per chat edits and
 deletes once per chat too: claims just in time, outcomes written at once, a killed run
-resumed by running it again (the chats done are duplicates), at-most-once or
-at-least-once as the Notifier says, and the sender's rate limit (an edit or a delete takes
-its turn like a send).
+resumed by running it again (the chats done are duplicates), and the sender's rate limit
+(an edit or a delete takes its turn like a send). A revision is at-least-once unless told
+otherwise, whatever the Notifier's own mode: a retried edit or delete is harmless (see
+Telegram's answers below), so a killed run leaves no chat ``unknown``.
 
 What each chat is edited or deleted by is the ``message_id`` the ledger keeps in the
 campaign's ``sent`` slots (an album's ids joined by commas: every item is deleted). The
@@ -20,9 +21,9 @@ latest edit's is that revision again (a resumed or repeated run edits nothing tw
 another edit is the next revision. A campaign has one delete.
 
 Telegram's answers: "message is not modified" is an edit done (it already said that),
-and "message to delete not found" a delete done (the message is gone); so in
-at-least-once mode an edit or delete that went through before a crash and is tried
-again changes nothing twice. "message to edit not found" (the user deleted it) and
+and "message to delete not found" a delete done (the message is gone); so an edit or
+delete that went through before a crash and is tried again (at-least-once) changes
+nothing twice. "message to edit not found" (the user deleted it) and
 "message can't be deleted for everyone" are refusals for good, recorded for the chat
 (``failed``) and not retried.
 Telegram lets a bot delete its messages for 48 hours: the messages older than that by
@@ -54,6 +55,7 @@ from notifyonce._errors import (
 from notifyonce._keys import Subject, make_key, normalize_action, normalize_cycle
 from notifyonce._ledger.table import SlotStatus
 from notifyonce._message import Message, Receipt
+from notifyonce._outcome import DeliveryMode
 
 if TYPE_CHECKING:
     from notifyonce._broadcast import BroadcastProgress, BroadcastReport, ProgressFollower
@@ -239,18 +241,41 @@ class CampaignRevision:
 
     Args:
         notifier: The campaign's Notifier: its ledger, its sender (which must edit and
-            delete: [`TelegramSender`][notifyonce.telegram.TelegramSender]), its delivery
-            mode and concurrency. Its quiet hours and spacing do not apply: an edit is
-            no new message.
+            delete: [`TelegramSender`][notifyonce.telegram.TelegramSender]), its
+            concurrency and max_attempts. Its quiet hours and spacing do not apply: an
+            edit is no new message; nor does its mode (see ``mode``).
         action: The campaign's action.
         campaign: The campaign id.
+        mode: At-least-once by default: an edit or delete tried again after a crash is
+            harmless (Telegram answers "message is not modified" or "message to delete
+            not found", both done), so a killed run leaves no chat ``unknown``.
+            ``DeliveryMode.AT_MOST_ONCE`` records a chat whose request may have gone
+            through ``unknown`` and never tries it again.
+
+    Raises:
+        ValidationError: A reserved action, a campaign id naming a revision.
+        ValidationTypeError: A campaign id that is not a str, a mode that is not a
+            DeliveryMode.
 
     Examples:
         >>> revision = CampaignRevision(notifier, "news", "2026-12")  # doctest: +SKIP
         >>> report = await revision.edit("The sale ends on Sunday")  # doctest: +SKIP
+        >>> strict = CampaignRevision(
+        ...     notifier, "news", "2026-12", mode=DeliveryMode.AT_MOST_ONCE
+        ... )  # doctest: +SKIP
     """
 
-    def __init__(self, notifier: Notifier, action: str, campaign: str) -> None:
+    def __init__(
+        self,
+        notifier: Notifier,
+        action: str,
+        campaign: str,
+        *,
+        mode: DeliveryMode = DeliveryMode.AT_LEAST_ONCE,
+    ) -> None:
+        if not isinstance(mode, DeliveryMode):
+            raise ValidationTypeError("mode", f"must be a DeliveryMode, got {type(mode).__name__}")
+        self.mode = mode
         self.action = normalize_action(action)
         if self.action in RESERVED_ACTIONS:
             raise ValidationError(
@@ -265,7 +290,10 @@ class CampaignRevision:
         self._ids: str = ""
 
     def __repr__(self) -> str:
-        return f"CampaignRevision({self.action!r}, campaign={self.campaign!r})"
+        return (
+            f"CampaignRevision({self.action!r}, campaign={self.campaign!r}, "
+            f"mode={self.mode.value!r})"
+        )
 
     # -- what the ledger holds ------------------------------------------------------------
 
@@ -430,7 +458,7 @@ class CampaignRevision:
         child = Notifier(
             n.ledger,
             sender,
-            mode=n.mode,
+            mode=self.mode,
             max_attempts=n.max_attempts,
             concurrency=n.concurrency,
             batch_size=n.batch_size,

@@ -8,6 +8,11 @@ before any request or claim: a bad file or option, a campaign that sent nothing 
 still running, and, for a delete, messages past Telegram's 48 hours (counted and said;
 ``--what-is-possible`` deletes the others).
 
+``edit`` and ``delete`` are at-least-once unless ``--mode at-most-once``: Telegram makes
+their retry harmless, so a killed run leaves no chat unknown. ``follow-up`` sends new
+messages, where a retry could send a chat a second one: it stays at-most-once unless
+``--mode at-least-once``, and says so when it starts.
+
 Exit codes: 0 done; 1 some chats need attention (unknown, failed, held, to retry); 2 a
 usage error (nothing was tried); 3 the database failed; 130 interrupted.
 """
@@ -55,6 +60,21 @@ __all__ = ["add_parser", "run"]
 ENV_TOKEN = "NOTIFYONCE_BOT_TOKEN"  # noqa: S105 (the variable's name, not a secret)
 EXIT_ATTENTION = 1
 EXIT_INTERRUPTED = 130
+#: Said when a follow-up starts without --mode: why it is not at-least-once as a revision is.
+FOLLOW_UP_MODE = (
+    "follow-up is at-most-once: it sends new messages, and a chat whose send may have "
+    "gone through is not sent a second one (--mode at-least-once to retry those)."
+)
+
+
+def delivery_mode(args: argparse.Namespace) -> DeliveryMode:
+    """``--mode``, or the command's default: at-least-once for a revision (edit,
+    delete: a retry is harmless), at-most-once for a follow-up (a retry is a new message)."""
+    if args.mode is not None:
+        return DeliveryMode(args.mode.replace("-", "_"))
+    if args.campaign_command == "follow-up":
+        return DeliveryMode.AT_MOST_ONCE
+    return DeliveryMode.AT_LEAST_ONCE
 
 
 def add_parser(commands: argparse._SubParsersAction[Any], db: argparse.ArgumentParser) -> None:
@@ -81,7 +101,13 @@ def add_parser(commands: argparse._SubParsersAction[Any], db: argparse.ArgumentP
         "(default 30; 0: no limit)",
     )
     common.add_argument("--concurrency", type=int, default=16, help="requests in flight at most")
-    common.add_argument("--mode", choices=["at-most-once", "at-least-once"], default="at-most-once")
+    common.add_argument(
+        "--mode",
+        choices=["at-most-once", "at-least-once"],
+        default=None,
+        help="edit and delete: at-least-once by default (a retried edit or delete is "
+        "harmless); follow-up: at-most-once by default (a retry would be a second message)",
+    )
     common.add_argument("--lease", type=duration_arg, default=dt.timedelta(minutes=5))
     common.add_argument("--progress-every", type=float, default=5.0, metavar="SECONDS")
     common.add_argument(
@@ -130,6 +156,8 @@ def add_parser(commands: argparse._SubParsersAction[Any], db: argparse.ArgumentP
         "follow-up",
         parents=[common, text],
         help="a new campaign to the chats with one outcome of this one",
+        description=f"{FOLLOW_UP_MODE} A new campaign (--to-campaign) of the same action "
+        "to the chats of this one whose outcome is --only, resumable like any broadcast.",
     )
     follow.add_argument("--only", required=True, choices=sorted(FOLLOW_UP_STATUSES))
     follow.add_argument("--to-campaign", required=True, help="the follow-up's campaign id")
@@ -223,12 +251,10 @@ async def _run(args: argparse.Namespace, url: str, token: str, edit: dict[str, A
         raise UsageError(engine_error(exc)) from None
     try:
         ledger = AsyncLedger(engine, table_name=args.table, schema=args.schema, lease=args.lease)
-        notifier = Notifier(
-            ledger,
-            sender,
-            mode=DeliveryMode(args.mode.replace("-", "_")),
-            concurrency=args.concurrency,
-        )
+        mode = delivery_mode(args)
+        if args.campaign_command == "follow-up" and args.mode is None:
+            print(FOLLOW_UP_MODE, file=sys.stderr)
+        notifier = Notifier(ledger, sender, mode=mode, concurrency=args.concurrency)
         show = _Progress(args.progress_every)
         if args.progress_chat is not None:
             show.chat = ProgressMessage(sender, args.progress_chat)
@@ -251,7 +277,7 @@ async def _run(args: argparse.Namespace, url: str, token: str, edit: dict[str, A
 async def _revise(
     args: argparse.Namespace, notifier: Notifier, edit: dict[str, Any], show: _Progress
 ) -> BroadcastReport:
-    revision = CampaignRevision(notifier, args.action, args.campaign)
+    revision = CampaignRevision(notifier, args.action, args.campaign, mode=notifier.mode)
     if args.campaign_command == "edit":
         return await _interruptibly(
             revision.edit(
