@@ -1041,6 +1041,44 @@ MUTANTS = sections(
         "if self._made is None:",
         QUEUES,
     ),
+    Mutant(
+        "queue-claim-away-not-retried",
+        "a task whose claim found the database away is tried again, not failed",
+        "queues/_common.py",
+        r"if guard\.outcome is None and isinstance\(error, LedgerUnavailableError\):",
+        "if False:",
+        (
+            "tests/test_contract.py::test_a_queue_tries_a_claim_again_only_when_the_database_was_away",
+        ),
+    ),
+    Mutant(
+        "dramatiq-claim-error-plain",
+        "a dramatiq claim failure stops the actor (a MiddlewareError), never lets it run",
+        "queues/dramatiq.py",
+        r"class ClaimError\(MiddlewareError\):",
+        "class ClaimError(Exception):",
+        (
+            "tests/test_queues_dramatiq.py::test_a_missing_ledger_table_stops_the_message_and_names_the_fix",
+        ),
+    ),
+    Mutant(
+        "dramatiq-held-retry-plain",
+        "a dramatiq message whose slot is held stops the actor, then comes back after the lease",
+        "queues/dramatiq.py",
+        r"class SlotHeldError\(dramatiq\.Retry, MiddlewareError\):",
+        "class SlotHeldError(dramatiq.Retry):",
+        (
+            "tests/test_queues_dramatiq.py::test_a_slot_held_by_a_live_worker_does_not_run_the_actor",
+        ),
+    ),
+    Mutant(
+        "once-mark-gives-up-at-once",
+        "a guard's mark waits for a database that went away after the block ran",
+        "_once.py",
+        r"return self\._ledger\.lease\.total_seconds\(\) / 2",
+        "return 0.0",
+        ("tests/test_contract.py::TestOnce::test_database_away_after_the_body_is_waited_out",),
+    ),
 )
 
 
