@@ -900,7 +900,7 @@ def test_skipped_chats_are_counted_alike_by_the_summary_the_admin_chat_and_stats
     assert 0 == first.returncode, first.stderr
     summary_line = first.stdout.splitlines()[0]
     assert summary_line.endswith(
-        f"43 sent, 1 failed, 0 unknown, 0 already done, 0 to retry, {said}"
+        f"43 sent, 1 failed, 0 unknown, 0 already done, 0 given back, {said}"
     )
     last_progress = [line for line in first.stderr.splitlines() if line.startswith("progress:")][-1]
     handled = f"progress: 50/50 handled, sent 43  failed 1  unknown 0  already done 0  {said}, "
@@ -931,6 +931,6 @@ def test_skipped_chats_are_counted_alike_by_the_summary_the_admin_chat_and_stats
     assert 0 == again.returncode, again.stderr
     # Chat 7, learned gone by its refusal, is skipped too now (before its slot is read).
     assert again.stdout.splitlines()[0].endswith(
-        "0 sent, 0 failed, 0 unknown, 43 already done, 0 to retry, "
+        "0 sent, 0 failed, 0 unknown, 43 already done, 0 given back, "
         "skipped 7 (gone: blocked 6, opted out of news 1)"
     )

@@ -9,9 +9,12 @@ the cause and the next step. Never one line per chat not tried.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
+import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -83,6 +86,13 @@ def test_a_deleted_post_stops_in_a_few_lines_saying_no_slot_was_burnt(
     assert "no chat's slot was used up" in done.stdout
     assert f"{CHATS - len(server.requests):,} not tried" in done.stdout
     assert "run again to retry" not in done.stdout
+    (summary,) = done.stdout.splitlines()
+    (last,) = [line for line in done.stderr.splitlines() if line.startswith("progress:")]
+    told = numbers(summary)
+    assert CHATS == told["tried and given back"] + told["not tried"], summary
+    assert {**told, "handled": told["tried and given back"]} == numbers(last), last
+    # The chats tried are given back (released, no attempt burnt); the rest have no slot.
+    assert {"released": told["tried and given back"]} == ledger_counts()
 
 
 def test_a_console_cancel_stops_in_a_few_lines_naming_the_flag(
@@ -111,13 +121,64 @@ def test_a_console_cancel_stops_in_a_few_lines_naming_the_flag(
     assert summary.endswith(
         f": {sent:,} sent, {CHATS - sent:,} not tried; resume with --resume-cancelled"
     )
-    assert f"sent {sent:,}  failed 0  unknown 0" in done.stderr  # the progress line
     (shown,) = [d.message_id for d in server.deliveries if d.chat_id == str(ADMIN)]
     final = server.message_text(ADMIN, shown) or ""
-    assert final.startswith("Broadcast news/c1: stopped, 300 of 300 handled"), final
+    assert final.startswith(f"Broadcast news/c1: stopped, {sent:,} of 300 handled"), final
     assert f"sent {sent:,} · failed 0 · unknown 0 · " in final
     assert summary == final.splitlines()[-1]
     assert TEXT not in done.stdout + done.stderr
+
+
+def numbers(line: str) -> dict[str, int]:
+    """The counts of a line, by their words: ``"68 sent, 232 not tried"`` and ``"sent 68
+    not tried 232"`` both read ``{"sent": 68, "not tried": 232}``; ``"68/300 handled"``
+    reads ``{"handled": 68}``."""
+    words = r"sent|failed|unknown|already done|tried and given back|given back|not tried"
+    words += r"|held by another run|handled"
+    found = {
+        w: int(n.replace(",", ""))
+        for n, w in re.findall(rf"(\d[\d,]*)(?:/[\d,]+)? ({words})\b", line)
+    }
+    found.update(
+        {w: int(n.replace(",", "")) for w, n in re.findall(rf"\b({words}) ([\d,]+)", line)}
+    )
+    return found
+
+
+def ledger_counts() -> dict[str, int]:
+    """``notifyonce stats --json``: the slots of the action ``news`` per status."""
+    done = run([sys.executable, "-m", "notifyonce", "stats", "--json"])
+    assert 0 == done.returncode, done.stderr
+    counts: dict[str, int] = json.loads(done.stdout)["actions"]["news"]
+    return counts
+
+
+def test_a_cancelled_runs_last_progress_line_log_summary_and_stats_tell_one_story(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """A cancel from the console mid-run: the last progress line shows no rate and no ETA
+    and the summary's counts (sent, not tried), no line says "retry" or "given back" for
+    chats never tried, and the sent count is the ledger's (`notifyonce stats`)."""
+    process = started(campaign(workdir, server, rate="50"))
+    wait_for(server, 20)
+    engine = sa.create_engine(os.environ["NOTIFYONCE_DATABASE_URL"])
+    try:
+        with engine.begin() as conn:
+            now = dt.datetime.now(dt.timezone.utc)
+            conn.execute(cancel_statement(Ledger(engine).table, "news", "c1", now, cancel=True))
+    finally:
+        engine.dispose()
+    done = finish(process)
+    assert 1 == done.returncode, done.stderr
+    (summary,) = done.stdout.splitlines()
+    (last,) = [line for line in done.stderr.splitlines() if line.startswith("progress:")]
+    assert ("/s" in last, "ETA" in last) == (False, False), last
+    sent = len(server.deliveries)
+    told = numbers(summary)
+    assert {"sent": sent, "not tried": CHATS - sent} == told, summary
+    assert {**told, "handled": sent} == numbers(last), last
+    assert [] == [line for line in lines(done) if "retry" in line or "given back" in line]
+    assert {"sent": sent} == ledger_counts()
 
 
 def test_a_bot_wide_flood_wait_stops_in_a_few_lines_saying_when_to_run_again(

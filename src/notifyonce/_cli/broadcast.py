@@ -34,9 +34,11 @@ from notifyonce._broadcast import (
     Broadcast,
     BroadcastProgress,
     BroadcastReport,
+    held_here,
     recipients_from_file,
     recipients_from_query,
     skipped_text,
+    stop_items,
     stop_line,
     unknown_text,
     waiting_text,
@@ -693,15 +695,27 @@ def _eta(seconds: float | None) -> str:
     return f"ETA {hours}:{minutes:02d}:{secs:02d}" if hours else f"ETA {minutes:02d}:{secs:02d}"
 
 
+def _stopped(p: BroadcastProgress) -> bool:
+    """The last snapshot of a run stopped before its end: no rate, no ETA, and the counts
+    of the summary's stop line."""
+    return p.finished and p.cause is not None
+
+
 def _count_items(p: BroadcastProgress) -> list[str]:
+    if _stopped(p):
+        return stop_items(p, p.not_tried, p.cause)
     items = [
         f"sent {p.sent:,}",
         f"failed {p.failed:,}",
         f"unknown {p.unknown:,}",
         f"already done {p.duplicate:,}",
     ]
-    if p.retry:
-        items.append(f"retry {p.retry:,}")
+    # In the summary's words: tried and given back (the next run tries them again) apart
+    # from not tried (no request went out).
+    if p.given_back:
+        items.append(f"given back {p.given_back:,}")
+    if p.untried:
+        items.append(f"not tried {p.untried:,}")
     if DRY_RUN_SEND in p.skips:
         items.append(f"would send {p.skips[DRY_RUN_SEND]:,}")
     skipped = skipped_text(p)
@@ -716,17 +730,19 @@ def _counts(p: BroadcastProgress) -> str:
 
 
 def _speed(p: BroadcastProgress) -> str:
+    if _stopped(p):
+        return f"stopped ({p.cause})"
     return f"{p.rate:,.0f}/s  {_eta(p.eta)}"
 
 
 def _head(p: BroadcastProgress, width: int) -> str:
     """The bar (``width`` wide inside its brackets; none at 0), the share and the count."""
     if not p.total:
-        return f"{p.done:,} handled"
-    share = f"{100 * p.done / p.total:5.1f}%  {p.done:,}/{p.total:,}"
+        return f"{p.handled:,} handled"
+    share = f"{100 * p.handled / p.total:5.1f}%  {p.handled:,}/{p.total:,}"
     if width <= 0:
         return share
-    filled = min(width, int(width * p.done / p.total))
+    filled = min(width, int(width * p.handled / p.total))
     return f"[{'#' * filled}{'-' * (width - filled)}] {share}"
 
 
@@ -767,7 +783,9 @@ def render_lines(p: BroadcastProgress, columns: int) -> list[str]:
 def render_line(p: BroadcastProgress) -> str:
     """One plain log line of progress (no bar), for logs and pipes."""
     total = f"/{p.total:,}" if p.total is not None else ""
-    return f"progress: {p.done:,}{total} handled, {_counts(p)}, {p.rate:,.0f}/s, {_eta(p.eta)}"
+    if _stopped(p):
+        return f"progress: {p.handled:,}{total} handled, {_speed(p)}: {', '.join(_count_items(p))}"
+    return f"progress: {p.handled:,}{total} handled, {_counts(p)}, {p.rate:,.0f}/s, {_eta(p.eta)}"
 
 
 class _Display(logging.Handler):
@@ -874,9 +892,13 @@ def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
         )
     else:
         rate = p.done / p.elapsed if p.elapsed > 0 else 0.0
+        held = held_here(report)
         counts = [
             f"{p.sent:,} sent, {p.failed:,} failed, {p.unknown:,} unknown, "
-            f"{p.duplicate:,} already done, {p.retry:,} to retry",
+            f"{p.duplicate - held:,} already done",
+            *([f"{held:,} held by another run"] if held else []),
+            f"{p.given_back:,} given back",
+            *([f"{p.untried:,} not tried"] if p.untried else []),
             *([skipped] if skipped else []),
         ]
         lines = [
