@@ -472,11 +472,28 @@ def test_the_progress_line_and_the_admin_chat_show_who_waits_for_their_hour() ->
     from notifyonce._progress_chat import render_progress
 
     later = dt.datetime(2026, 12, 2, 7, 0, tzinfo=UTC)
-    p = BroadcastProgress(sent=10, total=1210, waiting=1200, next_due=later)
+    p = BroadcastProgress(sent=10, total=1210, waiting=1200, next_due=later, rate=40.0)
     said = "waiting for their hour 1,200 (next 2026-12-02 07:00 UTC)"
-    assert said in render_line(p)
+    line = "waiting for their hour 1,200, 40/s, next batch due 2026-12-02 07:00 UTC"
+    assert line in render_line(p)
     assert said in render_progress("news/c1", p).splitlines()
     assert "waiting" not in render_line(BroadcastProgress(sent=10))
+
+
+def test_rows_waiting_for_their_hour_get_no_eta_from_the_rate() -> None:
+    """Right after the first zone's batch, with rows waiting hours for theirs, neither the
+    progress line nor the admin chat's message gives an ETA from the recent rate: the line
+    says when the next batch is due instead."""
+    from notifyonce import BroadcastProgress
+    from notifyonce._cli.broadcast import render_lines
+    from notifyonce._progress_chat import render_progress
+
+    later = dt.datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    p = BroadcastProgress(sent=400, total=1600, waiting=1200, next_due=later, rate=240.0)
+    shown = "\n".join(render_lines(p, 200))
+    assert (None, False) == (p.eta, "ETA" in shown), shown
+    assert "next batch due 2026-12-02 17:00 UTC" in shown
+    assert "s left" not in render_progress("news/c1", p)
 
 
 def _zone(name: str) -> dt.tzinfo:

@@ -200,9 +200,11 @@ class BroadcastProgress:
 
     @property
     def eta(self) -> float | None:
-        """Seconds until the end at the current rate, when the total and a rate are known."""
+        """Seconds until the end at the current rate, when the total and a rate are known;
+        None while recipients wait for their hour (the end is not the rate's to tell:
+        `next_due` says when the next of them is due)."""
         remaining = self.remaining
-        if remaining is None:
+        if remaining is None or self.waiting:
             return None
         if remaining == 0:
             return 0.0

@@ -41,7 +41,6 @@ from notifyonce._broadcast import (
     stop_items,
     stop_line,
     unknown_text,
-    waiting_text,
 )
 from notifyonce._buttons import inline_keyboard
 from notifyonce._cli import personal
@@ -719,9 +718,8 @@ def _count_items(p: BroadcastProgress) -> list[str]:
     if DRY_RUN_SEND in p.skips:
         items.append(f"would send {p.skips[DRY_RUN_SEND]:,}")
     skipped = skipped_text(p)
-    waiting = waiting_text(p)
-    if waiting:
-        items.append(waiting)
+    if p.waiting and p.next_due is not None:
+        items.append(f"waiting for their hour {p.waiting:,}")  # when: in place of the ETA
     return items + ([skipped] if skipped else [])
 
 
@@ -732,6 +730,9 @@ def _counts(p: BroadcastProgress) -> str:
 def _speed(p: BroadcastProgress) -> str:
     if _stopped(p):
         return f"stopped ({p.cause})"
+    if p.waiting and p.next_due is not None:
+        # Rows wait for their hour: the end is not the rate's to tell, the next batch is.
+        return f"{p.rate:,.0f}/s  next batch due {p.next_due:%Y-%m-%d %H:%M} UTC"
     return f"{p.rate:,.0f}/s  {_eta(p.eta)}"
 
 
@@ -785,7 +786,7 @@ def render_line(p: BroadcastProgress) -> str:
     total = f"/{p.total:,}" if p.total is not None else ""
     if _stopped(p):
         return f"progress: {p.handled:,}{total} handled, {_speed(p)}: {', '.join(_count_items(p))}"
-    return f"progress: {p.handled:,}{total} handled, {_counts(p)}, {p.rate:,.0f}/s, {_eta(p.eta)}"
+    return f"progress: {p.handled:,}{total} handled, {_counts(p)}, {_speed(p).replace('  ', ', ')}"
 
 
 class _Display(logging.Handler):
