@@ -335,3 +335,46 @@ def test_an_interrupted_run_says_so_in_one_line_with_its_unknown_chats_listed() 
         "  7",
         "  9",
     ] == summary(report).splitlines()
+
+
+def console_state(now: dt.datetime) -> str:
+    """The operator console's state of news/c1 at ``now``, read from the ledger."""
+    from notifyonce.web import _queries as queries
+
+    engine = sa.create_engine(os.environ["NOTIFYONCE_DATABASE_URL"])
+    try:
+        with engine.connect() as conn:
+            table = Ledger(engine).table
+            return queries.campaign_progress(conn, table, "news", "c1", now).state
+    finally:
+        engine.dispose()
+
+
+def test_a_sigkilled_run_is_stalled_and_its_resume_counts_the_held_chats_as_stats_does(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """A run SIGKILLed with sends under way: the console says running while it sends and
+    stalled (no run sending) once its heartbeat is past, though its leases live on; run
+    again at once, its summary counts the chats the dead run holds as held by another run,
+    and every count agrees with `notifyonce stats` (sent, live claims)."""
+    for chat in ("5", "6", "7"):
+        server.script(chat, [Reply.ok(delay=30.0)])  # answers the killed run never reads
+    process = started(campaign(workdir, server, rate="50"))
+    wait_for(server, 40)
+    now = dt.datetime.now(dt.timezone.utc)
+    assert "running" == console_state(now)
+    process.kill()
+    process.communicate(timeout=30)
+    assert "stalled" == console_state(now + dt.timedelta(seconds=31))
+    before = ledger_counts()
+    done = run(campaign(workdir, server))
+    assert 1 == done.returncode, done.stdout + done.stderr
+    summary, held_line = done.stdout.splitlines()
+    told = numbers(summary)
+    after = json.loads(run([sys.executable, "-m", "notifyonce", "stats", "--json"]).stdout)
+    held = after["live_claims"]
+    assert 3 <= held == told["held by another run"] == before["claimed"], summary
+    assert held_line.startswith(f"{held} chats are still claimed by another run")
+    assert CHATS == told["sent"] + told["already done"] + held, summary
+    assert after["actions"]["news"]["sent"] == before.get("sent", 0) + told["sent"]
+    assert told["already done"] == before.get("sent", 0), summary

@@ -26,8 +26,10 @@ import sqlalchemy as sa
 
 from notifyonce._campaign import (
     CANCEL_POLL,
+    HEARTBEAT,
     RESERVED_ACTIONS,
     LanguageCounts,
+    beat,
     campaign_started,
     cancel_requested,
     clear_cancel,
@@ -817,6 +819,7 @@ class Broadcast:
         self._pass_rows: tuple[dict[str, int], dict[str, int]] = ({}, {})
         self._last_rows: tuple[dict[str, int], dict[str, int]] | None = None
         self._languages_at = -math.inf
+        self._beats = False  # the campaign has its row: the run keeps its heartbeat
 
     def __repr__(self) -> str:
         return f"Broadcast({self.action!r}, campaign={self.campaign!r})"
@@ -861,6 +864,7 @@ class Broadcast:
         # The campaign's row only now that every check has passed: a run refused before
         # it starts leaves none (no campaign of zeros in the console). One that waits for
         # its start has it from the wait's beginning, with the start as its cycle_at.
+        self._beats = wanted is not None and not dry_run
         if wanted is not None and not dry_run:
             await record_campaign(
                 ledger,
@@ -1039,9 +1043,17 @@ class Broadcast:
     async def _watch_cancel(self, done: asyncio.Event) -> None:
         """Read the campaign's cancel request every ``_CANCEL_POLL`` seconds until ``done``;
         stop the run gently when there is one. A failed read is logged (once a run: a
-        database gone fails them all) and tried again."""
+        database gone fails them all) and tried again. Every ``HEARTBEAT`` seconds, the
+        campaign's heartbeat (`beat`), so the console tells this run from a killed one."""
         failed = False
+        beaten = -math.inf
         while True:
+            now = time.monotonic()
+            away = self._run is not None and self._run.outage.away
+            if self._beats and not away and now - beaten >= HEARTBEAT:
+                # The console tells a run sending from a killed one by it (see `beat`).
+                beaten = now
+                await beat(self.notifier.ledger, self.action, self.campaign)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(done.wait(), _CANCEL_POLL)
             if done.is_set():
