@@ -529,9 +529,7 @@ def campaign_progress(
     row = conn.execute(
         sa.select(
             t.c.id, t.c.created_at, t.c.token, t.c.last_error, t.c.cycle_at, t.c.lease_until
-        ).where(
-            t.c.action == CAMPAIGN_ACTION, t.c.cycle == campaign, t.c.subject == action
-        )
+        ).where(t.c.action == CAMPAIGN_ACTION, t.c.cycle == campaign, t.c.subject == action)
     ).first()
     if row is not None:
         started_at = row.created_at
