@@ -109,6 +109,26 @@ async def test_bad_rows_are_named_by_line_before_anything_is_claimed(
     assert 0 == await claimed(ledger)
 
 
+async def test_a_csv_quote_never_closed_is_named_at_its_line(
+    ledger: AsyncLedger, tmp_path: Path
+) -> None:
+    """A CSV cell whose quote is never closed (it swallows the rest of the file) is named
+    as such at the line it opens on, not counted as a line of too few cells; nothing sent."""
+    path = tmp_path / "people.csv"
+    path.write_text('chat_id,name,city,tz,plan\n1,Ann,Oslo,UTC,pro\n2,"Bob,Rome\n3,Carl,Lima,UTC,pro\n')
+    sender = FakeSender()
+    source = recipients_from_file(path)
+    with pytest.raises(ValidationError) as info:
+        await Broadcast(
+            Notifier(ledger, sender), "news", "c1", Message("Hi $name"), source, template=True
+        ).run()
+    assert (
+        "line 3 ('2,\"Bob,Rome'): recipient has a quote (\") that is never closed: the rest "
+        "of the file was read into its cell; close it, or double a quote meant as text"
+    ) == info.value.problem
+    assert [] == sender.sent
+
+
 async def test_a_json_line_that_is_no_object_is_named(tmp_path: Path, ledger: AsyncLedger) -> None:
     """A JSON lines file with a line that is not an object is refused naming that line."""
     path = tmp_path / "people.jsonl"
