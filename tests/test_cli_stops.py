@@ -266,6 +266,39 @@ def test_a_bad_recipients_file_leaves_no_campaign_row(workdir: Path, server: Bot
     assert [] == server.requests
 
 
+def test_a_bad_recipients_file_is_told_before_the_bot_api_is_asked_anything(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """The recipients file is read and checked before the token's getMe: a bad line is
+    refused (exit 2) with no request to the Bot API at all."""
+    (workdir / "chats.txt").write_text("1\n2\nnot a chat id\n")
+    done = run(command(workdir, server))
+    assert (2, []) == (done.returncode, server.calls), done.stderr
+
+
+@pytest.mark.parametrize("made", [False, True], ids=["no-file", "empty-database"])
+def test_a_broadcast_before_migrate_says_to_migrate_and_makes_no_file(
+    tmp_path: Path, server: BotAPIServer, monkeypatch: pytest.MonkeyPatch, made: bool
+) -> None:
+    """`broadcast` on a SQLite ledger never migrated: exit 3 with one line saying to run
+    `notifyonce migrate` (not that a cancel request could not be read), nothing asked of
+    the Bot API, and no database file left behind where there was none."""
+    database = tmp_path / "never.sqlite3"
+    if made:
+        sa.create_engine(f"sqlite:///{database}").dispose()
+        database.write_bytes(b"")
+    monkeypatch.setenv("NOTIFYONCE_DATABASE_URL", f"sqlite:///{database}")
+    monkeypatch.setenv("NOTIFYONCE_BOT_TOKEN", "12345:never-migrated")
+    (tmp_path / "chats.txt").write_text("1\n2\n")
+    (tmp_path / "text.txt").write_text("Hello\n")
+    done = run(command(tmp_path, server))
+    (line,) = done.stderr.splitlines()
+    assert 3 == done.returncode, done.stderr
+    assert "run `notifyonce migrate` first" in line, line
+    assert "cancel request" not in line
+    assert (made, []) == (database.exists(), server.calls)
+
+
 def test_bad_buttons_leave_no_campaign_row(workdir: Path, server: BotAPIServer) -> None:
     """A bad --buttons-file is refused (exit 2) before any row is written."""
     (workdir / "buttons.json").write_text('[[{"text": "x"}]]')

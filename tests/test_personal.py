@@ -115,7 +115,9 @@ async def test_a_csv_quote_never_closed_is_named_at_its_line(
     """A CSV cell whose quote is never closed (it swallows the rest of the file) is named
     as such at the line it opens on, not counted as a line of too few cells; nothing sent."""
     path = tmp_path / "people.csv"
-    path.write_text('chat_id,name,city,tz,plan\n1,Ann,Oslo,UTC,pro\n2,"Bob,Rome\n3,Carl,Lima,UTC,pro\n')
+    path.write_text(
+        'chat_id,name,city,tz,plan\n1,Ann,Oslo,UTC,pro\n2,"Bob,Rome\n3,Carl,Lima,UTC,pro\n'
+    )
     sender = FakeSender()
     source = recipients_from_file(path)
     with pytest.raises(ValidationError) as info:

@@ -207,7 +207,7 @@ def _id_lines(path: str) -> Iterator[Line]:
 
 def _csv_records(reader: Iterator[list[str]]) -> Iterator[list[str]]:
     """The reader's records; a CSV error (strict: a quote never closed, text after a
-    closing quote) raised as ``_BadCsv`` with what is wrong, in words."""
+    closing quote) raised as ``_BadCsvError`` with what is wrong, in words."""
     while True:
         try:
             cells = next(reader)
@@ -215,15 +215,16 @@ def _csv_records(reader: Iterator[list[str]]) -> Iterator[list[str]]:
             return
         except csv.Error as exc:
             if "end of data" in str(exc):
-                raise _BadCsv(
+                raise _BadCsvError(
                     'has a quote (") that is never closed: the rest of the file was read '
                     "into its cell; close it, or double a quote meant as text"
                 ) from None
-            raise _BadCsv(f"is not valid CSV ({exc}): a quoted cell ends at its quote") from None
+            problem = f"is not valid CSV ({exc}): a quoted cell ends at its quote"
+            raise _BadCsvError(problem) from None
         yield cells
 
 
-class _BadCsv(Exception):
+class _BadCsvError(Exception):
     """A CSV record the reader cannot read (see `_csv_records`)."""
 
     def __init__(self, problem: str) -> None:
@@ -251,7 +252,7 @@ def _csv_rows(path: str) -> Iterator[Line]:
                 cells = next(records)
             except StopIteration:
                 return
-            except _BadCsv as exc:
+            except _BadCsvError as exc:
                 # Named at the line where the record began (the quote's line, for one
                 # never closed); nothing after it can be read.
                 yield at + 1, _line_at(path, at + 1), ValidationError("recipient", exc.problem)
