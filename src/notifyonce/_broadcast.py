@@ -73,10 +73,12 @@ if TYPE_CHECKING:
     from notifyonce._notifier import Notifier
 
 __all__ = [
+    "RESUME_CANCELLED",
     "Broadcast",
     "BroadcastProgress",
     "BroadcastReport",
     "RecipientSource",
+    "command_line_words",
     "held_here",
     "recipients_from_file",
     "recipients_from_query",
@@ -226,6 +228,16 @@ def skipped_text(p: BroadcastProgress) -> str:
     reasons = sorted((-n, reason) for reason, n in p.skips.items() if reason != DRY_RUN_SEND)
     why = ", ".join(f"{reason} {-n:,}" for n, reason in reasons)
     return f"skipped {count:,}" + (f" ({why})" if why else "")
+
+
+#: How a campaign cancelled from the console is resumed, in Python's words and the
+#: command line's: the command line says its flag alone (`command_line_words`).
+RESUME_CANCELLED = "resume_cancelled=True (--resume-cancelled)"
+
+
+def command_line_words(problem: str) -> str:
+    """``problem`` as the command line says it: its flag, not the Python argument."""
+    return problem.replace(RESUME_CANCELLED, "--resume-cancelled")
 
 
 # What the chats of a stopped run are told to do next, by cause (see `stop_line`).
@@ -1029,8 +1041,7 @@ class Broadcast:
             raise ValidationError(
                 "campaign",
                 f"campaign {self.action}/{self.campaign} was {note}; nothing was sent. To "
-                "send to the chats not handled yet, run it again with "
-                "resume_cancelled=True (--resume-cancelled)",
+                f"send to the chats not handled yet, run it again with {RESUME_CANCELLED}",
             )
         return note
 

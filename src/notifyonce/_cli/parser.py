@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from notifyonce._broadcast import command_line_words
 from notifyonce._cli import broadcast, campaign, ledger, recipients, serve, web
 from notifyonce._cli.common import (
     DURATION_HELP,
@@ -230,7 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         fail(EXIT_USAGE, str(exc))
     except ValidationError as exc:
-        fail(EXIT_USAGE, str(exc))
+        # In the command line's words: a flag (--resume-cancelled), not Python's argument.
+        fail(EXIT_USAGE, command_line_words(str(exc)))
     except LedgerError as exc:
         fail(EXIT_DATABASE, database_error(str(exc), tables))
     except SQLAlchemyError as exc:  # from Alembic's own connection (migrate), a query's
