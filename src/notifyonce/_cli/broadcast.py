@@ -60,6 +60,7 @@ from notifyonce._cli.common import (
     plural,
     pooler_options,
 )
+from notifyonce._drivers import url_driver
 from notifyonce._errors import LedgerError, SenderConfigError, ValidationError
 from notifyonce._keys import Subject
 from notifyonce._ledger.ledger import AsyncLedger
@@ -350,12 +351,9 @@ def _check_sqlite_file(url: str) -> None:
     """A SQLite ledger whose file does not exist was never migrated: said before anything
     connects, as connecting would leave an empty file behind."""
     parsed = make_url(url)
-    path = parsed.database
-    if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:":
-        return
-    if path.startswith("file:") or parsed.query.get("uri"):
-        return  # a SQLite URI: its own options say whether it may be created
-    if not os.path.exists(path):
+    driver = url_driver(parsed)
+    path = None if driver is None else driver.absent_file(parsed)
+    if path is not None:
         fail(
             EXIT_DATABASE,
             f"the database file {path} does not exist: run `notifyonce migrate` first "
