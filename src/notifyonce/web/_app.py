@@ -54,7 +54,7 @@ from notifyonce.web._security import (
     cross_site,
     host_refusal,
 )
-from notifyonce.web._svg import FAVICON, sparkline
+from notifyonce.web._svg import FAVICON, chart, sparkline
 
 __all__ = ["create_app"]
 
@@ -150,6 +150,7 @@ class Console:
         env = self.templates.env
         env.filters["scrub"] = scrub
         env.filters["sparkline"] = sparkline
+        env.filters["chart"] = chart
         env.globals["duration"] = _duration
         env.globals["href"] = href
 
