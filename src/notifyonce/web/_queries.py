@@ -176,6 +176,7 @@ class CampaignProgress:
     cancel: str | None = None  # its cancel request from the console, if any
     state: str = CampaignState.STOPPED
     scheduled_at: dt.datetime | None = None  # the start it waits for (--at), if any
+    waiting: int = 0  # a local-time campaign's recipients waiting for their hour
 
     @property
     def known(self) -> bool:
@@ -204,6 +205,8 @@ class CampaignProgress:
         remaining = self.remaining
         if remaining is None or self.rate <= 0 or self.state == CampaignState.STALLED:
             return None  # a stalled campaign's recent rate is a dead run's
+        if self.waiting:
+            return None  # rows wait for their hour: the end is not the rate's to tell
         return remaining / self.rate
 
     def as_json(self) -> dict[str, Any]:
@@ -223,6 +226,7 @@ class CampaignProgress:
             "cancel": self.cancel,
             "cancel_state": self.cancel_state,
             "state": self.state,
+            "waiting": self.waiting,
         }
 
 
@@ -582,6 +586,7 @@ def campaign_progress(
         cancel,
         state,
         scheduled_at,
+        _waiting(conn, t, [(action, campaign)]).get((action, campaign), 0),
     )
 
 
