@@ -340,8 +340,8 @@ def test_a_second_scheduler_that_finds_every_chat_handled_exits_0_saying_so(
     assert 0 == finish(first).returncode
     assert 0 == second.returncode, second.stdout + second.stderr
     assert (
-        "every chat was handled by another run of news/c1 (8 already done, 8 of them "
-        "still being sent by it): nothing to do here\n"
+        "every chat was handled by another run of news/c1 (0 already done, 8 held by "
+        "another run, which is still sending them): nothing to do here\n"
     ) == second.stdout
     assert 8 == len(server.deliveries)
 

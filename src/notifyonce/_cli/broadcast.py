@@ -965,9 +965,11 @@ def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
             )
         ]
     elif handled_elsewhere(report):
+        held = held_here(report)
         return (
-            f"every chat was handled by another run of {name} ({p.duplicate:,} already "
-            f"done, {len(report.held):,} of them still being sent by it): nothing to do here"
+            f"every chat was handled by another run of {name} ({p.duplicate - held:,} "
+            f"already done, {held:,} held by another run, which is still sending them): "
+            "nothing to do here"
         )
     else:
         rate = p.done / p.elapsed if p.elapsed > 0 else 0.0
