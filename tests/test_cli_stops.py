@@ -411,3 +411,36 @@ def test_a_sigkilled_run_is_stalled_and_its_resume_counts_the_held_chats_as_stat
     assert CHATS == told["sent"] + told["already done"] + held, summary
     assert after["actions"]["news"]["sent"] == before.get("sent", 0) + told["sent"]
     assert told["already done"] == before.get("sent", 0), summary
+
+
+def test_a_local_time_run_interrupted_between_zones_tells_one_story_with_stats(
+    workdir: Path, server: BotAPIServer
+) -> None:
+    """--at-local with one zone's hour come and another's 11 hours away: while the rest
+    wait, the progress line says when the next batch is due and gives no ETA; stopped
+    (SIGINT) then, the last progress line and the summary count the sent and the not
+    tried alike, and the sent are the ledger's (`notifyonce stats`)."""
+    now = dt.datetime.now(dt.timezone.utc)
+    local = (now - dt.timedelta(minutes=30)).strftime("%H:%M")  # UTC's passed: due at once
+    rows = "".join(f"{i},UTC\n" for i in range(1, 21))
+    rows += "".join(f"{i},Etc/GMT-12\n" for i in range(21, 51))  # UTC+12: hours away
+    (workdir / "people.csv").write_text("chat_id,tz\n" + rows)
+    args = command(workdir, server, "--at-local", local, "--progress-every", "0.3")
+    args[args.index("--recipients-file") + 1] = str(workdir / "people.csv")
+    args += ["--at", (now - dt.timedelta(hours=1)).isoformat(), "--at-or-now"]
+    process = started(args)
+    wait_for(server, 20)
+    time.sleep(3.0)  # progress lines while the other zone waits
+    process.send_signal(signal.SIGINT)
+    done = finish(process)
+    assert 130 == done.returncode, done.stdout + done.stderr
+    progress = [line for line in done.stderr.splitlines() if line.startswith("progress:")]
+    waiting = [line for line in progress[:-1] if "waiting for their hour 30" in line]
+    assert waiting, done.stderr
+    assert "next batch due " in waiting[-1], waiting[-1]
+    assert "ETA" not in waiting[-1], waiting[-1]
+    summary = done.stdout.splitlines()[0]
+    told = numbers(summary)
+    assert {"sent": 20, "not tried": 30} == told, summary
+    assert {**told, "handled": 20} == numbers(progress[-1]), progress[-1]
+    assert {"sent": 20} == ledger_counts()
