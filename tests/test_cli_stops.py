@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -179,6 +180,8 @@ def test_a_cancelled_runs_last_progress_line_log_summary_and_stats_tell_one_stor
     assert {**told, "handled": sent} == numbers(last), last
     assert [] == [line for line in lines(done) if "retry" in line or "given back" in line]
     assert {"sent": sent} == ledger_counts()
+    shown = console(dt.datetime.now(dt.timezone.utc))
+    assert ("cancelled", sent, CHATS) == (shown.state, shown.counts["sent"].value, shown.total)
 
 
 def test_a_bot_wide_flood_wait_stops_in_a_few_lines_saying_when_to_run_again(
@@ -370,17 +373,21 @@ def test_an_interrupted_run_says_so_in_one_line_with_its_unknown_chats_listed() 
     ] == summary(report).splitlines()
 
 
-def console_state(now: dt.datetime) -> str:
-    """The operator console's state of news/c1 at ``now``, read from the ledger."""
+def console(now: dt.datetime) -> Any:
+    """What the operator console shows of news/c1 at ``now`` (its `CampaignProgress`)."""
     from notifyonce.web import _queries as queries
 
     engine = sa.create_engine(os.environ["NOTIFYONCE_DATABASE_URL"])
     try:
         with engine.connect() as conn:
-            table = Ledger(engine).table
-            return queries.campaign_progress(conn, table, "news", "c1", now).state
+            return queries.campaign_progress(conn, Ledger(engine).table, "news", "c1", now)
     finally:
         engine.dispose()
+
+
+def console_state(now: dt.datetime) -> str:
+    """The operator console's state of news/c1 at ``now``, read from the ledger."""
+    return str(console(now).state)
 
 
 def test_a_sigkilled_run_is_stalled_and_its_resume_counts_the_held_chats_as_stats_does(
@@ -411,6 +418,11 @@ def test_a_sigkilled_run_is_stalled_and_its_resume_counts_the_held_chats_as_stat
     assert CHATS == told["sent"] + told["already done"] + held, summary
     assert after["actions"]["news"]["sent"] == before.get("sent", 0) + told["sent"]
     assert told["already done"] == before.get("sent", 0), summary
+    shown = console(dt.datetime.now(dt.timezone.utc))
+    assert (after["actions"]["news"]["sent"], held) == (
+        shown.counts["sent"].value,
+        shown.counts["claimed"].value,
+    )
 
 
 def test_a_local_time_run_interrupted_between_zones_tells_one_story_with_stats(
