@@ -213,6 +213,21 @@ def test_python_m_notifyonce_runs() -> None:
     assert done.stdout.startswith("notifyonce ")
 
 
+def test_stats_into_a_reader_that_left_ends_without_a_traceback(db_url: str) -> None:
+    """`notifyonce stats | head -3` with the reader gone before the output is written:
+    exit 141 (a shell's for SIGPIPE) and nothing on stderr, no BrokenPipeError traceback."""
+    assert 0 == main(["migrate"])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "notifyonce", "stats"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    process.stdout.close()  # the reader leaves before the command prints anything
+    _, err = process.communicate(timeout=60)
+    assert (141, "") == (process.returncode, err.decode())
+
+
 @pytest.mark.parametrize(
     ("argv", "code"),
     [

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +21,7 @@ import sqlalchemy as sa
 from notifyonce import DeliveryMode
 from notifyonce._cli import main
 from notifyonce._cli.campaign import FOLLOW_UP_MODE, delivery_mode
-from notifyonce.testing import BotAPIServer
+from notifyonce.testing import BotAPIServer, Reply
 
 from ._databases import Backend
 
@@ -246,3 +250,37 @@ def test_an_edit_shows_its_progress_in_the_admin_chat(
     assert 1 == len(posted)
     text = server.message_text(999, posted[0].message_id) or ""
     assert text.startswith("Broadcast news/c1#edit-2: finished, 20 of 20 handled"), text
+
+
+def test_an_edit_resumed_while_a_killed_runs_leases_live_counts_those_chats_held(
+    sent: list[str], server: BotAPIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An edit killed (SIGKILL) with its requests under way, run again at once: the chats
+    the killed run still holds are counted "held by another run", not "already done",
+    the summary says to run again after the lease (exit 1), and the count is the ledger's
+    live claims (`notifyonce stats`)."""
+    new = tmp_path / "new.txt"
+    new.write_text("Sale until Sunday\n")
+    server.script(None, [Reply.ok(delay=30.0)] * CHATS)  # the killed run's edits hang
+    edit = campaign("edit", sent, "--text-file", str(new), "--concurrency", "4")
+    killed = subprocess.Popen([sys.executable, "-m", "notifyonce", *edit], text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while sum(r.method == "editMessageText" for r in server.requests) < 4:
+            assert time.monotonic() < deadline, "the edit did not get going"
+            time.sleep(0.05)
+    finally:
+        killed.kill()
+        killed.wait(timeout=30)
+    server.reset()  # the scripts and requests; the messages sent stay
+    assert 1 == main(edit)
+    out = capsys.readouterr().out
+    assert 0 == main(["stats", "--json", *sent[:4]])
+    held = json.loads(capsys.readouterr().out)["live_claims"]
+    assert 4 <= held < CHATS
+    assert (
+        f"news/c1#edit-2: done {CHATS - held}, failed 0, unknown 0, already done 0, "
+        f"held by another run {held}, given back 0\n"
+        f"{held} chats are still claimed by another run (or a crashed one whose lease has "
+        "not expired): run again after the lease to settle them\n"
+    ) == out

@@ -166,4 +166,49 @@ async def test_it_prints_each_edit_and_delete_and_their_refusals(
     refused = output.until("refused editMessageText")[-1]
     assert edited.endswith(f"edited message {mid} in chat 42 (editMessageText)")
     assert deleted.endswith(f"deleted message {mid} in chat 42 (deleteMessage)")
-    assert refused.endswith("refused editMessageText to chat 42: 400")
+    assert refused.endswith(
+        "refused editMessageText to chat 42: 400 Bad Request: message to edit not found"
+    )
+
+
+async def test_a_refusal_says_telegrams_description_and_a_user_back_from_a_block_is_answered(
+    served: tuple[subprocess.Popen[str], Lines, str],
+) -> None:
+    """A send to a chat whose user blocked the bot is printed refused with Telegram's 403
+    description (not the message's text); once the user writes /start again the bot is
+    unblocked (a my_chat_member update before the message) and the next send delivered."""
+    _, output, url = served
+    post(f"{url}/user_blocks", {"chat_id": 43})
+    async with TelegramSender("123456:any-token", base_url=url, rate_limit=None) as sender:
+        with pytest.raises(PermanentSendError):
+            await sender.send(43, Message("a secret offer"))
+        refused = output.until("refused sendMessage")[-1]
+        post(f"{url}/user_says", {"chat_id": 43, "text": "/start"})
+        receipt = await sender.send(43, Message("welcome back"))
+    assert refused.endswith(
+        "refused sendMessage to chat 43: 403 Forbidden: bot was blocked by the user"
+    )
+    assert "a secret offer" not in refused
+    assert "43" == receipt.recipient
+    updates = post(f"{url}/bot123456:any-token/getUpdates", {"timeout": 0})["result"]
+    assert isinstance(updates, list)
+    kinds = [next(k for k in u if k != "update_id") for u in updates]
+    assert ["my_chat_member", "my_chat_member", "message"] == kinds
+    assert "member" == updates[1]["my_chat_member"]["new_chat_member"]["status"]
+
+
+async def test_the_clock_moves_over_http(served: tuple[subprocess.Popen[str], Lines, str]) -> None:
+    """POST /advance_clock ages every message (a delete past 48 hours is refused as
+    Telegram refuses it); a negative or missing number of seconds is a 400."""
+    _, _, url = served
+    async with TelegramSender("123456:any-token", base_url=url, rate_limit=None) as sender:
+        receipt = await sender.send(42, Message("6 hours left"))
+        assert isinstance(receipt.message_id, int)
+        before = time.time()
+        moved = post(f"{url}/advance_clock", {"seconds": 49 * 3600})["result"]
+        with pytest.raises(PermanentSendError, match="can't be deleted"):
+            await sender.delete_messages(42, [receipt.message_id])
+    assert isinstance(moved, dict)
+    assert 49 * 3600 <= float(moved["now"]) - before
+    assert False is post(f"{url}/advance_clock", {"seconds": -5})["ok"]
+    assert False is post(f"{url}/advance_clock", {})["ok"]

@@ -106,7 +106,7 @@ if not settings.configured:
 
 from django.contrib import admin  # noqa: E402
 from django.core.exceptions import ImproperlyConfigured  # noqa: E402
-from django.core.management import call_command  # noqa: E402
+from django.core.management import CommandError, call_command  # noqa: E402
 from django.db import connections  # noqa: E402
 from django.test import Client, override_settings  # noqa: E402
 from django.test.utils import setup_test_environment, teardown_test_environment  # noqa: E402
@@ -332,6 +332,21 @@ def test_a_guard_without_the_tables_says_to_run_manage_py_migrate() -> None:
         made.engine.dispose()
 
 
+@pytest.mark.parametrize("command", ["notifyonce_sweep", "notifyonce_purge"])
+def test_the_commands_on_an_unmigrated_database_say_to_migrate_in_one_line(command: str) -> None:
+    """notifyonce_sweep and notifyonce_purge on a database never migrated: one
+    CommandError line (exit 1 from manage.py, no traceback) saying to run the app's
+    migration, with no database error chained to it."""
+    options = ["--older-than", "30d"] if command == "notifyonce_purge" else []
+    with override_settings(NOTIFYONCE={"DATABASE": "bare"}), pytest.raises(CommandError) as told:
+        call_command(command, *options, stdout=io.StringIO())
+    assert (
+        "the ledger table 'notifyonce_slots' does not exist in the database 'bare': run "
+        "`python manage.py migrate notifyonce` first"
+    ) == str(told.value)
+    assert (None, True) == (told.value.__cause__, told.value.__suppress_context__)
+
+
 def _superuser(tmp_path: Path) -> Client:
     from django.contrib.auth.models import User
 
@@ -374,6 +389,10 @@ def test_admin_shows_slots_and_campaigns_and_changes_nothing(backend: str, tmp_p
         assert sorted([(CAMPAIGN_ACTION, action), (action, "1"), (action, "2")]) == found
         listing = client.get("/admin/notifyonce/campaign/", {"q": campaign})
         assert 200 == listing.status_code
+        from django.contrib.admin.templatetags.admin_list import result_headers
+
+        headers = [str(h["text"]) for h in result_headers(listing.context["cl"])]
+        assert ["action", "campaign", "recipients", "sent"] == headers[:4]
         assert 1 == len(listing.context["cl"].result_list)
         shown = listing.context["cl"].result_list[0]
         assert campaign == shown.cycle

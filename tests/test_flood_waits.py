@@ -138,7 +138,7 @@ async def test_a_run_stopped_by_a_bot_wide_flood_logs_one_line_not_one_per_chat(
     assert 300 == report.counts[Outcome.RETRY]
     loud = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert [
-        f"run of remind stopped ({report.stopped}): 0 sent, 300 given back for a later run"
+        f"run of remind stopped ({report.stopped}): 0 sent, 0 tried and given back, 300 not tried"
     ] == loud
     assert 300 == sum(r.getMessage().startswith("released for a later run") for r in caplog.records)
 

@@ -109,6 +109,28 @@ async def test_bad_rows_are_named_by_line_before_anything_is_claimed(
     assert 0 == await claimed(ledger)
 
 
+async def test_a_csv_quote_never_closed_is_named_at_its_line(
+    ledger: AsyncLedger, tmp_path: Path
+) -> None:
+    """A CSV cell whose quote is never closed (it swallows the rest of the file) is named
+    as such at the line it opens on, not counted as a line of too few cells; nothing sent."""
+    path = tmp_path / "people.csv"
+    path.write_text(
+        'chat_id,name,city,tz,plan\n1,Ann,Oslo,UTC,pro\n2,"Bob,Rome\n3,Carl,Lima,UTC,pro\n'
+    )
+    sender = FakeSender()
+    source = recipients_from_file(path)
+    with pytest.raises(ValidationError) as info:
+        await Broadcast(
+            Notifier(ledger, sender), "news", "c1", Message("Hi $name"), source, template=True
+        ).run()
+    assert (
+        "line 3 ('2,\"Bob,Rome'): recipient has a quote (\") that is never closed: the rest "
+        "of the file was read into its cell; close it, or double a quote meant as text"
+    ) == info.value.problem
+    assert [] == sender.sent
+
+
 async def test_a_json_line_that_is_no_object_is_named(tmp_path: Path, ledger: AsyncLedger) -> None:
     """A JSON lines file with a line that is not an object is refused naming that line."""
     path = tmp_path / "people.jsonl"
@@ -512,11 +534,28 @@ def test_the_progress_line_and_the_admin_chat_show_who_waits_for_their_hour() ->
     from notifyonce._progress_chat import render_progress
 
     later = dt.datetime(2026, 12, 2, 7, 0, tzinfo=UTC)
-    p = BroadcastProgress(sent=10, total=1210, waiting=1200, next_due=later)
+    p = BroadcastProgress(sent=10, total=1210, waiting=1200, next_due=later, rate=40.0)
     said = "waiting for their hour 1,200 (next 2026-12-02 07:00 UTC)"
-    assert said in render_line(p)
+    line = "waiting for their hour 1,200, 40/s, next batch due 2026-12-02 07:00 UTC"
+    assert line in render_line(p)
     assert said in render_progress("news/c1", p).splitlines()
     assert "waiting" not in render_line(BroadcastProgress(sent=10))
+
+
+def test_rows_waiting_for_their_hour_get_no_eta_from_the_rate() -> None:
+    """Right after the first zone's batch, with rows waiting hours for theirs, neither the
+    progress line nor the admin chat's message gives an ETA from the recent rate: the line
+    says when the next batch is due instead."""
+    from notifyonce import BroadcastProgress
+    from notifyonce._cli.broadcast import render_lines
+    from notifyonce._progress_chat import render_progress
+
+    later = dt.datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
+    p = BroadcastProgress(sent=400, total=1600, waiting=1200, next_due=later, rate=240.0)
+    shown = "\n".join(render_lines(p, 200))
+    assert (None, False) == (p.eta, "ETA" in shown), shown
+    assert "next batch due 2026-12-02 17:00 UTC" in shown
+    assert "s left" not in render_progress("news/c1", p)
 
 
 def _zone(name: str) -> dt.tzinfo:

@@ -1086,6 +1086,15 @@ async def test_a_personalised_campaign_lists_its_languages_and_who_waits(
             await client.get("/campaign", params={"action": "news", "campaign": "n-stopped"})
         ).text
         overview = (await client.get("/")).text
+        data = (
+            await client.get(
+                "/campaign.json", params={"action": "promo", "campaign": "2026-12-sale"}
+            )
+        ).json()
+    # Rows wait hours for their hour: no ETA from the recent rate, on the page or its JSON.
+    said = "after the rows waiting for their hour (see below)"
+    assert (None, said, 1195) == (data["eta_seconds"], data["eta"], data["waiting"])
+    assert f'<span data-field="eta">{said}</span>' in page
     assert "default (every other language) 1,200 700 2 3 0 495" == _row(
         page, 'data-language="default"'
     )

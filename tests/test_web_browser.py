@@ -250,6 +250,45 @@ def test_every_page_fits_the_screen_with_its_nav_and_badges(
     context.close()
 
 
+@pytest.mark.parametrize("width", [1280, 420])
+def test_tables_say_they_scroll_campaigns_are_links_times_are_utc_and_the_chart_has_axes(
+    served: Served, browser: Any, width: int
+) -> None:
+    """At 420 px the campaigns table that scrolls says so above it (hidden at 1280, where
+    it fits); each campaign id is a link to its page; the live page's "updated" time is
+    UTC on a 24-hour clock whatever the browser's locale (en-US here: 12-hour), and its
+    sends-per-minute chart keeps its scale, unit and time after a redraw."""
+    context = browser.new_context(viewport={"width": width, "height": 800}, locale="en-US")
+    page = context.new_page()
+    page.goto(f"{served.url}/login")
+    page.fill('input[name="token"]', TOKEN)
+    page.click("#login button")
+    page.wait_for_url(f"{served.url}/")
+    hint = page.locator("#live-overview .scroll-hint")
+    scrolls = page.evaluate(
+        "(() => { const t = document.getElementById('campaigns');"
+        " return t.scrollWidth > t.clientWidth; })()"
+    )
+    assert (width == 420, width == 420) == (scrolls, hint.is_visible())
+    link = page.locator('#campaigns tr[data-campaign="2026-12-sale"] td:nth-child(2) a')
+    assert "2026-12-sale" == link.inner_text()
+    link.click()
+    page.wait_for_url(re.compile(r"/campaign\?action=promo&campaign=2026-12-sale"))
+    sync_api.expect(page.locator('[data-field="updated"]')).to_have_text(
+        re.compile(r"^updated "), timeout=10_000
+    )
+    updated = page.inner_text('[data-field="updated"]')
+    assert re.fullmatch(r"updated ([01]\d|2[0-3]):[0-5]\d:[0-5]\d UTC", updated), updated
+    labels = page.eval_on_selector_all(
+        '[data-field="sparkline"] svg.chart text', "texts => texts.map(t => t.textContent)"
+    )
+    assert ["0", "-60 min", "sends per minute", "now"] == labels[1:], labels
+    assert labels[0].endswith("/min"), labels
+    inner, scroll = page.evaluate("[window.innerWidth, document.scrollingElement.scrollWidth]")
+    assert scroll <= inner
+    context.close()
+
+
 def test_the_overview_redraws_itself_and_a_resume_command_copies(
     served: Served, browser: Any
 ) -> None:

@@ -19,15 +19,17 @@ import os
 import time
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sized
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import sqlalchemy as sa
 
 from notifyonce._campaign import (
     CANCEL_POLL,
+    HEARTBEAT,
     RESERVED_ACTIONS,
     LanguageCounts,
+    beat,
     campaign_started,
     cancel_requested,
     clear_cancel,
@@ -72,13 +74,17 @@ if TYPE_CHECKING:
     from notifyonce._notifier import Notifier
 
 __all__ = [
+    "RESUME_CANCELLED",
     "Broadcast",
     "BroadcastProgress",
     "BroadcastReport",
     "RecipientSource",
+    "command_line_words",
+    "held_here",
     "recipients_from_file",
     "recipients_from_query",
     "skipped_text",
+    "stop_items",
     "stop_line",
     "waiting_text",
 ]
@@ -138,6 +144,10 @@ class BroadcastProgress:
         finished: True in the last snapshot of a run.
         waiting: Recipients of a local-time campaign whose hour has not come yet.
         next_due: When the next of them is due (aware, UTC), or None.
+        not_tried: Of ``retry``, the recipients for which no request went out (never
+            claimed, or claimed and freed unsent); the rest were tried and given back.
+        cause: In the last snapshot of a run stopped before its end, why, in the word of
+            `BroadcastReport.cause` (``"cancelled"``, ``"interrupted"``...); else None.
     """
 
     sent: int = 0
@@ -154,6 +164,26 @@ class BroadcastProgress:
     skips: Mapping[str, int] = field(default_factory=dict)
     waiting: int = 0
     next_due: dt.datetime | None = None
+    not_tried: int = 0
+    cause: str | None = None
+
+    @property
+    def given_back(self) -> int:
+        """Of ``retry``, the recipients tried and given back (the next run tries them)."""
+        return self.retry - min(self.not_tried, self.retry)
+
+    @property
+    def untried(self) -> int:
+        """The recipients no request went to: those of ``retry`` never tried and, once a
+        run stopped before its end, the rest of the known total (read no further)."""
+        rest = (self.remaining or 0) if self.cause is not None else 0
+        return min(self.not_tried, self.retry) + rest
+
+    @property
+    def handled(self) -> int:
+        """The recipients this run reached a result for: `done` without those never tried
+        (what the progress line, the summary and the admin chat count as handled)."""
+        return self.done - min(self.not_tried, self.retry)
 
     @property
     def done(self) -> int:
@@ -175,9 +205,11 @@ class BroadcastProgress:
 
     @property
     def eta(self) -> float | None:
-        """Seconds until the end at the current rate, when the total and a rate are known."""
+        """Seconds until the end at the current rate, when the total and a rate are known;
+        None while recipients wait for their hour (the end is not the rate's to tell:
+        `next_due` says when the next of them is due)."""
         remaining = self.remaining
-        if remaining is None:
+        if remaining is None or self.waiting:
             return None
         if remaining == 0:
             return 0.0
@@ -197,6 +229,16 @@ def skipped_text(p: BroadcastProgress) -> str:
     reasons = sorted((-n, reason) for reason, n in p.skips.items() if reason != DRY_RUN_SEND)
     why = ", ".join(f"{reason} {-n:,}" for n, reason in reasons)
     return f"skipped {count:,}" + (f" ({why})" if why else "")
+
+
+#: How a campaign cancelled from the console is resumed, in Python's words and the
+#: command line's: the command line says its flag alone (`command_line_words`).
+RESUME_CANCELLED = "resume_cancelled=True (--resume-cancelled)"
+
+
+def command_line_words(problem: str) -> str:
+    """``problem`` as the command line says it: its flag, not the Python argument."""
+    return problem.replace(RESUME_CANCELLED, "--resume-cancelled")
 
 
 # What the chats of a stopped run are told to do next, by cause (see `stop_line`).
@@ -254,20 +296,25 @@ def stop_line(
 def stop_counts(p: BroadcastProgress, not_tried: int, cause: str | None = None) -> str:
     """This run's counts for a stop's line: the sent, then only the counts that are not
     0, the chats given back after a try apart from those never tried."""
+    return ", ".join(stop_items(p, not_tried, cause))
+
+
+def stop_items(p: BroadcastProgress, not_tried: int, cause: str | None = None) -> list[str]:
+    """The items of `stop_counts`: ``["184 sent", "1,816 not tried"]``."""
     unknown = "not recorded (the sweep settles them)" if cause == "database" else "unknown"
-    given_back = p.retry - min(not_tried, p.retry)
-    # A stream stopped is read no further: the rest of its known total was not tried.
-    not_tried = min(not_tried, p.retry) + (p.remaining or 0)
+    # The same tallies as the progress line's (`BroadcastProgress.given_back`, `untried`):
+    # a stream stopped is read no further, the rest of its known total was not tried.
+    p = replace(p, not_tried=not_tried, cause=cause or "stopped")
     items = [
         (p.failed, "failed"),
         (p.unknown, unknown),
         (p.duplicate, "already done"),
-        (given_back, "tried and given back"),
-        (not_tried, "not tried"),
+        (p.given_back, "tried and given back"),
+        (p.untried, "not tried"),
     ]
     parts = [f"{p.sent:,} sent"] + [f"{n:,} {what}" for n, what in items if n]
     skipped = skipped_text(p)
-    return ", ".join(parts + ([skipped] if skipped else []))
+    return parts + ([skipped] if skipped else [])
 
 
 def unknown_text(this_run: int, campaign: int) -> str:
@@ -334,6 +381,14 @@ class BroadcastReport:
     cause: str | None = None
     not_tried: int = 0
     resume_at: dt.datetime | None = None
+
+
+def held_here(report: BroadcastReport) -> int:
+    """Of the chats this run found already claimed (its ``already done``), those another
+    run still holds (a live lease, maybe of a killed run): held, not done. The campaign's
+    held chats are read from the ledger once the run ended; this run met at most as many
+    as it counted already done."""
+    return min(len(report.held), report.progress.duplicate)
 
 
 class RecipientSource:
@@ -777,6 +832,7 @@ class Broadcast:
         self._pass_rows: tuple[dict[str, int], dict[str, int]] = ({}, {})
         self._last_rows: tuple[dict[str, int], dict[str, int]] | None = None
         self._languages_at = -math.inf
+        self._beats = False  # the campaign has its row: the run keeps its heartbeat
 
     def __repr__(self) -> str:
         return f"Broadcast({self.action!r}, campaign={self.campaign!r})"
@@ -831,6 +887,7 @@ class Broadcast:
         # The campaign's row only now that every check has passed: a run refused before
         # it starts leaves none (no campaign of zeros in the console). One that waits for
         # its start has it from the wait's beginning, with the start as its cycle_at.
+        self._beats = wanted is not None and not dry_run
         if wanted is not None and not dry_run:
             await record_campaign(
                 ledger,
@@ -995,20 +1052,30 @@ class Broadcast:
             raise ValidationError(
                 "campaign",
                 f"campaign {self.action}/{self.campaign} was {note}; nothing was sent. To "
-                "send to the chats not handled yet, run it again with "
-                "resume_cancelled=True (--resume-cancelled)",
+                f"send to the chats not handled yet, run it again with {RESUME_CANCELLED}",
             )
         return note
 
     def _attach(self, run: Run) -> None:
         self._run = run
+        # A stop is told once, by the report's cause and the summary's stop line (with the
+        # rest of the stream never read), not also by the run's own line.
+        run.stop_told_above = True
 
     async def _watch_cancel(self, done: asyncio.Event) -> None:
         """Read the campaign's cancel request every ``_CANCEL_POLL`` seconds until ``done``;
         stop the run gently when there is one. A failed read is logged (once a run: a
-        database gone fails them all) and tried again."""
+        database gone fails them all) and tried again. Every ``HEARTBEAT`` seconds, the
+        campaign's heartbeat (`beat`), so the console tells this run from a killed one."""
         failed = False
+        beaten = -math.inf
         while True:
+            now = time.monotonic()
+            away = self._run is not None and self._run.outage.away
+            if self._beats and not away and now - beaten >= HEARTBEAT:
+                # The console tells a run sending from a killed one by it (see `beat`).
+                beaten = now
+                await beat(self.notifier.ledger, self.action, self.campaign)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(done.wait(), _CANCEL_POLL)
             if done.is_set():
@@ -1025,8 +1092,9 @@ class Broadcast:
             try:
                 note = await cancel_requested(self.notifier.ledger, self.action, self.campaign)
             except LedgerError as exc:
-                if self._run is not None and self._run.outage.away:
-                    continue  # the run said once that the database is away
+                if self._run is not None and (self._run.outage.away or self._run.outage.absences):
+                    # The run said once that the database is away (and stops, or is back).
+                    continue
                 logger.log(
                     logging.DEBUG if failed else logging.WARNING,
                     "campaign %s/%s: its cancel request could not be read (%s)",
@@ -1303,7 +1371,18 @@ class Broadcast:
             skips=dict(self._skips),
             waiting=self._waiting,
             next_due=self._next_due,
+            not_tried=self._not_tried,
+            cause=self._final_cause() if finished else None,
         )
+
+    def _final_cause(self) -> str | None:
+        """Why the run that just ended stopped before its end (None: it ran to its end)."""
+        task = self._task
+        if task is None or not task.done():
+            return "interrupted" if self._cancel_requested else None
+        if not task.cancelled() and isinstance(task.exception(), LedgerError):
+            return "database"  # the command line's stop line for it (see `stop_line`)
+        return self._cause(task.cancelled())
 
     def _publish(self, *, finished: bool) -> None:
         snapshot = self._snapshot(finished=finished)

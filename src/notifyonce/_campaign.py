@@ -25,6 +25,14 @@ keeps its recipients per language in a row of its own too, under the action
 as a short JSON text in its ``last_error`` (see `LanguageCounts`), rewritten every few
 seconds while the run lasts, for the operator console.
 
+A broadcast running the campaign keeps the row's ``lease_until`` ahead of the clock: every
+``HEARTBEAT`` seconds it sets it ``HEARTBEAT_LEASE`` ahead (one ``UPDATE`` through the unique
+key), so the operator console tells a run that sends from one that was killed: claims
+with live leases whose campaign row's heartbeat ran out belong to no run sending
+("stalled"), until their leases run out and the sweep settles them. The row is written with
+``lease_until`` equal to its ``created_at``: a run that never beat (an older version) leaves
+it so, and the console then judges by claims and recent sends alone.
+
 The campaign's progress message in an admin's chat (see ``_progress_chat``) is remembered
 in a row of its own, under the action ``notifyonce.progress`` (same subject and cycle as
 the campaign row; ``message_id`` holds ``<chat>:<message id>``), so a resumed run edits
@@ -63,11 +71,14 @@ __all__ = [
     "CAMPAIGN_ACTION",
     "CANCEL_NOTE",
     "CANCEL_POLL",
+    "HEARTBEAT",
+    "HEARTBEAT_LEASE",
     "LANGUAGES_ACTION",
     "PROGRESS_ACTION",
     "RESERVED_ACTIONS",
     "REVISION_ACTION",
     "LanguageCounts",
+    "beat",
     "campaign_started",
     "cancel_requested",
     "cancel_statement",
@@ -101,6 +112,12 @@ LANGUAGES_ACTION = "notifyonce.languages"
 RESERVED_ACTIONS = frozenset({CAMPAIGN_ACTION, PROGRESS_ACTION, REVISION_ACTION, LANGUAGES_ACTION})
 _PREFIX = "msg-sha256:"
 #: What a cancel request stored in a campaign's row starts with (the time follows).
+#: Seconds between two heartbeats of a broadcast running the campaign (see the module).
+HEARTBEAT = 10.0
+#: How far ahead of the clock a heartbeat sets the campaign row's ``lease_until``: a run
+#: silent this long is no longer sending (three beats missed).
+HEARTBEAT_LEASE = dt.timedelta(seconds=30)
+
 CANCEL_NOTE = "cancelled from the console"
 #: Seconds between a running broadcast's reads of its cancel request.
 CANCEL_POLL = 2.0
@@ -383,6 +400,29 @@ async def record_total(ledger: AsyncLedger, action: str, campaign: str, total: i
     except _DATABASE_ERRORS as exc:
         logger.warning(
             "campaign %s/%s: its number of recipients could not be recorded (%s)",
+            action,
+            campaign,
+            type(exc).__name__,
+        )
+
+
+async def beat(ledger: AsyncLedger, action: str, campaign: str) -> None:
+    """The running broadcast's heartbeat: the campaign row's ``lease_until`` set
+    `HEARTBEAT_LEASE` ahead of the ledger's clock (see the module's docs).
+
+    Best effort: it only feeds the operator console's state, so a failure is logged at
+    DEBUG (a database gone is told once by the run itself) and the broadcast goes on.
+    """
+    table = ledger.table
+    _, where = _row(table, action, campaign)
+    try:
+        async with ledger.engine.begin() as conn:
+            await conn.execute(
+                sa.update(table).where(where).values(lease_until=ledger.now() + HEARTBEAT_LEASE)
+            )
+    except _DATABASE_ERRORS as exc:
+        logger.debug(
+            "campaign %s/%s: its heartbeat could not be written (%s)",
             action,
             campaign,
             type(exc).__name__,

@@ -350,6 +350,9 @@ class Run:
         # Results of a stop told in one line instead of one each: the notifications given
         # back once the run was stopping, and the outcomes the ledger failed to record.
         self.given_back = 0
+        self.untried = 0  # of given_back, those no request went to
+        # A caller that tells the stop in its own words (a broadcast's summary).
+        self.stop_told_above = False
         self.unrecorded = 0
         self.error: BaseException | None = None
         self.idle: set[asyncio.Task[None]] = set()
@@ -416,13 +419,19 @@ class Run:
             raise self.error
         if self.report.stopped is not None:
             self._give_back_untried(source)
-            # One line for the stop, never one per chat given back (those are at DEBUG).
-            logger.warning(
-                "run of %s stopped (%s): %d sent, %d given back for a later run",
+            # One line for the stop, never one per chat given back (those are at DEBUG),
+            # in the words of a broadcast's summary: tried and given back apart from not
+            # tried. A broadcast says it in its own report and summary (with the rest of
+            # its stream, never read): here it is told at INFO, so the stop is said once.
+            tried = self.given_back - self.untried
+            logger.log(
+                logging.INFO if self.stop_told_above else logging.WARNING,
+                "run of %s stopped (%s): %d sent, %d tried and given back, %d not tried",
                 self.action,
                 self.report.stopped,
                 self.report.counts[Outcome.SENT],
-                self.given_back,
+                tried,
+                self.untried,
             )
         self.report.results = [r for _, r in sorted(self.kept, key=lambda pair: pair[0])]
 
@@ -880,11 +889,13 @@ class Run:
         self.waiting.pop(item.index, None)
         if outcome is Outcome.RETRY:
             self.released.add(key)
-            if self.stopping:
-                # Given back because the run stops: the stop's line counts them.
-                self.given_back += 1
-                quiet = True
         attempt = None if claim is None else claim.attempt
+        if outcome is Outcome.RETRY and self.stopping:
+            # Given back because the run stops: the stop's line counts them.
+            self.given_back += 1
+            if attempt is None or error == INTERRUPTED.error:
+                self.untried += 1  # no request went out: never claimed, or claimed unsent
+            quiet = True
         result = Result(
             self.action, item.notification, item.key, outcome, attempt, receipt, error, reason
         )

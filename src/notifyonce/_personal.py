@@ -205,12 +205,58 @@ def _id_lines(path: str) -> Iterator[Line]:
                 yield number, text, exc
 
 
+def _csv_records(reader: Iterator[list[str]]) -> Iterator[list[str]]:
+    """The reader's records; a CSV error (strict: a quote never closed, text after a
+    closing quote) raised as ``_BadCsvError`` with what is wrong, in words."""
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            if "end of data" in str(exc):
+                raise _BadCsvError(
+                    'has a quote (") that is never closed: the rest of the file was read '
+                    "into its cell; close it, or double a quote meant as text"
+                ) from None
+            problem = f"is not valid CSV ({exc}): a quoted cell ends at its quote"
+            raise _BadCsvError(problem) from None
+        yield cells
+
+
+class _BadCsvError(Exception):
+    """A CSV record the reader cannot read (see `_csv_records`)."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+
+
+def _line_at(path: str, number: int) -> str:
+    """The file's line ``number`` (1-based) as text, for an error's preview."""
+    with open(path, encoding="utf-8-sig", errors="replace") as lines:
+        for at, line in enumerate(lines, 1):
+            if at == number:
+                return line.rstrip("\r\n")
+    return ""
+
+
 def _csv_rows(path: str) -> Iterator[Line]:
     with open(path, encoding="utf-8-sig", newline="") as file:
-        reader = csv.reader(file)
+        reader = csv.reader(file, strict=True)
         header: list[str] | None = None
         at = 0
-        for cells in reader:
+        records = _csv_records(reader)
+        while True:
+            try:
+                cells = next(records)
+            except StopIteration:
+                return
+            except _BadCsvError as exc:
+                # Named at the line where the record began (the quote's line, for one
+                # never closed); nothing after it can be read.
+                yield at + 1, _line_at(path, at + 1), ValidationError("recipient", exc.problem)
+                return
             number, at = at + 1, reader.line_num
             if not cells or not "".join(cells).strip() or cells[0].lstrip().startswith("#"):
                 continue

@@ -50,18 +50,25 @@ def render_progress(name: str, p: BroadcastProgress, ending: str | None = None) 
     line's own, see `stop_line`)."""
     total = f" of {p.total:,}" if p.total is not None else ""
     state = "running" if not p.finished else "stopped" if ending else "finished"
-    lines = [
-        f"Broadcast {name}: {state}, {p.done:,}{total} handled in {p.elapsed:.0f} s",
+    counts = (
         f"sent {p.sent:,} · failed {p.failed:,} · unknown {p.unknown:,} · "
-        f"already done {p.duplicate:,} · to retry {p.retry:,}",
-    ]
+        f"already done {p.duplicate:,}"
+    )
+    # The command line's words and tallies: tried and given back apart from not tried.
+    counts += "".join(
+        f" · {what} {n:,}"
+        for n, what in ((p.given_back, "given back"), (p.untried, "not tried"))
+        if n
+    )
+    head = f"Broadcast {name}: {state}, {p.handled:,}{total} handled in {p.elapsed:.0f} s"
+    lines = [head, counts]
     skipped = skipped_text(p)
     if skipped:
         lines.append(skipped)
     waiting = waiting_text(p)
     if waiting and not p.finished:
         lines.append(waiting)
-    if not p.finished and p.eta is not None:
+    if not p.finished and p.eta is not None and not p.waiting:
         lines.append(f"{p.rate:,.0f}/s, about {p.eta:.0f} s left")
     if p.finished and p.unknown:
         lines.append("unknown: may or may not have arrived; they are not sent again")

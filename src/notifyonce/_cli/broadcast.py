@@ -24,22 +24,27 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from functools import partial
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from notifyonce._broadcast import (
     Broadcast,
     BroadcastProgress,
     BroadcastReport,
+    RecipientSource,
+    held_here,
     recipients_from_file,
     recipients_from_query,
     skipped_text,
+    stop_items,
     stop_line,
     unknown_text,
-    waiting_text,
 )
 from notifyonce._buttons import inline_keyboard
 from notifyonce._caps import FrequencyCap
@@ -53,16 +58,20 @@ from notifyonce._cli.common import (
     async_url,
     duration_arg,
     engine_error,
+    fail,
     parse_duration,
     plural,
     pooler_options,
 )
+from notifyonce._drivers import url_driver
 from notifyonce._errors import LedgerError, SenderConfigError, ValidationError
+from notifyonce._keys import Subject
 from notifyonce._ledger.ledger import AsyncLedger
 from notifyonce._media import Album, Copy, Document, Media, Photo, Video
 from notifyonce._message import Message, Receipt, Sender
 from notifyonce._notifier import Notifier
 from notifyonce._outcome import DeliveryMode
+from notifyonce._personal import Recipient
 from notifyonce._progress_chat import ProgressMessage
 from notifyonce._results import DRY_RUN_SEND
 from notifyonce._senders.telegram.api_url import DEFAULT_API_URL, ENV_API_URL, default_api_url
@@ -359,14 +368,40 @@ def run(args: argparse.Namespace) -> int:
     if not url:
         raise UsageError(f"no database URL: pass --database-url or set ${ENV_URL}")
     url = async_url(url)
+    _check_sqlite_file(url)
     options = pooler_options(args, url)  # checked before the Bot API is asked anything
     tty = sys.stderr.isatty()
     every = args.progress_every or (0.2 if tty else 5.0)
     try:
         make_sender = _no_sender if args.dry_run else _telegram(args, token)
-        return asyncio.run(_broadcast(args, message, make_sender, url, options, tty, every))
+        ask = None if args.dry_run else partial(_check_token, args.base_url, token, args.token_env)
+        return asyncio.run(_broadcast(args, message, make_sender, url, options, tty, every, ask))
     except SenderConfigError as exc:
         raise UsageError(f"the sender is set up wrong, nothing more was sent: {exc}") from None
+
+
+def _check_sqlite_file(url: str) -> None:
+    """A SQLite ledger whose file does not exist was never migrated: said before anything
+    connects, as connecting would leave an empty file behind."""
+    parsed = make_url(url)
+    driver = url_driver(parsed)
+    path = None if driver is None else driver.absent_file(parsed)
+    if path is not None:
+        fail(
+            EXIT_DATABASE,
+            f"the database file {path} does not exist: run `notifyonce migrate` first "
+            "(it makes the file and the ledger's tables); nothing was sent",
+        )
+
+
+async def _check_ledger(engine: AsyncEngine, table: str, schema: str | None) -> None:
+    """The ledger's table is there, before anything else is read from the database: a
+    database never migrated is told in those words, not in those of the first statement
+    that failed (the campaign's cancel request)."""
+    async with engine.connect() as conn:
+        found = await conn.run_sync(lambda sync: sa.inspect(sync).has_table(table, schema=schema))
+    if not found:
+        raise LedgerError(f"the ledger table {table!r} does not exist; nothing was sent")
 
 
 def _check_start(at: dt.datetime | None, or_now: bool) -> None:
@@ -539,6 +574,35 @@ def _copy_from(value: str) -> Copy:
         raise UsageError(f"--copy-from: {exc.field} {exc.problem}") from None
 
 
+class _ThenAsk(RecipientSource):
+    """``source`` as it is, but once the broadcast has checked every recipient (which it
+    does before its first claim) ``ask`` runs (the token's ``getMe``), in a thread."""
+
+    def __init__(self, source: RecipientSource, ask: Callable[[], None]) -> None:
+        self.source = source
+        self.ask = ask
+
+    def __aiter__(self) -> AsyncIterator[Subject]:
+        return self.source.__aiter__()
+
+    async def rows(self) -> AsyncIterator[Recipient]:
+        async for row in self.source.rows():
+            yield row
+
+    async def count(self) -> int | None:
+        return await self.source.count()
+
+    async def check(self, rule: Callable[[Subject], None]) -> int | None:
+        checked = await self.source.check(rule)
+        await asyncio.to_thread(self.ask)
+        return checked
+
+    async def check_rows(self, rule: Callable[[Recipient], None]) -> int | None:
+        checked = await self.source.check_rows(rule)
+        await asyncio.to_thread(self.ask)
+        return checked
+
+
 class _NoSender:
     """Stands in for Telegram in a dry run, where nothing is sent (or uploaded), and
     refuses what Telegram would, as the real run does."""
@@ -565,13 +629,17 @@ async def _broadcast(
     options: dict[str, Any],
     tty: bool,
     every: float,
+    ask: Callable[[], None] | None = None,
 ) -> int:
+    """The broadcast on ``url``'s ledger; ``ask`` checks the token with the Bot API (None
+    in a dry run), once the recipients are read."""
     try:
         engine = create_async_engine(url, **options)
     except Exception as exc:  # a missing driver, a bad dialect name
         raise UsageError(engine_error(exc)) from None
     sender: Sender | None = None
     try:
+        await _check_ledger(engine, args.table, args.schema)
         sender = make_sender(engine)
         ledger = AsyncLedger(engine, table_name=args.table, schema=args.schema, lease=args.lease)
         notifier = Notifier(
@@ -588,6 +656,10 @@ async def _broadcast(
             source = recipients_from_file(args.recipients_file, format=args.recipients_format)
         else:
             source = recipients_from_query(engine, args.recipients_sql)  # the ledger's database
+        if ask is not None:
+            # The Bot API's getMe once every recipient is checked, not before: a bad file
+            # is told without a request to Telegram.
+            source = _ThenAsk(source, ask)
         display = _Display(sys.stderr, tty)
         progress_chat = None
         if args.progress_chat is not None and not args.dry_run:
@@ -669,7 +741,7 @@ def _telegram(args: argparse.Namespace, token: str) -> Callable[[AsyncEngine], S
     if not 0 <= args.database_patience < 86_400:
         raise UsageError("--database-patience must be 0 (stop at once) up to a day, in seconds")
     limit = RateLimit(bot_per_second=rate) if rate > 0 else None
-    _check_token(args.base_url, token, args.token_env)
+    _check_token_format(token, args.token_env)  # the Bot API is asked once the input is read
 
     def make(engine: AsyncEngine) -> Sender:
         # File ids live beside the ledger (revision 0003), so a resumed run of a media
@@ -685,18 +757,25 @@ def _telegram(args: argparse.Namespace, token: str) -> Callable[[AsyncEngine], S
     return make
 
 
-def _check_token(base_url: str, token: str, env: str) -> None:
-    """Ask ``getMe`` before the first send: a rejected token stops the broadcast before
-    any chat is claimed, with a usage error that names the variable. (A send's 401 is a
-    SenderConfigError: it would stop the run too and burn no slot, but only once the
-    campaign had started.)"""
-    from notifyonce._senders.telegram.probe import get_me_status  # httpx: lazy, as above
-    from notifyonce._senders.telegram.sender import check_token
+def _check_token_format(token: str, env: str) -> None:
+    """The token's form, checked locally (a usage error naming the variable, never the
+    token)."""
+    from notifyonce._senders.telegram.sender import check_token  # httpx: lazy, as above
 
     try:
         check_token(token)
     except ValidationError as exc:
         raise UsageError(f"${env}: the {exc.field} {exc.problem}; nothing was sent") from None
+
+
+def _check_token(base_url: str, token: str, env: str) -> None:
+    """Ask ``getMe`` before the first send, once the local input (the message's files,
+    the recipients) has been read and checked: a rejected token stops the broadcast
+    before any chat is claimed, with a usage error that names the variable. (A send's 401
+    is a SenderConfigError: it would stop the run too and burn no slot, but only once
+    the campaign had started.)"""
+    from notifyonce._senders.telegram.probe import get_me_status  # httpx: lazy, as above
+
     status = get_me_status(base_url, token)
     if isinstance(status, str):
         raise UsageError(f"cannot reach the Bot API at --base-url ({status})")
@@ -728,21 +807,32 @@ def _eta(seconds: float | None) -> str:
     return f"ETA {hours}:{minutes:02d}:{secs:02d}" if hours else f"ETA {minutes:02d}:{secs:02d}"
 
 
+def _stopped(p: BroadcastProgress) -> bool:
+    """The last snapshot of a run stopped before its end: no rate, no ETA, and the counts
+    of the summary's stop line."""
+    return p.finished and p.cause is not None
+
+
 def _count_items(p: BroadcastProgress) -> list[str]:
+    if _stopped(p):
+        return stop_items(p, p.not_tried, p.cause)
     items = [
         f"sent {p.sent:,}",
         f"failed {p.failed:,}",
         f"unknown {p.unknown:,}",
         f"already done {p.duplicate:,}",
     ]
-    if p.retry:
-        items.append(f"retry {p.retry:,}")
+    # In the summary's words: tried and given back (the next run tries them again) apart
+    # from not tried (no request went out).
+    if p.given_back:
+        items.append(f"given back {p.given_back:,}")
+    if p.untried:
+        items.append(f"not tried {p.untried:,}")
     if DRY_RUN_SEND in p.skips:
         items.append(f"would send {p.skips[DRY_RUN_SEND]:,}")
     skipped = skipped_text(p)
-    waiting = waiting_text(p)
-    if waiting:
-        items.append(waiting)
+    if p.waiting and p.next_due is not None:
+        items.append(f"waiting for their hour {p.waiting:,}")  # when: in place of the ETA
     return items + ([skipped] if skipped else [])
 
 
@@ -751,17 +841,22 @@ def _counts(p: BroadcastProgress) -> str:
 
 
 def _speed(p: BroadcastProgress) -> str:
+    if _stopped(p):
+        return f"stopped ({p.cause})"
+    if p.waiting and p.next_due is not None:
+        # Rows wait for their hour: the end is not the rate's to tell, the next batch is.
+        return f"{p.rate:,.0f}/s  next batch due {p.next_due:%Y-%m-%d %H:%M} UTC"
     return f"{p.rate:,.0f}/s  {_eta(p.eta)}"
 
 
 def _head(p: BroadcastProgress, width: int) -> str:
     """The bar (``width`` wide inside its brackets; none at 0), the share and the count."""
     if not p.total:
-        return f"{p.done:,} handled"
-    share = f"{100 * p.done / p.total:5.1f}%  {p.done:,}/{p.total:,}"
+        return f"{p.handled:,} handled"
+    share = f"{100 * p.handled / p.total:5.1f}%  {p.handled:,}/{p.total:,}"
     if width <= 0:
         return share
-    filled = min(width, int(width * p.done / p.total))
+    filled = min(width, int(width * p.handled / p.total))
     return f"[{'#' * filled}{'-' * (width - filled)}] {share}"
 
 
@@ -802,7 +897,9 @@ def render_lines(p: BroadcastProgress, columns: int) -> list[str]:
 def render_line(p: BroadcastProgress) -> str:
     """One plain log line of progress (no bar), for logs and pipes."""
     total = f"/{p.total:,}" if p.total is not None else ""
-    return f"progress: {p.done:,}{total} handled, {_counts(p)}, {p.rate:,.0f}/s, {_eta(p.eta)}"
+    if _stopped(p):
+        return f"progress: {p.handled:,}{total} handled, {_speed(p)}: {', '.join(_count_items(p))}"
+    return f"progress: {p.handled:,}{total} handled, {_counts(p)}, {_speed(p).replace('  ', ', ')}"
 
 
 class _Display(logging.Handler):
@@ -903,15 +1000,21 @@ def summary(report: BroadcastReport, *, dry_run: bool = False) -> str:
             )
         ]
     elif handled_elsewhere(report):
+        held = held_here(report)
         return (
-            f"every chat was handled by another run of {name} ({p.duplicate:,} already "
-            f"done, {len(report.held):,} of them still being sent by it): nothing to do here"
+            f"every chat was handled by another run of {name} ({p.duplicate - held:,} "
+            f"already done, {held:,} held by another run, which is still sending them): "
+            "nothing to do here"
         )
     else:
         rate = p.done / p.elapsed if p.elapsed > 0 else 0.0
+        held = held_here(report)
         counts = [
             f"{p.sent:,} sent, {p.failed:,} failed, {p.unknown:,} unknown, "
-            f"{p.duplicate:,} already done, {p.retry:,} to retry",
+            f"{p.duplicate - held:,} already done",
+            *([f"{held:,} held by another run"] if held else []),
+            f"{p.given_back:,} given back",
+            *([f"{p.untried:,} not tried"] if p.untried else []),
             *([skipped] if skipped else []),
         ]
         lines = [

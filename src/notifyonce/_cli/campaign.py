@@ -31,7 +31,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from notifyonce._broadcast import Broadcast, BroadcastProgress, BroadcastReport
+from notifyonce._broadcast import Broadcast, BroadcastProgress, BroadcastReport, held_here
 from notifyonce._buttons import inline_keyboard
 from notifyonce._cli.common import (
     ENV_URL,
@@ -362,12 +362,24 @@ class _Progress:
 
 
 def _summary(report: BroadcastReport) -> str:
+    """The counts in the broadcast's words; the chats another run still holds (a killed
+    run's live leases) apart from those done, with when to run again."""
     p = report.progress
+    held = held_here(report)
     lines = [
         f"{report.action}/{report.campaign}: done {p.sent:,}, failed {p.failed:,}, "
-        f"unknown {p.unknown:,}, already done {p.duplicate:,}, to retry {p.retry:,}"
+        f"unknown {p.unknown:,}, already done {p.duplicate - held:,}, "
+        + (f"held by another run {held:,}, " if held else "")
+        + f"given back {p.given_back:,}"
+        + (f", not tried {p.untried:,}" if p.untried else "")
     ]
     if report.unknown:
         lines.append(f"{plural(len(report.unknown), 'chat')} have an unknown outcome:")
         lines += [f"  {chat}" for chat in report.unknown[:100]]
+    if report.held:
+        chats = plural(len(report.held), "chat is", "chats are")
+        lines.append(
+            f"{chats} still claimed by another run (or a crashed one whose lease has not "
+            "expired): run again after the lease to settle them"
+        )
     return "\n".join(lines)

@@ -41,6 +41,7 @@ __all__ = [
     "engine_error",
     "fail",
     "ledger_tables",
+    "missing_table",
     "parse_duration",
     "plural",
     "pooler_options",
@@ -249,6 +250,12 @@ _UNKNOWN_ROLE = re.compile(r'fatal:\s+role "[^"]*" does not exist')
 def _authentication_failed(message: str) -> bool:
     text = message.lower()
     return any(marker in text for marker in _AUTH_FAILURES) or bool(_UNKNOWN_ROLE.search(text))
+
+
+def missing_table(message: str, tables: Sequence[str]) -> bool:
+    """Whether a database error's ``message`` says that one of ``tables`` is missing (a
+    database not migrated), and nothing else (a missing database, refused credentials)."""
+    return _missing_table(message, tables)
 
 
 def database_error(message: str, tables: Sequence[str] = ("notifyonce_slots",)) -> str:

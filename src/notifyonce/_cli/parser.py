@@ -6,6 +6,7 @@ Exit codes (stable, for scripts):
 - 1: ``check``: the schedule is invalid (every problem is printed).
 - 2: usage error: bad arguments, a bad database URL, a module or attribute not found.
 - 3: the database could not be reached or failed.
+- 141: the reader of the output closed it (``| head``): the rest was not printed.
 
 This module holds the argument tree and `main`; the commands live beside it
 (``ledger``, ``broadcast``, ``recipients``, ``serve``, ``web``) and share ``common``.
@@ -14,12 +15,15 @@ This module holds the argument tree and `main`; the commands live beside it
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from notifyonce._broadcast import command_line_words
 from notifyonce._cli import broadcast, campaign, ledger, recipients, serve, web
 from notifyonce._cli.common import (
     DURATION_HELP,
@@ -37,6 +41,8 @@ from notifyonce._ledger.table import SlotStatus
 from notifyonce._version import __version__
 
 __all__ = ["main"]
+
+EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a command its reader left
 
 
 class _Parser(argparse.ArgumentParser):
@@ -211,11 +217,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     tables = ledger_tables(args.table) if hasattr(args, "table") else []
     try:
-        return _COMMANDS[args.command](args)
+        code = _COMMANDS[args.command](args)
+        sys.stdout.flush()  # a reader gone (``| head``) is told here, not at exit
+        return code
+    except BrokenPipeError:
+        # The reader of the output closed it: nothing more to print, no traceback. The
+        # rest of the output goes nowhere, so Python's own flush at exit has no pipe to
+        # fail on; the exit code is a shell's for a command killed by SIGPIPE.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_PIPE
     except UsageError as exc:
         fail(EXIT_USAGE, str(exc))
     except ValidationError as exc:
-        fail(EXIT_USAGE, str(exc))
+        # In the command line's words: a flag (--resume-cancelled), not Python's argument.
+        fail(EXIT_USAGE, command_line_words(str(exc)))
     except LedgerError as exc:
         fail(EXIT_DATABASE, database_error(str(exc), tables))
     except SQLAlchemyError as exc:  # from Alembic's own connection (migrate), a query's

@@ -167,6 +167,12 @@ class _Log:
         }
         to = "" if request.chat_id is None else f" to chat {request.chat_id}"
         why = {401: " (wrong token)", 404: " (wrong path or method)"}.get(status, "")
+        said = _description(request.reply.body)
+        if said is not None:
+            # Telegram's own words for it (never the message's text, nor the token); a
+            # wrong token or path has the server's own words above.
+            record["description"] = said
+            why = why or f" {said}"
         self._print(record, f"refused {request.method or 'request'}{to}: {status}{why}")
 
     def _print(self, record: dict[str, Any], line: str) -> None:
@@ -176,6 +182,19 @@ class _Log:
         else:
             text = f"{now:%H:%M:%S}  {line}"
         print(text, file=self.out, flush=True)
+
+
+def _description(body: bytes | None) -> str | None:
+    """The ``description`` of a Bot API error answer (``"Forbidden: bot was blocked by the
+    user"``), or None when the answer has none (a dropped connection, a proxy's page)."""
+    if not body:
+        return None
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return None
+    said = answer.get("description") if isinstance(answer, dict) else None
+    return said[:200] if isinstance(said, str) and said else None
 
 
 _SENDS = {"sendMessage", "sendPhoto", "sendDocument", "sendVideo"}

@@ -106,6 +106,12 @@ class Driver:
         return cls._url_with(url, cls.async_dbapi, cls.sync_only)
 
     @classmethod
+    def absent_file(cls, url: URL) -> str | None:
+        """The file ``url`` names when the database is a file that does not exist (which
+        connecting would create, empty); None for a server's database or a file there."""
+        return None
+
+    @classmethod
     def _url_with(cls, url: URL, default: str, unfit: frozenset[str]) -> URL:
         backend, _, dbapi = url.drivername.partition("+")
         if dbapi and dbapi not in unfit and backend not in cls.aliases:

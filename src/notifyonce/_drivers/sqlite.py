@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -12,6 +13,7 @@ from typing import Any, ClassVar, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine import URL
 from sqlalchemy.util import greenlet_spawn
 
 from notifyonce._drivers.base import Driver, Work
@@ -71,6 +73,16 @@ class SQLiteDriver(Driver):
     # An open read keeps writers of the file from committing ("database is locked").
     streams_reads = False
     lock_wait_option = "busy_timeout"
+
+    @classmethod
+    def absent_file(cls, url: URL) -> str | None:
+        """The database file when it does not exist (connecting would create it empty);
+        None for an in-memory database, a SQLite URI (its options say whether it may be
+        created) or a file that exists."""
+        path = url.database
+        if not path or path == ":memory:" or path.startswith("file:") or url.query.get("uri"):
+            return None
+        return None if os.path.exists(path) else path
 
     def __init__(self, engine: sa.Engine) -> None:
         super().__init__(engine)

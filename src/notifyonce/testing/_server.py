@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import itertools
 import json
+import math
 import threading
 import time
 from collections import deque
@@ -809,9 +810,18 @@ class BotAPIServer(LocalServer):
 
         Returns the update's ``update_id``. ``getUpdates`` hands it out until a later
         call's ``offset`` confirms it, as Telegram does.
+
+        A user who had blocked the bot in their private chat (`user_blocks`, `block`) and
+        writes to it again (``/start``) has unblocked it, as Telegram has them do: the
+        ``my_chat_member`` update (kicked to member) is queued before the message, and
+        sends to the chat are delivered again.
         """
         sender = _user(user_id or chat_id)
+        key = str(chat_id)
         with self._lock:
+            if int(chat_id) > 0 and self._refusals.get(key) == Reply.blocked():
+                self._refusals.pop(key)
+                self._member_update(chat_id, _chat(key), "member", "kicked", by=int(chat_id))
             update_id = next(self._update_ids)
             message: dict[str, Any] = {
                 "message_id": next(self._message_ids),
@@ -1520,7 +1530,8 @@ class BotAPIServer(LocalServer):
         ``/block``, ``/unblock`` (``chat_id``), ``/bot_removed``, ``/bot_added``
         (``chat_id``, optional ``status``), ``/user_presses`` (``chat_id``, ``data``),
         ``/post`` (``chat_id``, ``text``, optional ``message_id``), ``/delete_message``
-        (``chat_id``, ``message_id``) and ``/script`` (see `_script_over_http`), as a form
+        (``chat_id``, ``message_id``), ``/advance_clock`` (``seconds``) and ``/script``
+        (see `_script_over_http`), as a form
         or JSON: do what the method of that name does, for a bot or a command using this
         server from another process. The answer's result is the queued update's id, the
         posted message's id, or True when there is nothing to say."""
@@ -1683,6 +1694,16 @@ def _delete_over_http(server: BotAPIServer, params: dict[str, Any]) -> object:
     return True
 
 
+def _advance_over_http(server: BotAPIServer, params: dict[str, Any]) -> object:
+    """``POST /advance_clock``: the server's clock moves ``seconds`` ahead; its answer is
+    the clock then (Unix seconds)."""
+    seconds = float(params["seconds"])
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError("seconds must be a finite number, 0 or more")
+    server.advance_clock(seconds)
+    return {"now": server.now()}
+
+
 def _status(params: dict[str, Any], default: str) -> str:
     return str(params.get("status") or default)
 
@@ -1721,6 +1742,7 @@ _CONTROLS: dict[str, tuple[str, _Control]] = {
         _post_over_http,
     ),
     "/delete_message": ("chat_id (a chat's id or @channel) and message_id", _delete_over_http),
+    "/advance_clock": ("seconds (a number of seconds, 0 or more)", _advance_over_http),
     "/script": (_SCRIPT_TAKES, _script_over_http),
 }
 

@@ -54,7 +54,7 @@ from notifyonce.web._security import (
     cross_site,
     host_refusal,
 )
-from notifyonce.web._svg import FAVICON, sparkline
+from notifyonce.web._svg import FAVICON, chart, sparkline
 
 __all__ = ["create_app"]
 
@@ -106,6 +106,17 @@ def _ago(when: dt.datetime | None, now: dt.datetime) -> str:
     return f"in {text}" if future else f"{text} ago"
 
 
+#: The ETA of a local-time campaign while rows wait for their hour: not the rate's to tell.
+WAITING_ETA = "after the rows waiting for their hour (see below)"
+
+
+def _eta_text(progress: q.CampaignProgress) -> str | None:
+    """The campaign's ETA as its page says it (None: unknown)."""
+    if progress.waiting:
+        return WAITING_ETA
+    return None if progress.eta_seconds is None else _duration(progress.eta_seconds)
+
+
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "unknown"
@@ -150,6 +161,7 @@ class Console:
         env = self.templates.env
         env.filters["scrub"] = scrub
         env.filters["sparkline"] = sparkline
+        env.filters["chart"] = chart
         env.globals["duration"] = _duration
         env.globals["href"] = href
 
@@ -570,6 +582,7 @@ async def campaign_page(console: Console, request: Request, session: Session) ->
         "p": progress,
         "resume": resume,
         "ended": q.CampaignState.ENDED,
+        "eta": _eta_text(progress) or "unknown",
         "revisions": revisions,
     }
     return console.respond(request, session, "campaign.html", context)
@@ -583,7 +596,7 @@ async def campaign_json(console: Console, request: Request, session: Session) ->
     if not progress.exists:
         return _not_found(console, request, session, *args)
     data = progress.as_json()
-    data["eta"] = _duration(progress.eta_seconds) if progress.eta_seconds is not None else None
+    data["eta"] = _eta_text(progress)
     return console.finish(request, session, JSONResponse(data))
 
 

@@ -95,15 +95,18 @@ class CampaignState:
 
     SCHEDULED = "scheduled"  # waiting for its start time (--at), nothing sent
     NEVER_STARTED = "never started"  # recorded, no delivery slot, no start to wait for
-    RUNNING = "running"  # a claim with a live lease, or a send in the last 30 seconds
+    RUNNING = "running"  # a run's heartbeat, or a claim with a live lease or a recent send
+    #: Claims with live leases but no run sending them: the run's heartbeat ran out (it
+    #: was killed). The leases run out, then a run (or the sweep) settles those chats.
+    STALLED = "stalled"
     STOPPED = "stopped"  # chats left to try and no run sending: resume it
     CANCELLED = "cancelled"  # cancelled from the console
     FINISHED = "finished"  # every recipient of its recorded total has a settled row
-    ALL = (SCHEDULED, NEVER_STARTED, RUNNING, STOPPED, CANCELLED, FINISHED)
+    ALL = (SCHEDULED, NEVER_STARTED, RUNNING, STALLED, STOPPED, CANCELLED, FINISHED)
     #: States in which a rate, an ETA and a cancel button mean nothing.
     ENDED = (CANCELLED, FINISHED)
     #: States a run of the same command picks up from where it stopped.
-    RESUMABLE = (STOPPED, CANCELLED)
+    RESUMABLE = (STALLED, STOPPED, CANCELLED)
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,7 @@ class CampaignProgress:
     cancel: str | None = None  # its cancel request from the console, if any
     state: str = CampaignState.STOPPED
     scheduled_at: dt.datetime | None = None  # the start it waits for (--at), if any
+    waiting: int = 0  # a local-time campaign's recipients waiting for their hour
 
     @property
     def known(self) -> bool:
@@ -199,8 +203,10 @@ class CampaignProgress:
     @property
     def eta_seconds(self) -> float | None:
         remaining = self.remaining
-        if remaining is None or self.rate <= 0:
-            return None
+        if remaining is None or self.rate <= 0 or self.state == CampaignState.STALLED:
+            return None  # a stalled campaign's recent rate is a dead run's
+        if self.waiting:
+            return None  # rows wait for their hour: the end is not the rate's to tell
         return remaining / self.rate
 
     def as_json(self) -> dict[str, Any]:
@@ -220,6 +226,7 @@ class CampaignProgress:
             "cancel": self.cancel,
             "cancel_state": self.cancel_state,
             "state": self.state,
+            "waiting": self.waiting,
         }
 
 
@@ -375,9 +382,12 @@ def _campaign_state(
     cancel: str | None,
     scheduled_at: dt.datetime | None,
     row: tuple[int, dt.datetime] | None,
+    heartbeat: dt.datetime | None = None,
 ) -> str:
     """The campaign's state (see ``CampaignState``), from its counts and its own keys;
-    ``row`` is its campaign row's id and creation time, when it has one."""
+    ``row`` is its campaign row's id and creation time, when it has one, ``heartbeat``
+    its row's ``lease_until`` once a run has kept it (None before: judged by the claims
+    and the recent sends alone)."""
     if cancel is not None:
         return CampaignState.CANCELLED
     if not any(c.value for c in counts.values()):
@@ -387,7 +397,13 @@ def _campaign_state(
     own = sa.and_(t.c.action == action, t.c.cycle == campaign)
     live = sa.and_(own, t.c.status == SlotStatus.CLAIMED.value, t.c.lease_until >= now)
     recent = sa.and_(t.c.action == action, t.c.sent_at >= now - RECENT_SEND, t.c.cycle == campaign)
-    if _capped(conn, live, 0).capped or _capped(conn, recent, 0).capped:
+    if heartbeat is not None:
+        # A run keeps it ahead of the clock while it sends: past, no run is sending.
+        if heartbeat >= now:
+            return CampaignState.RUNNING
+        if _capped(conn, live, 0).capped:
+            return CampaignState.STALLED
+    elif _capped(conn, live, 0).capped or _capped(conn, recent, 0).capped:
         return CampaignState.RUNNING
     left = counts[SlotStatus.CLAIMED.value].value + counts[SlotStatus.RELEASED.value].value
     if total and not left:
@@ -401,6 +417,12 @@ def _campaign_state(
             _remember_finished(key)
             return CampaignState.FINISHED
     return CampaignState.STOPPED
+
+
+def _heartbeat(created_at: dt.datetime, lease_until: dt.datetime) -> dt.datetime | None:
+    """The campaign row's heartbeat (its ``lease_until``), or None when no run kept one:
+    the row is written with the two equal."""
+    return lease_until if lease_until > created_at else None
 
 
 def _holds(column: sa.ColumnElement[Any], text: str) -> sa.ColumnElement[bool]:
@@ -431,7 +453,14 @@ def campaign_summaries(
         where = sa.and_(where, found)
     stmt = (
         sa.select(
-            t.c.id, t.c.subject, t.c.cycle, t.c.created_at, t.c.last_error, t.c.token, t.c.cycle_at
+            t.c.id,
+            t.c.subject,
+            t.c.cycle,
+            t.c.created_at,
+            t.c.last_error,
+            t.c.token,
+            t.c.cycle_at,
+            t.c.lease_until,
         )
         .where(where)
         .order_by(t.c.id.desc())
@@ -455,6 +484,7 @@ def campaign_summaries(
             cancel=cancel,
             scheduled_at=row.cycle_at,
             row=(row.id, row.created_at),
+            heartbeat=_heartbeat(row.created_at, row.lease_until),
         )
         campaigns.append(
             CampaignSummary(
@@ -499,10 +529,11 @@ def campaign_progress(
 ) -> CampaignProgress:
     """One campaign's exact counts (its own rows only), rate over 5 minutes, ETA."""
     started_at, total, cancel, scheduled_at, own_row = None, None, None, None, None
+    heartbeat = None
     row = conn.execute(
-        sa.select(t.c.id, t.c.created_at, t.c.token, t.c.last_error, t.c.cycle_at).where(
-            t.c.action == CAMPAIGN_ACTION, t.c.cycle == campaign, t.c.subject == action
-        )
+        sa.select(
+            t.c.id, t.c.created_at, t.c.token, t.c.last_error, t.c.cycle_at, t.c.lease_until
+        ).where(t.c.action == CAMPAIGN_ACTION, t.c.cycle == campaign, t.c.subject == action)
     ).first()
     if row is not None:
         started_at = row.created_at
@@ -511,6 +542,7 @@ def campaign_progress(
         cancel = cancel_note(row.last_error)
         scheduled_at = row.cycle_at
         own_row = (row.id, row.created_at)
+        heartbeat = _heartbeat(row.created_at, row.lease_until)
     counts = _status_counts(conn, t, action, campaign, None)
     # This campaign's sends: the action's last hour from the (action, sent_at) index, each
     # row's cycle checked (never a walk through every row the campaign ever sent).
@@ -540,6 +572,7 @@ def campaign_progress(
         cancel=cancel,
         scheduled_at=scheduled_at,
         row=own_row,
+        heartbeat=heartbeat,
     )
     return CampaignProgress(
         action,
@@ -553,6 +586,7 @@ def campaign_progress(
         cancel,
         state,
         scheduled_at,
+        _waiting(conn, t, [(action, campaign)]).get((action, campaign), 0),
     )
 
 

@@ -55,8 +55,18 @@ class SlotAdmin(_ReadOnly):
 class CampaignAdmin(_ReadOnly):
     """The broadcasts' campaigns, each with its slots counted by status."""
 
-    list_display = ("subject", "cycle", "recipients", "sent", "created_at", "updated_at")
+    # Headed in the words of the broadcast (its action and campaign id), not the row's
+    # columns (a campaign row keeps the action as its subject, the id as its cycle).
+    list_display = ("action_name", "campaign", "recipients", "sent", "created_at", "updated_at")
     search_fields = ("=subject", "=cycle")
+
+    @admin.display(description="action", ordering="subject")
+    def action_name(self, obj: Campaign) -> str:
+        return str(obj.subject)
+
+    @admin.display(description="campaign", ordering="cycle")
+    def campaign(self, obj: Campaign) -> str:
+        return str(obj.cycle)
 
     @admin.display(description="recipients")
     def recipients(self, obj: Campaign) -> int | None:

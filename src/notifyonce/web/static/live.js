@@ -1,5 +1,5 @@
 // notifyonce console: the live campaign page polls its JSON every 2 seconds and redraws
-// its numbers, state, bar and sparkline; the overview asks for itself every few seconds
+// its numbers, state, bar and chart; the overview asks for itself every few seconds
 // and swaps in its tables (the search box, outside them, keeps what is typed); the
 // problems page's "all shown" box ticks every row; a copy button copies its command.
 // No framework, no build step, nothing from the server run as code.
@@ -8,26 +8,44 @@
   var EVERY = 2000;
   var fmt = function (n) { return n === null || n === undefined ? "unknown" : Number(n).toLocaleString("en-US"); };
 
-  function spark(values, width, height) {
-    var top = Math.max.apply(null, values.concat([1]));
+  // The chart of sends per minute with its axes, scale and time, as the server draws it
+  // (web/_svg.py: chart): the same margins, labels and line.
+  function chart(values, width, height) {
+    var L = 46, R = 10, T = 8, B = 18;
+    var W = L + width + R, H = T + height + B, base = T + height;
+    var top = Math.max.apply(null, values.concat([0])) || 1;
     var step = width / Math.max(values.length - 1, 1);
-    var pts = values.map(function (v, i) {
-      return (i * step).toFixed(1) + "," + (height - 1 - (v / top) * (height - 2)).toFixed(1);
-    }).join(" ");
     var ns = "http://www.w3.org/2000/svg";
-    var svg = document.createElementNS(ns, "svg");
-    svg.setAttribute("class", "spark");
-    svg.setAttribute("width", width);
-    svg.setAttribute("height", height);
-    svg.setAttribute("viewBox", "0 0 " + width + " " + height);
-    var line = document.createElementNS(ns, "polyline");
-    line.setAttribute("fill", "none");
-    line.setAttribute("stroke", "currentColor");
-    line.setAttribute("stroke-width", "1.5");
-    line.setAttribute("points", pts);
-    svg.appendChild(line);
+    var el = function (name, attrs, text) {
+      var node = document.createElementNS(ns, name);
+      Object.keys(attrs).forEach(function (k) { node.setAttribute(k, attrs[k]); });
+      if (text !== undefined) { node.textContent = text; }
+      return node;
+    };
+    var svg = el("svg", { "class": "chart", width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img" });
+    var total = values.reduce(function (a, b) { return a + b; }, 0);
+    svg.setAttribute("aria-label", fmt(total) + " sends in the last " + values.length + " minutes, at most " + fmt(top) + " a minute");
+    var axes = el("g", { stroke: "#9aa3ad", "stroke-width": "1" });
+    axes.appendChild(el("line", { x1: L, y1: T, x2: L, y2: base }));
+    axes.appendChild(el("line", { x1: L, y1: base, x2: L + width, y2: base }));
+    svg.appendChild(axes);
+    var labels = el("g", { "font-size": "10", fill: "#5b6570", "font-family": "system-ui, sans-serif" });
+    labels.appendChild(el("text", { x: L - 4, y: T + 8, "text-anchor": "end", "data-axis": "top" }, fmt(top) + "/min"));
+    labels.appendChild(el("text", { x: L - 4, y: base, "text-anchor": "end" }, "0"));
+    labels.appendChild(el("text", { x: L, y: H - 4, "data-axis": "start" }, "-" + values.length + " min"));
+    labels.appendChild(el("text", { x: Math.round(L + width / 2), y: H - 4, "text-anchor": "middle" }, "sends per minute"));
+    labels.appendChild(el("text", { x: L + width, y: H - 4, "text-anchor": "end" }, "now"));
+    svg.appendChild(labels);
+    var pts = values.map(function (v, i) {
+      return (L + i * step).toFixed(1) + "," + (base - (v / top) * height).toFixed(1);
+    }).join(" ");
+    svg.appendChild(el("polyline", { fill: "none", stroke: "#1d5fa8", "stroke-width": "1.5", points: pts }));
     return svg;
   }
+
+  // One time format on every page: UTC, 24-hour, as the server writes its times (never the
+  // browser's locale, which may say 2:15:33 AM beside 02:15:30 UTC).
+  function utc() { return new Date().toISOString().slice(11, 19) + " UTC"; }
 
   function set(root, name, text) {
     var el = root.querySelector('[data-field="' + name + '"]');
@@ -65,7 +83,7 @@
           var fresh = new DOMParser().parseFromString(html, "text/html").getElementById(root.id);
           if (!fresh) { throw new Error("no " + root.id + " in the page"); }
           root.replaceChildren.apply(root, Array.prototype.slice.call(fresh.childNodes));
-          set(root, "updated", "updated " + new Date().toLocaleTimeString());
+          set(root, "updated", "updated " + utc());
         })
         .catch(function (e) { set(root, "updated", "not updated: " + e.message); })
         .then(function () { window.setTimeout(again, every); });
@@ -114,8 +132,8 @@
             if (cell) { cell.textContent = fmt(d.counts[s]); }
           });
           var box = root.querySelector('[data-field="sparkline"]');
-          if (box) { box.replaceChildren(spark(d.per_minute, 480, 60)); }
-          set(root, "updated", "updated " + new Date().toLocaleTimeString());
+          if (box) { box.replaceChildren(chart(d.per_minute, 480, 60)); }
+          set(root, "updated", "updated " + utc());
         })
         .catch(function (e) { set(root, "updated", "not updated: " + e.message); })
         .then(function () { window.setTimeout(poll, EVERY); });

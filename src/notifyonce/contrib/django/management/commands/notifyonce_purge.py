@@ -3,13 +3,12 @@ Django database that ``settings.NOTIFYONCE`` names."""
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
 from notifyonce._cli.ledger import PURGE_DESCRIPTION, add_purge_arguments, purge_ledger
-from notifyonce.contrib.django._connect import ledger
+from notifyonce.contrib.django.management._ledger import run_on_ledger
 
 
 class Command(BaseCommand):
@@ -19,8 +18,4 @@ class Command(BaseCommand):
         add_purge_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        made = ledger()
-        try:
-            purge_ledger(made, argparse.Namespace(**options), self.stdout.write)
-        finally:
-            made.engine.dispose()
+        run_on_ledger(purge_ledger, options, self.stdout.write)

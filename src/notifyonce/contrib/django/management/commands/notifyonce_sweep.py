@@ -3,13 +3,12 @@ Django database that ``settings.NOTIFYONCE`` names."""
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
 from notifyonce._cli.ledger import SWEEP_DESCRIPTION, add_sweep_arguments, sweep_ledger
-from notifyonce.contrib.django._connect import ledger
+from notifyonce.contrib.django.management._ledger import run_on_ledger
 
 
 class Command(BaseCommand):
@@ -19,8 +18,4 @@ class Command(BaseCommand):
         add_sweep_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        made = ledger()
-        try:
-            sweep_ledger(made, argparse.Namespace(**options), self.stdout.write)
-        finally:
-            made.engine.dispose()
+        run_on_ledger(sweep_ledger, options, self.stdout.write)
