@@ -19,7 +19,9 @@ import pytest
 
 from notifyonce import (
     Broadcast,
+    CampaignRevision,
     Claim,
+    Message,
     Notification,
     Notifier,
     NotifyOnceError,
@@ -30,6 +32,7 @@ from notifyonce import (
     once_call,
 )
 from notifyonce._keys import make_key
+from notifyonce.testing import FakeSender
 from notifyonce.testing.contract import (
     ContractDatabase,
     Door,
@@ -176,6 +179,58 @@ class BroadcastDoor(Door):
                 await _settle_threads()
 
         asyncio.run(main())
+
+
+_REVISION_NUMBERS = (
+    "a revision numbers its slots from its own records (an edit's fingerprint picks "
+    "<campaign>#edit-<n>), so a slot held or finished from outside is another revision "
+    "to it, not this one: the scenario cannot be staged from outside"
+)
+
+
+class RevisionDoor(Door):
+    """A campaign revision: the campaign sent first (by another sender), then its message
+    edited (``kind`` "edit") or deleted ("delete"); the edit or delete is the side
+    effect, its slot the revision's (``<campaign>#edit-2``, ``<campaign>#delete``)."""
+
+    name = "CampaignRevision.edit"
+    kind = "edit"
+    campaign = "contract-campaign"
+    exceptions: ClassVar[Mapping[str, str]] = {
+        "held": _REVISION_NUMBERS,
+        "finished": _REVISION_NUMBERS,
+    }
+
+    def slot(self, task: Task) -> tuple[str, str, str | dt.datetime]:
+        revision = "edit-2" if self.kind == "edit" else "delete"  # edit-1: the original
+        return task.action, task.subject, f"{self.campaign}#{revision}"
+
+    def run(self, task: Task) -> None:
+        async def main() -> None:
+            ledger = task.async_ledger()
+            # The campaign's own Notifier in the task's mode: its sweep of the action
+            # settles the revision's expired claims too, in its mode.
+            first = Notifier(ledger, FakeSender(), mode=task.mode, **PATIENCE)
+            message = Message("the first text")
+            try:
+                await Broadcast(first, task.action, self.campaign, message, [task.subject]).run()
+                notifier = Notifier(ledger, task.sender(), **PATIENCE)
+                revision = CampaignRevision(notifier, task.action, self.campaign, mode=task.mode)
+                if self.kind == "edit":
+                    await revision.edit("the second text")
+                else:
+                    await revision.delete()
+            finally:
+                await _settle_threads()
+
+        asyncio.run(main())
+
+
+class DeleteDoor(RevisionDoor):
+    """A campaign revision that deletes what the campaign sent."""
+
+    name = "CampaignRevision.delete"
+    kind = "delete"
 
 
 class DramatiqDoor(Door):
@@ -410,6 +465,14 @@ class TestSendMany(_OnMariaDB, DoorContract):
 
 class TestBroadcast(_OnMariaDB, DoorContract):
     door = BroadcastDoor()
+
+
+class TestRevisionEdit(DoorContract):
+    door = RevisionDoor()
+
+
+class TestRevisionDelete(DoorContract):
+    door = DeleteDoor()
 
 
 class TestDramatiq(_OnMariaDB, DoorContract):

@@ -328,7 +328,7 @@ class Door(abc.ABC):
     def slot(self, task: Task) -> tuple[str, str, str | dt.datetime]:
         """The slot ``(action, subject, cycle)`` the door claims for ``task``: the task's
         own, unless the door derives another (a campaign revision's cycle is
-        ``<campaign>#edit-1``). The contract holds, finishes and reads this one."""
+        ``<campaign>#edit-2``). The contract holds, finishes and reads this one."""
         return task.action, task.subject, task.cycle
 
     @abc.abstractmethod
