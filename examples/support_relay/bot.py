@@ -89,13 +89,16 @@ REPLAY_DELAYS = (1.0, 2.0, 4.0)
 # Tables of the example's own: pointed at your database, it never touches your tables.
 TOPICS_TABLE = "notifyonce_relay_topics"
 LEDGER_TABLE = "notifyonce_relay_slots"
-# The ledger's create_schema() makes the recipients table beside its own (who blocked the bot).
+# The ledger's create_schema() makes tables beside its own: the recipients (who blocked the
+# bot), a digest's events and the frequency caps' seats.
 RECIPIENTS_TABLE = f"{LEDGER_TABLE}_recipients"
+BESIDE_TABLES = (RECIPIENTS_TABLE, f"{LEDGER_TABLE}_digest_events", f"{LEDGER_TABLE}_cap_seats")
 
 
 def drop_ledger_tables(conn: sa.Connection) -> None:
-    """Drop the ledger's table and the recipients table beside it, if they are there."""
-    for name in (LEDGER_TABLE, RECIPIENTS_TABLE):
+    """Drop the ledger's table and the tables beside it, if they are there (their indexes
+    go with them)."""
+    for name in (LEDGER_TABLE, *BESIDE_TABLES):
         sa.Table(name, sa.MetaData()).drop(conn, checkfirst=True)
 
 
@@ -422,7 +425,7 @@ async def simulate(database_url: str) -> int:
     engine = create_async_engine(database_url)
     async with engine.connect() as conn:
         existing = await conn.run_sync(lambda c: set(sa.inspect(c).get_table_names()))
-    taken = sorted(existing & {TOPICS_TABLE, LEDGER_TABLE, RECIPIENTS_TABLE})
+    taken = sorted(existing & {TOPICS_TABLE, LEDGER_TABLE, *BESIDE_TABLES})
     if taken:
         await engine.dispose()
         print(

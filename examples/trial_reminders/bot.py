@@ -75,13 +75,16 @@ TEXTS = {
 # Tables of the example's own: pointed at your database, it never touches your tables.
 USERS_TABLE = "notifyonce_demo_users"
 LEDGER_TABLE = "notifyonce_demo_slots"
-# The ledger's create_schema() makes the recipients table beside its own (who blocked the bot).
+# The ledger's create_schema() makes tables beside its own: the recipients (who blocked the
+# bot), a digest's events and the frequency caps' seats.
 RECIPIENTS_TABLE = f"{LEDGER_TABLE}_recipients"
+BESIDE_TABLES = (RECIPIENTS_TABLE, f"{LEDGER_TABLE}_digest_events", f"{LEDGER_TABLE}_cap_seats")
 
 
 def drop_ledger_tables(conn: sa.Connection) -> None:
-    """Drop the ledger's table and the recipients table beside it, if they are there."""
-    for name in (LEDGER_TABLE, RECIPIENTS_TABLE):
+    """Drop the ledger's table and the tables beside it, if they are there (their indexes
+    go with them)."""
+    for name in (LEDGER_TABLE, *BESIDE_TABLES):
         sa.Table(name, sa.MetaData()).drop(conn, checkfirst=True)
 
 
@@ -151,7 +154,7 @@ async def create_tables(engine: AsyncEngine) -> None:
     """Create the simulation's own tables; refuse if any of them already exists."""
     async with engine.begin() as conn:
         existing = await conn.run_sync(lambda c: set(sa.inspect(c).get_table_names()))
-        taken = sorted(existing & {USERS_TABLE, LEDGER_TABLE, RECIPIENTS_TABLE})
+        taken = sorted(existing & {USERS_TABLE, LEDGER_TABLE, *BESIDE_TABLES})
         if taken:
             raise TablesExistError(
                 f"the database already has {', '.join(taken)}: the simulation creates and "

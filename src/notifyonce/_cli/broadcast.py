@@ -368,8 +368,8 @@ def run(args: argparse.Namespace) -> int:
     if not url:
         raise UsageError(f"no database URL: pass --database-url or set ${ENV_URL}")
     url = async_url(url)
-    _check_sqlite_file(url)
     options = pooler_options(args, url)  # checked before the Bot API is asked anything
+    _check_sqlite_file(url)  # a usage error (exit 2) is told before the database's state
     tty = sys.stderr.isatty()
     every = args.progress_every or (0.2 if tty else 5.0)
     try:
