@@ -30,14 +30,16 @@ from notifyonce._audience import normalize_category
 from notifyonce._drivers import Driver, driver_for
 from notifyonce._drivers.errors import DATABASE_ERRORS, is_retryable, translate
 from notifyonce._errors import ValidationError, ValidationTypeError
+from notifyonce._ledger.records import CAPPED_NOTE
 from notifyonce._ledger.side_tables import build_cap_table, default_cap_table
 
 __all__ = ["CAPPED", "CapCheck", "CapSeats", "FrequencyCap", "Seat", "insert_new", "inserted"]
 
 logger = logging.getLogger("notifyonce.caps")
 T = TypeVar("T")
-#: The reason of a notification skipped by a cap (``Result.reason``, ``Report.skips``).
-CAPPED = "capped"
+#: The reason of a notification skipped by a cap (``Result.reason``, ``Report.skips``),
+#: and the error its released slot keeps (what the stats and the console count).
+CAPPED = CAPPED_NOTE
 _RETRIES = 3
 _MAX_SEATS = 1000  # a cap is a handful a week, not a rate limit
 

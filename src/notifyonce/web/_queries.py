@@ -37,6 +37,7 @@ from notifyonce._campaign import (
     cancel_note,
 )
 from notifyonce._drivers import driver_class
+from notifyonce._ledger.records import CAPPED_NOTE
 from notifyonce._ledger.table import SlotStatus
 
 __all__ = [
@@ -75,6 +76,7 @@ PAGE = 200
 RECENT_SEND = dt.timedelta(seconds=30)
 MINUTES = 60
 STATUSES = tuple(s.value for s in SlotStatus)
+_RELEASED = SlotStatus.RELEASED.value
 _SETTLED_DONE = (SlotStatus.SENT.value, SlotStatus.FAILED.value, SlotStatus.UNKNOWN.value)
 
 
@@ -177,6 +179,8 @@ class CampaignProgress:
     state: str = CampaignState.STOPPED
     scheduled_at: dt.datetime | None = None  # the start it waits for (--at), if any
     waiting: int = 0  # a local-time campaign's recipients waiting for their hour
+    #: Of its released slots, the chats a frequency cap held back (skipped "capped").
+    capped: int = 0
 
     @property
     def known(self) -> bool:
@@ -227,6 +231,7 @@ class CampaignProgress:
             "cancel_state": self.cancel_state,
             "state": self.state,
             "waiting": self.waiting,
+            "capped": self.capped,
         }
 
 
@@ -587,7 +592,20 @@ def campaign_progress(
         state,
         scheduled_at,
         _waiting(conn, t, [(action, campaign)]).get((action, campaign), 0),
+        _capped_chats(conn, t, action, campaign) if counts[_RELEASED].value else 0,
     )
+
+
+def _capped_chats(conn: Connection, t: sa.Table, action: str, campaign: str) -> int:
+    """A campaign's chats a frequency cap held back: its released slots that keep the
+    reason (read through the campaign's own slots, only when it has released ones)."""
+    held = sa.and_(
+        t.c.action == action,
+        t.c.cycle == campaign,
+        t.c.status == _RELEASED,
+        t.c.last_error == CAPPED_NOTE,
+    )
+    return _capped(conn, held, None).value
 
 
 def campaign_languages(
