@@ -7,7 +7,10 @@ recipient's last seat, one gets it and the other is told the recipient is capped
 any span of the cap's window a seat is taken at most once, so no recipient gets more than
 ``n``, however many runs send side by side. A seat is taken just before the slot's
 claim and given back when the claim is lost or the send certainly did not happen; a crash
-between the two costs a seat, never an extra message.
+between the two costs a seat, never an extra message. A recipient with no seat free has
+its slot claimed and at once released with the error ``capped`` (no request goes out),
+so the ledger keeps, once per slot, what the run's report counts as skipped ``capped``:
+``notifyonce stats`` and the console count those rows.
 
 Who imports this: the notifier (the caps of a Notifier) and the run (taking the seats).
 It imports the ledger's tables and the drivers, nothing of the hall.
