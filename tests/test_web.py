@@ -1107,3 +1107,41 @@ async def test_a_personalised_campaign_lists_its_languages_and_who_waits(
     sale = _row(overview, 'data-campaign="2026-12-sale"')
     assert "1,195 wait for their hour" in sale, sale
     assert "wait for their hour" not in _row(overview, 'data-campaign="n-stopped"')
+
+
+async def test_the_overview_shows_each_digests_windows_and_its_capped_digests(
+    console: Console, backend: Backend
+) -> None:
+    """A digest whose flush sent one subject's digest and was held back by a cap for the
+    other's: the overview's digest row counts the capped one's event still waiting, the
+    later window's two events not due yet, the one sent and the one capped."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from notifyonce import AsyncLedger, Digest, FrequencyCap, Message, Notifier, Outcome
+    from notifyonce.testing import FakeSender
+
+    engine = create_async_engine(backend.async_url)
+    try:
+        ledger = AsyncLedger(engine, table_name=console.seeded.table)
+        cap = FrequencyCap("replies", 1, dt.timedelta(days=7))
+        notifier = Notifier(ledger, FakeSender(), caps=[cap])
+        hour = dt.timedelta(hours=1)
+        digest = Digest(ledger, "replies", every=hour)
+        now = dt.datetime.now(dt.timezone.utc)
+        earlier = now - 3 * hour
+        held = await notifier.send_once("other", "b", "x", Message("hi"), category="replies")
+        assert Outcome.SENT == held  # b has had its one of the week
+        for subject, key in (("a", "1"), ("a", "2"), ("b", "3")):
+            assert await digest.add(subject, key, None, at=earlier)
+        report = await digest.flush(notifier, lambda s, e: Message(f"{len(e)} new"), now=now)
+        assert ({"capped": 1}, 1) == (report.skips, report.sent)
+        for key in ("4", "5"):
+            assert await digest.add("a", key, None, at=now + dt.timedelta(days=1))
+    finally:
+        await engine.dispose()
+    async with console.client() as client:
+        page = (await client.get("/")).text
+    # digest, events waiting, windows waiting, due now, next due, sent, capped
+    row = _row(page, 'data-digest="replies"').split()
+    assert ["replies", "3", "2", "1"] == row[:4]
+    assert ["1", "1"] == row[-2:]

@@ -7,7 +7,10 @@ recipient's last seat, one gets it and the other is told the recipient is capped
 any span of the cap's window a seat is taken at most once, so no recipient gets more than
 ``n``, however many runs send side by side. A seat is taken just before the slot's
 claim and given back when the claim is lost or the send certainly did not happen; a crash
-between the two costs a seat, never an extra message.
+between the two costs a seat, never an extra message. A recipient with no seat free has
+its slot claimed and at once released with the error ``capped`` (no request goes out),
+so the ledger keeps, once per slot, what the run's report counts as skipped ``capped``:
+``notifyonce stats`` and the console count those rows.
 
 Who imports this: the notifier (the caps of a Notifier) and the run (taking the seats).
 It imports the ledger's tables and the drivers, nothing of the hall.
@@ -30,14 +33,16 @@ from notifyonce._audience import normalize_category
 from notifyonce._drivers import Driver, driver_for
 from notifyonce._drivers.errors import DATABASE_ERRORS, is_retryable, translate
 from notifyonce._errors import ValidationError, ValidationTypeError
+from notifyonce._ledger.records import CAPPED_NOTE
 from notifyonce._ledger.side_tables import build_cap_table, default_cap_table
 
 __all__ = ["CAPPED", "CapCheck", "CapSeats", "FrequencyCap", "Seat", "insert_new", "inserted"]
 
 logger = logging.getLogger("notifyonce.caps")
 T = TypeVar("T")
-#: The reason of a notification skipped by a cap (``Result.reason``, ``Report.skips``).
-CAPPED = "capped"
+#: The reason of a notification skipped by a cap (``Result.reason``, ``Report.skips``),
+#: and the error its released slot keeps (what the stats and the console count).
+CAPPED = CAPPED_NOTE
 _RETRIES = 3
 _MAX_SEATS = 1000  # a cap is a handful a week, not a rate limit
 

@@ -129,10 +129,16 @@ class Decision:
     may_have_delivered: bool = False
     #: Why the recipient cannot be reached, when the refusal said so (a GoneReason value).
     gone: str | None = None
+    #: Why a ``SKIPPED`` outcome was skipped (``Result.reason``, ``Report.skips``).
+    reason: str | None = None
 
 
 # A claim whose send never started (the run stopped first): certainly not sent.
 INTERRUPTED = Decision(SlotStatus.RELEASED, Outcome.RETRY, error="not sent: interrupted")
+# A claim whose recipient a frequency cap held back: certainly not sent, and the slot keeps
+# it (released, its error "capped"), so the ledger's stats and the console count the
+# capped recipients of an action or a campaign as the run's report does, once each.
+CAPPED_RELEASE = Decision(SlotStatus.RELEASED, Outcome.SKIPPED, error=CAPPED, reason=CAPPED)
 
 
 def describe(exc: BaseException) -> str:
@@ -663,9 +669,6 @@ class Run:
                 if cap is not None:
                     # Taken before the claim, so two runs side by side cannot both pass.
                     seat = await cap.take(item.notification.target, self.parts.now())
-                    if seat is None:
-                        self.finish(item, Outcome.SKIPPED, reason=CAPPED)
-                        return
                 await self.writer.claim(item)
                 claim = self.owned.pop(item.index, None)
                 if claim is None:
@@ -674,7 +677,11 @@ class Run:
                     self.finish(item, Outcome.DUPLICATE)
                     return
                 decision = self._too_late(claim)
-                if decision is None:
+                if cap is not None and seat is None:
+                    # Capped: its slot is released with the reason, which the ledger keeps
+                    # (a chat this campaign already had is a duplicate, not capped).
+                    decision = CAPPED_RELEASE
+                elif decision is None:
                     started = True
                     decision = await self._send(item, claim)
                     if decision.status is SlotStatus.SENT:
@@ -922,7 +929,9 @@ class Run:
             outcome,
             claim=entry.claim,
             receipt=entry.decision.receipt,
-            error=error,
+            # A skip's reason is its reason, not an error (the ledger keeps it as one).
+            error=None if outcome is Outcome.SKIPPED else error,
+            reason=entry.decision.reason if outcome is Outcome.SKIPPED else None,
             quiet=landed is None,  # the writer's line about the failed write counts them
         )
 

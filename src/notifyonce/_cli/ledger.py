@@ -145,6 +145,8 @@ def _stats_dict(stats: LedgerStats) -> dict[str, object]:
     actions: dict[str, dict[str, int]] = {}
     for (action, status), count in sorted(stats.counts.items()):
         actions.setdefault(action, {})[status.value] = count
+    for action, count in stats.capped.items():
+        actions.setdefault(action, {})["capped"] = count  # of its released rows
     oldest = stats.oldest_live_claim
     return {
         "actions": actions,
@@ -160,9 +162,11 @@ def _render_stats(stats: LedgerStats) -> str:
     rows = _stats_dict(stats)["actions"]
     assert isinstance(rows, dict)
     width = max([len("action"), *(len(a) for a in rows)])
-    lines = [f"{'action':<{width}}  " + "  ".join(f"{s.value:>8}" for s in statuses)]
+    # "capped": of the released rows, those a frequency cap held back (shown once one is).
+    columns = [s.value for s in statuses] + (["capped"] if stats.capped else [])
+    lines = [f"{'action':<{width}}  " + "  ".join(f"{c:>8}" for c in columns)]
     for action, counts in rows.items():
-        cells = "  ".join(f"{counts.get(s.value, 0):>8}" for s in statuses)
+        cells = "  ".join(f"{counts.get(c, 0):>8}" for c in columns)
         lines.append(f"{action:<{width}}  {cells}")
     if not rows:
         lines.append("(the ledger is empty)")

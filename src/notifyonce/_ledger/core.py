@@ -50,7 +50,7 @@ from notifyonce._ledger.checks import (
 )
 from notifyonce._ledger.claim import Claim
 from notifyonce._ledger.dialects import Dialect, MarkRow, dialect_for, mark_params
-from notifyonce._ledger.records import LedgerStats, SlotRecord, SweepResult
+from notifyonce._ledger.records import CAPPED_NOTE, LedgerStats, SlotRecord, SweepResult
 from notifyonce._ledger.side_tables import (
     build_cap_table,
     build_digest_table,
@@ -856,7 +856,12 @@ class LedgerCore:
         if oldest is not None:
             oldest = t.c.updated_at.type.process_result_value(oldest, conn.dialect)  # type: ignore[attr-defined]
         unknown = sum(n for (_, status), n in counts.items() if status is SlotStatus.UNKNOWN)
-        return LedgerStats(counts, live_count, oldest, expired, unknown)
+        capped: dict[str, int] = {}
+        if any(status is SlotStatus.RELEASED for _, status in counts):
+            held = sa.and_(t.c.status == SlotStatus.RELEASED.value, t.c.last_error == CAPPED_NOTE)
+            found = sa.select(t.c.action, sa.func.count()).where(held).group_by(t.c.action)
+            capped = {str(action): int(n) for action, n in conn.execute(found)}
+        return LedgerStats(counts, live_count, oldest, expired, unknown, capped)
 
     # ---- maintenance -----------------------------------------------------------------
 

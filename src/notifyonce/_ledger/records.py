@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from notifyonce._keys import SlotKey
 from notifyonce._ledger.table import SlotStatus
 
-__all__ = ["LedgerStats", "SlotRecord", "SweepResult"]
+__all__ = ["CAPPED_NOTE", "LedgerStats", "SlotRecord", "SweepResult"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,10 @@ class SweepResult:
     released: list[SlotKey]
 
 
+#: The error a slot released for a frequency cap keeps (the skip's reason, ``"capped"``).
+CAPPED_NOTE = "capped"
+
+
 @dataclass(frozen=True)
 class LedgerStats:
     """A summary of the ledger for dashboards and the command line.
@@ -66,6 +70,9 @@ class LedgerStats:
         oldest_live_claim: When the oldest live claim was taken (UTC), or None.
         expired_leases: CLAIMED rows whose lease expired (what ``sweep`` would handle).
         unknown: UNKNOWN rows: sends whose outcome nobody knows.
+        capped: Per action, the RELEASED rows whose recipient a frequency cap held back
+            (counted in ``counts`` too): a run skipped them as ``"capped"``, and a later
+            run tries them again.
     """
 
     counts: Mapping[tuple[str, SlotStatus], int]
@@ -73,3 +80,4 @@ class LedgerStats:
     oldest_live_claim: dt.datetime | None
     expired_leases: int
     unknown: int
+    capped: Mapping[str, int] = field(default_factory=dict)

@@ -420,9 +420,11 @@ async def overview(console: Console, request: Request, session: Session) -> Resp
     t = console.table
     now = console.now()
     actions = await console.read(lambda conn: q.action_summaries(conn, t, now, q.COUNT_CAP))
+    digests = await console.read(lambda conn: q.digest_summaries(conn, t, now, q.COUNT_CAP))
     campaigns, more = await _campaigns(console, request, None)
     context = {
         "actions": actions,
+        "digests": digests,
         "campaigns": campaigns,
         "more": more,
         "first_page": _after(request) is None,

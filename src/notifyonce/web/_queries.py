@@ -37,6 +37,8 @@ from notifyonce._campaign import (
     cancel_note,
 )
 from notifyonce._drivers import driver_class
+from notifyonce._ledger.records import CAPPED_NOTE
+from notifyonce._ledger.side_tables import build_digest_table, default_digest_table
 from notifyonce._ledger.table import SlotStatus
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "CampaignState",
     "CampaignSummary",
     "Count",
+    "DigestSummary",
     "ErrorGroup",
     "FloodWait",
     "LeaseRow",
@@ -53,6 +56,7 @@ __all__ = [
     "action_summaries",
     "campaign_progress",
     "campaign_summaries",
+    "digest_summaries",
     "error_groups",
     "error_slots",
     "flood_waits",
@@ -75,6 +79,7 @@ PAGE = 200
 RECENT_SEND = dt.timedelta(seconds=30)
 MINUTES = 60
 STATUSES = tuple(s.value for s in SlotStatus)
+_RELEASED = SlotStatus.RELEASED.value
 _SETTLED_DONE = (SlotStatus.SENT.value, SlotStatus.FAILED.value, SlotStatus.UNKNOWN.value)
 
 
@@ -177,6 +182,8 @@ class CampaignProgress:
     state: str = CampaignState.STOPPED
     scheduled_at: dt.datetime | None = None  # the start it waits for (--at), if any
     waiting: int = 0  # a local-time campaign's recipients waiting for their hour
+    #: Of its released slots, the chats a frequency cap held back (skipped "capped").
+    capped: int = 0
 
     @property
     def known(self) -> bool:
@@ -227,6 +234,7 @@ class CampaignProgress:
             "cancel_state": self.cancel_state,
             "state": self.state,
             "waiting": self.waiting,
+            "capped": self.capped,
         }
 
 
@@ -587,7 +595,79 @@ def campaign_progress(
         state,
         scheduled_at,
         _waiting(conn, t, [(action, campaign)]).get((action, campaign), 0),
+        _capped_chats(conn, t, action, campaign) if counts[_RELEASED].value else 0,
     )
+
+
+@dataclass(frozen=True)
+class DigestSummary:
+    """One digest (an action with events beside the ledger): its windows waiting and its
+    digests made."""
+
+    action: str
+    pending: Count  # events waiting for their digest
+    windows: Count  # the (subject, window) pairs they wait in
+    due: Count  # of those events, the ones a flush now would take
+    next_due: dt.datetime | None  # when the first of them is due
+    sent: Count  # digests delivered (the action's sent slots)
+    capped: Count  # digests a frequency cap held back (released, "capped")
+
+
+def digest_summaries(
+    conn: Connection, t: sa.Table, now: dt.datetime, cap: int = COUNT_CAP
+) -> list[DigestSummary]:
+    """Every digest beside the ledger (up to ``MAX_ACTIONS``), its counts capped at
+    ``cap``; none without the digest events table (a database not migrated since)."""
+    e = build_digest_table(sa.MetaData(), default_digest_table(t.name), t.schema)
+    if not sa.inspect(conn).has_table(e.name, schema=e.schema):
+        return []
+    found: list[DigestSummary] = []
+    last: str | None = None
+    while len(found) < MAX_ACTIONS:
+        # The distinct actions, one step of the due index each.
+        stmt = sa.select(e.c.action).order_by(e.c.action).limit(1)
+        if last is not None:
+            stmt = stmt.where(e.c.action > last)
+        last = conn.execute(stmt).scalar_one_or_none()
+        if last is None:
+            break
+        waiting = sa.and_(e.c.action == last, e.c.due_at.is_not(None))
+        windows = (
+            sa.select(e.c.subject, e.c.window_start).where(waiting).distinct().limit(cap + 1)
+        ).subquery()
+        n_windows = int(conn.execute(sa.select(sa.func.count()).select_from(windows)).scalar_one())
+        next_due = conn.execute(
+            sa.select(e.c.due_at).where(waiting).order_by(e.c.due_at).limit(1)
+        ).scalar_one_or_none()
+        slots = t.c.action == last
+        found.append(
+            DigestSummary(
+                last,
+                _capped(conn, waiting, cap),
+                Count(min(n_windows, cap), capped=n_windows > cap),
+                _capped(conn, sa.and_(waiting, e.c.due_at <= now), cap),
+                next_due,
+                _capped(conn, sa.and_(slots, t.c.status == SlotStatus.SENT.value), cap),
+                _capped(
+                    conn,
+                    sa.and_(slots, t.c.status == _RELEASED, t.c.last_error == CAPPED_NOTE),
+                    cap,
+                ),
+            )
+        )
+    return found
+
+
+def _capped_chats(conn: Connection, t: sa.Table, action: str, campaign: str) -> int:
+    """A campaign's chats a frequency cap held back: its released slots that keep the
+    reason (read through the campaign's own slots, only when it has released ones)."""
+    held = sa.and_(
+        t.c.action == action,
+        t.c.cycle == campaign,
+        t.c.status == _RELEASED,
+        t.c.last_error == CAPPED_NOTE,
+    )
+    return _capped(conn, held, None).value
 
 
 def campaign_languages(
