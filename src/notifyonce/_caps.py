@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from notifyonce._audience import normalize_category
 from notifyonce._drivers import Driver, driver_for
-from notifyonce._drivers.errors import DATABASE_ERRORS, is_retryable, translate
+from notifyonce._drivers.errors import in_transaction
 from notifyonce._errors import ValidationError, ValidationTypeError
 from notifyonce._ledger.records import CAPPED_NOTE
 from notifyonce._ledger.side_tables import build_cap_table, default_cap_table
@@ -208,21 +208,7 @@ class CapSeats:
         return _count(conn.execute(update)) > 0
 
     def _in_transaction(self, body: Callable[[sa.Connection], T]) -> Callable[[sa.Engine], T]:
-        driver = self._driver
-
-        def work(engine: sa.Engine) -> T:
-            attempt = 1
-            while True:
-                try:
-                    with engine.begin() as conn:
-                        return body(conn)
-                except DATABASE_ERRORS as exc:
-                    if attempt < _RETRIES and is_retryable(driver, exc):
-                        attempt += 1
-                        continue
-                    raise translate(driver, exc) from exc
-
-        return work
+        return in_transaction(self._driver, body, _RETRIES)
 
 
 def _count(result: Any) -> int:

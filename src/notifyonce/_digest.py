@@ -41,7 +41,7 @@ import sqlalchemy as sa
 
 from notifyonce._caps import insert_new, inserted
 from notifyonce._drivers import Driver, driver_for
-from notifyonce._drivers.errors import DATABASE_ERRORS, is_retryable, translate
+from notifyonce._drivers.errors import in_transaction
 from notifyonce._errors import ValidationError, ValidationTypeError
 from notifyonce._keys import Subject, check_text, make_key, normalize_action, normalize_subject
 from notifyonce._ledger.claim import Claim
@@ -691,21 +691,7 @@ class Digest:
     # -- plumbing -----------------------------------------------------------------------
 
     async def _do(self, body: Callable[[sa.Connection], T]) -> T:
-        driver = self._driver
-
-        def work(engine: sa.Engine) -> T:
-            attempt = 1
-            while True:
-                try:
-                    with engine.begin() as conn:
-                        return body(conn)
-                except DATABASE_ERRORS as exc:
-                    if attempt < _RETRIES and is_retryable(driver, exc):
-                        attempt += 1
-                        continue
-                    raise translate(driver, exc) from exc
-
-        return await driver.run(work)
+        return await self._driver.run(in_transaction(self._driver, body, _RETRIES))
 
 
 class _Binder:

@@ -34,7 +34,7 @@ from notifyonce._audience.table import (
     default_recipient_table,
 )
 from notifyonce._drivers import Driver, driver_for
-from notifyonce._drivers.errors import DATABASE_ERRORS, is_retryable, translate
+from notifyonce._drivers.errors import DATABASE_ERRORS, in_transaction, translate
 from notifyonce._drivers.execute import Compiled
 from notifyonce._errors import ValidationError, ValidationTypeError
 from notifyonce._keys import check_text
@@ -575,21 +575,7 @@ class _Base:
         )
 
     def _in_transaction(self, body: Callable[[Connection], T]) -> Callable[[sa.Engine], T]:
-        driver = self._driver
-
-        def work(engine: sa.Engine) -> T:
-            attempt = 1
-            while True:
-                try:
-                    with engine.begin() as conn:
-                        return body(conn)
-                except DATABASE_ERRORS as exc:
-                    if attempt < _RETRIES and is_retryable(driver, exc):
-                        attempt += 1
-                        continue
-                    raise translate(driver, exc) from exc
-
-        return work
+        return in_transaction(self._driver, body, _RETRIES)
 
     def _read(self, body: Callable[[Connection], T]) -> Callable[[sa.Engine], T]:
         """``body``, which only reads, on a connection in autocommit where the database

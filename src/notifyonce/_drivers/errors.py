@@ -9,13 +9,17 @@ around its transaction, runs one again when `is_retryable` says so, and raises
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import TypeVar
 
 import sqlalchemy as sa
 
 from notifyonce._drivers.base import Driver
 from notifyonce._errors import LedgerError, LedgerUnavailableError
 
-__all__ = ["DATABASE_ERRORS", "database_detail", "is_retryable", "translate"]
+__all__ = ["DATABASE_ERRORS", "database_detail", "in_transaction", "is_retryable", "translate"]
+
+T = TypeVar("T")
 
 # What the database can raise at run time; anything else from SQLAlchemy is a bug here.
 # OSError and asyncio's TimeoutError: some async drivers (asyncpg) let a refused or timed
@@ -58,3 +62,25 @@ def translate(driver: Driver, exc: BaseException) -> LedgerError:
     if unavailable:
         return LedgerUnavailableError(f"database unavailable ({message})")
     return LedgerError(f"database error ({message})")
+
+
+def in_transaction(
+    driver: Driver, body: Callable[[sa.Connection], T], retries: int = 3
+) -> Callable[[sa.Engine], T]:
+    """Work for ``driver.run``: ``body`` in one transaction, run again (up to ``retries``
+    runs in all) when the server rolled it back (a deadlock, a lock timeout), any other
+    failure raised as `translate`'s error."""
+
+    def work(engine: sa.Engine) -> T:
+        attempt = 1
+        while True:
+            try:
+                with engine.begin() as conn:
+                    return body(conn)
+            except DATABASE_ERRORS as exc:
+                if attempt < retries and is_retryable(driver, exc):
+                    attempt += 1
+                    continue
+                raise translate(driver, exc) from exc
+
+    return work
