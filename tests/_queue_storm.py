@@ -126,7 +126,8 @@ class Storm:
                             break
                         time.sleep(0.05)
                     time.sleep(rng.uniform(0.0, 0.2))
-                    victim = live.pop(0)  # the oldest: it ran while the effects came
+                    victim = self.busiest(live)
+                    live.remove(victim)
                     self.kill(victim)
                     self.killed += 1
                     self.progress.append(sum(self.effects().values()))
@@ -147,6 +148,19 @@ class Storm:
             return self.effects()
         finally:
             engine.dispose()
+
+    def busiest(self, live: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+        """The live worker that wrote the latest effect (its process group's id is on
+        each line), so the kill lands while it runs tasks: a worker still starting, or one
+        whose queue gave every task to the other, would die with nothing in hand. The
+        oldest when none of them wrote one yet."""
+        lines = self.counter.read_text().splitlines() if self.counter.exists() else []
+        groups = {proc.pid: proc for proc in live}
+        for line in reversed(lines[-200:]):
+            fields = line.split()
+            if len(fields) > 2 and int(fields[2]) in groups:
+                return groups[int(fields[2])]
+        return live[0]
 
     def settled(self, ledger: Ledger) -> bool:
         """Every slot has a row and no live claim (at least once: every slot sent); with
@@ -226,10 +240,10 @@ def worker_ledger_options() -> tuple[str, dict[str, object]]:
 
 
 def record_effect(n: int, token: int) -> None:
-    """The side effect: one line per run, written by one O_APPEND write (a SIGKILL cannot
-    tear it)."""
+    """The side effect: one line per run (the subject, the claim's token and the worker's
+    process group), written by one O_APPEND write (a SIGKILL cannot tear it)."""
     fd = os.open(os.environ["NFO_COUNTER"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        os.write(fd, f"{n} {token}\n".encode())
+        os.write(fd, f"{n} {token} {os.getpgrp()}\n".encode())
     finally:
         os.close(fd)
