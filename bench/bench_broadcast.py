@@ -289,7 +289,7 @@ def main() -> None:
                     key = (f"{name} --rate {rate:g}".strip(), f["loop"])
                     cpu.setdefault(key, []).append(f["cpu_ms"])
                     print(
-                        f"round {round_ + 1}, {name} --rate {rate:g} on {f['loop']}: "
+                        f"round {round_ + 1}, {key[0]} on {f['loop']}: "
                         f"{f['overall']:,.0f} msg/s overall, "
                         f"{f['sending']:,.0f} msg/s sending, {f['cpu_ms']:.2f} ms CPU per "
                         f"message, busiest second {f['busiest']:.0f}, {f['wall']:.0f} s in "
