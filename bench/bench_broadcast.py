@@ -1,7 +1,8 @@
 """Benchmark `notifyonce broadcast --paid`: the command as a user runs it, on PostgreSQL.
 
 Run:  eval "$(scripts/services.sh)" && .venv/bin/python bench/bench_broadcast.py \\
-          [--chats 10000] [--latency 0.02] [--concurrency 64] [--rounds 2] [--rate 1000 0]
+          [--chats 10000] [--latency 0.02] [--concurrency 64] [--rounds 2] [--rate 1000 0] \\
+          [--loop asyncio uvloop]
 
 Each round runs the command once per ``--rate`` (1000: ``--paid``'s own limit; 0: no
 limiter, the same pipeline without pacing) in a child process, to ``--chats`` new chats
@@ -10,7 +11,12 @@ own answering after ``--latency`` seconds, with the ledger on PostgreSQL (a tabl
 own per run). It prints, per run: messages per second over the whole command (start-up
 and summary included), over the sends alone (first to last delivery the server saw),
 the command's CPU time per message, and the server's busiest second (which must stay at
-or under the limit).
+or under the limit), and the event loop the command ran on.
+
+``--loop asyncio uvloop`` runs each tree and rate once per event loop in every round, in
+turn (``NOTIFYONCE_UVLOOP=0`` or ``1`` in the command's environment), and prints each
+one's median and the ratio of uvloop's CPU per message to asyncio's. Without it the
+command runs on the loop it chooses itself (uvloop when the speed extra is installed).
 
 The physical limit is the limit itself: Telegram's paid lane allows 1,000 msg/s, and
 the local server answers every request after ``--latency``; ``--rate 0`` shows how far
@@ -20,9 +26,11 @@ the pipeline is from it when nothing paces it.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import multiprocessing as mp
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -30,6 +38,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from bench_telegram import serve, server_url
 from sqlalchemy import create_engine, text
@@ -112,8 +121,10 @@ def run_once(
     workdir: Path,
     profile: Path | None = None,
     src: Path = ROOT / "src",
-) -> dict[str, float]:
-    """One command to ``chats`` new chats; its figures."""
+    loop: str | None = None,
+) -> dict[str, Any]:
+    """One command to ``chats`` new chats, on ``loop`` (None: the one the command
+    chooses); its figures, with the loop it ran on."""
     recipients = workdir / "recipients.txt"
     recipients.write_text("".join(f"{1_000_000 + n}\n" for n in range(chats)))
     message = workdir / "text.txt"
@@ -150,7 +161,15 @@ def run_once(
         "--progress-every",
         "3600",
     ]
-    env = {**os.environ, "NOTIFYONCE_BOT_TOKEN": TOKEN, "PYTHONPATH": str(src)}
+    # A tree with the loop's chooser says which loop it runs on; one without it always
+    # runs on asyncio's (and knows no --verbose).
+    if (src / "notifyonce" / "_loop.py").is_file():
+        command.append("--verbose")
+    # The tree's src first; what PYTHONPATH the bench was given (a site with uvloop) after.
+    path = os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "NOTIFYONCE_BOT_TOKEN": TOKEN, "PYTHONPATH": path}
+    if loop is not None:
+        env["NOTIFYONCE_UVLOOP"] = "1" if loop == "uvloop" else "0"
     assert callable(ask)
     ask("reset")
     subprocess.run(
@@ -171,6 +190,11 @@ def run_once(
     code, stdout, stderr, wall, used, memory = run_command(command, env)
     if code != 0:
         raise RuntimeError(f"broadcast exited {code}: {stderr[-2000:]}")
+    said = re.search(r"^event loop: (\w+)", stderr, re.MULTILINE)
+    ran = said.group(1) if said else "asyncio"
+    if loop is not None and ran != loop:
+        why = said.group(0) if said else f"{src} has no loop chooser"
+        raise RuntimeError(f"asked for {loop}, the command ran on {ran} ({why})")
     seen = ask("stats")
     assert isinstance(seen, dict)
     assert seen["deliveries"] == chats, (seen["deliveries"], stdout[-500:])
@@ -193,6 +217,7 @@ def run_once(
         "peak_mb": memory[-1],
         # Resident memory at a tenth, half and nine tenths of the run: flat, or growing.
         "rss_mb": [memory[int((len(memory) - 1) * q)] for q in (0.1, 0.5, 0.9)],
+        "loop": ran,
     }
 
 
@@ -216,9 +241,19 @@ def main() -> None:
         help="run the command from this source tree (repeat to compare trees in turn, "
         "e.g. before=/tmp/old/src after=src); by default this checkout's src",
     )
+    parser.add_argument(
+        "--loop",
+        nargs="+",
+        choices=["asyncio", "uvloop"],
+        default=[None],
+        help="run each tree and rate on these event loops in turn, e.g. --loop asyncio "
+        "uvloop (default: the loop the command chooses, uvloop when installed)",
+    )
     args = parser.parse_args()
+    if "uvloop" in args.loop and importlib.util.find_spec("uvloop") is None:
+        parser.error("--loop uvloop: uvloop is not installed (pip install 'notifyonce[speed]')")
     trees = [tuple(item.split("=", 1)) for item in args.src] or [("", str(ROOT / "src"))]
-    cpu: dict[str, list[float]] = {}
+    cpu: dict[tuple[str, str], list[float]] = {}
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
     parent, child = mp.Pipe()
@@ -233,18 +268,28 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for round_ in range(args.rounds):
-                for (name, src), rate in itertools.product(trees, args.rate):
+                for (name, src), rate, loop in itertools.product(trees, args.rate, args.loop):
+                    on = "" if loop is None else f"{loop}-"
                     profile = (
                         None
                         if args.profile is None
-                        else args.profile / f"{name}rate-{rate:g}-{round_ + 1}.prof"
+                        else args.profile / f"{name}{on}rate-{rate:g}-{round_ + 1}.prof"
                     )
                     f = run_once(
-                        url, ask, args.chats, args.concurrency, rate, Path(tmp), profile, Path(src)
+                        url,
+                        ask,
+                        args.chats,
+                        args.concurrency,
+                        rate,
+                        Path(tmp),
+                        profile,
+                        Path(src),
+                        loop,
                     )
-                    cpu.setdefault(f"{name} --rate {rate:g}".strip(), []).append(f["cpu_ms"])
+                    key = (f"{name} --rate {rate:g}".strip(), f["loop"])
+                    cpu.setdefault(key, []).append(f["cpu_ms"])
                     print(
-                        f"round {round_ + 1}, {name} --rate {rate:g}: "
+                        f"round {round_ + 1}, {key[0]} on {f['loop']}: "
                         f"{f['overall']:,.0f} msg/s overall, "
                         f"{f['sending']:,.0f} msg/s sending, {f['cpu_ms']:.2f} ms CPU per "
                         f"message, busiest second {f['busiest']:.0f}, {f['wall']:.0f} s in "
@@ -252,8 +297,16 @@ def main() -> None:
                         f"tenths of the run: {', '.join(f'{m:.0f}' for m in f['rss_mb'])})",
                         flush=True,
                     )
-        for label, figures in cpu.items():
-            print(f"{label}: median {statistics.median(figures):.3f} ms CPU per message")
+        medians = {key: statistics.median(figures) for key, figures in cpu.items()}
+        for (label, loop), figures in cpu.items():
+            print(
+                f"{label} on {loop}: median {medians[label, loop]:.3f} ms CPU per message "
+                f"(range {min(figures):.3f}-{max(figures):.3f}, {len(figures)} runs)"
+            )
+        for label, loop in medians:
+            if loop == "uvloop" and (label, "asyncio") in medians:
+                ratio = medians[label, "uvloop"] / medians[label, "asyncio"]
+                print(f"{label}: uvloop / asyncio CPU per message {ratio:.2f}x (medians)")
     finally:
         ask("stop")
         process.join(10)

@@ -232,9 +232,10 @@ def draw_telegram(records: list[dict[str, Any]], palette: Palette) -> Any:
     for index, run in enumerate(runs):
         by_name = {side["name"]: side for side in run["sides"]}
         ys = [n + index * height for n in range(len(names))]
-        shade = 1.0 - 0.45 * index
+        shade = 1.0 - 0.45 * index / max(1, len(runs) - 1)
         colours = [palette.ours if name == "TelegramSender" else palette.other for name in names]
-        label = f"server latency {run['latency_ms']:.0f} ms"
+        on = f" on {run['loop']}" if "loop" in run else ""  # bench_telegram.py --loop
+        label = f"server latency {run['latency_ms']:.0f} ms{on}"
         for axes, key, fmt in ((rates, "msg_per_s", "{:,.0f}"), (cpu, "cpu_ms_per_msg", "{:.2f}")):
             values = [by_name[name][key] if name in by_name else 0 for name in names]
             bars = axes.barh(ys, values, height=height, color=colours, alpha=shade, label=label)
@@ -254,8 +255,9 @@ def draw_telegram(records: list[dict[str, Any]], palette: Palette) -> Any:
     shades = [
         Patch(
             color=palette.other,
-            alpha=1.0 - 0.45 * index,
-            label=f"server {run['latency_ms']:.0f} ms",
+            alpha=1.0 - 0.45 * index / max(1, len(runs) - 1),
+            label=f"server {run['latency_ms']:.0f} ms"
+            + (f" on {run['loop']}" if "loop" in run else ""),
         )
         for index, run in enumerate(runs)
     ]

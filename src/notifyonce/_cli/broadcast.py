@@ -55,9 +55,11 @@ from notifyonce._cli.common import (
     EXIT_DATABASE,
     EXIT_OK,
     UsageError,
+    add_loop_options,
     async_url,
     duration_arg,
     engine_error,
+    event_loop,
     fail,
     parse_duration,
     plural,
@@ -67,6 +69,7 @@ from notifyonce._drivers import url_driver
 from notifyonce._errors import LedgerError, SenderConfigError, ValidationError
 from notifyonce._keys import Subject
 from notifyonce._ledger.ledger import AsyncLedger
+from notifyonce._loop import run as run_loop
 from notifyonce._media import Album, Copy, Document, Media, Photo, Video
 from notifyonce._message import Message, Receipt, Sender
 from notifyonce._notifier import Notifier
@@ -295,6 +298,7 @@ def add_parser(
         metavar="SECONDS",
         help="seconds between progress updates (default: 0.2 on a terminal, else 5)",
     )
+    add_loop_options(parser)
     personal.add_options(parser)
 
 
@@ -375,7 +379,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         make_sender = _no_sender if args.dry_run else _telegram(args, token)
         ask = None if args.dry_run else partial(_check_token, args.base_url, token, args.token_env)
-        return asyncio.run(_broadcast(args, message, make_sender, url, options, tty, every, ask))
+        loop = event_loop(args)  # before the coroutine: a usage error leaves none unawaited
+        return run_loop(_broadcast(args, message, make_sender, url, options, tty, every, ask), loop)
     except SenderConfigError as exc:
         raise UsageError(f"the sender is set up wrong, nothing more was sent: {exc}") from None
 

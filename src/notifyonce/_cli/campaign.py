@@ -36,14 +36,17 @@ from notifyonce._buttons import inline_keyboard
 from notifyonce._cli.common import (
     ENV_URL,
     UsageError,
+    add_loop_options,
     async_url,
     duration_arg,
     engine_error,
+    event_loop,
     plural,
     pooler_options,
 )
 from notifyonce._errors import SenderConfigError, ValidationError
 from notifyonce._ledger.ledger import AsyncLedger
+from notifyonce._loop import run as run_loop
 from notifyonce._message import Message
 from notifyonce._notifier import Notifier
 from notifyonce._outcome import DeliveryMode
@@ -116,6 +119,7 @@ def add_parser(commands: argparse._SubParsersAction[Any], db: argparse.ArgumentP
         default=None,
         help="also show the progress in this chat (an admin's): one message, edited in place",
     )
+    add_loop_options(common)
     text = argparse.ArgumentParser(add_help=False)
     text.add_argument("--parse-mode", choices=["HTML", "MarkdownV2"], default=None)
 
@@ -187,7 +191,8 @@ def run(args: argparse.Namespace) -> int:
     if not token:
         raise UsageError(f"no bot token: set ${args.token_env}")
     try:
-        return asyncio.run(_run(args, async_url(url), token, edit))
+        loop = event_loop(args)  # before the coroutine: a usage error leaves none unawaited
+        return run_loop(_run(args, async_url(url), token, edit), loop)
     except SenderConfigError as exc:
         raise UsageError(f"the sender is set up wrong, nothing more was done: {exc}") from None
 

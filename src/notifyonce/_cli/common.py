@@ -23,6 +23,7 @@ from notifyonce._drivers import missing_driver, url_driver
 from notifyonce._drivers.postgresql import pgbouncer_options
 from notifyonce._errors import ValidationError
 from notifyonce._ledger.side_tables import default_cap_table, default_digest_table
+from notifyonce._loop import ENV_UVLOOP, LoopChoice, choose_loop
 from notifyonce._schedule.durations import MAX_DURATION
 from notifyonce._senders.telegram.file_sql import default_file_table
 
@@ -35,10 +36,12 @@ __all__ = [
     "EXIT_OK",
     "EXIT_USAGE",
     "UsageError",
+    "add_loop_options",
     "async_url",
     "database_error",
     "duration_arg",
     "engine_error",
+    "event_loop",
     "fail",
     "ledger_tables",
     "missing_table",
@@ -65,6 +68,34 @@ DURATION_HELP = f"a duration such as 30s, 15m, 12h, 7d, 2w or 1h30m ({DURATION_U
 
 class UsageError(Exception):
     """A usage error: the command line prints it and exits with 2."""
+
+
+def add_loop_options(parser: argparse.ArgumentParser) -> None:
+    """``--no-uvloop`` and ``--verbose``, on the commands that run an event loop."""
+    parser.add_argument(
+        "--no-uvloop",
+        dest="uvloop",
+        action="store_false",
+        help="run on asyncio's own event loop even when uvloop (the speed extra) is "
+        f"installed; {ENV_UVLOOP}=0 in the environment does the same",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="say on stderr which event loop the command runs on (uvloop or asyncio) and why",
+    )
+
+
+def event_loop(args: argparse.Namespace) -> LoopChoice:
+    """The loop the command runs on (`add_loop_options`'s flags, ``NOTIFYONCE_UVLOOP``);
+    with ``--verbose``, said once on stderr."""
+    try:
+        choice = choose_loop(args.uvloop)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.verbose:
+        print(choice.describe(), file=sys.stderr, flush=True)
+    return choice
 
 
 def parse_duration(text: str) -> dt.timedelta:

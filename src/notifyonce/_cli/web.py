@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from notifyonce._cli.common import EXIT_OK, UsageError, sync_engine
+from notifyonce._cli.common import EXIT_OK, UsageError, add_loop_options, event_loop, sync_engine
 from notifyonce._errors import ValidationError
 
 __all__ = ["DEFAULT_PORT", "add_parser", "run"]
@@ -43,6 +43,7 @@ def add_parser(commands: argparse._SubParsersAction[Any], db: argparse.ArgumentP
         default=None,
         help="the SQL rate store's table (default: the one beside the ledger table)",
     )
+    add_loop_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
         check_bind(args.host, auth)
     except ValidationError as exc:
         raise UsageError(f"web: {exc}") from None
+    loop = event_loop(args)
     engine = sync_engine(args, pool_pre_ping=True)
     app = create_app(
         engine, table=args.table, schema=args.schema, rate_table=args.rate_table, auth=auth
@@ -70,7 +72,14 @@ def run(args: argparse.Namespace) -> int:
     login = "no login (this machine only)" if auth is None else f"login: {auth!r}"
     print(f"notifyonce console on http://{args.host}:{args.port}/ ({login}); Ctrl-C stops it")
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", server_header=False)
+        uvicorn.run(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level="warning",
+            server_header=False,
+            loop=loop.name,  # "uvloop" or "asyncio": uvicorn's own "auto" knows no opt-out
+        )
     finally:
         engine.dispose()
     return EXIT_OK
