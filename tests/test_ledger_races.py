@@ -503,7 +503,7 @@ async def test_a_one_key_claim_and_mark_send_what_their_plans_send(
     assert 2 == len(runs), "a call of one key ran sync work"
     assert again is None
 
-    (c1, c1_sql, c1_args), (m1, m1_sql, m1_args), (c2, c2_sql, c2_args) = sent.calls[:3]
+    (c1, c1_sql, c1_args), (m1, m1_sql, m1_args), (_, c2_sql, c2_args) = sent.calls[:3]
     (c3, c3_sql, c3_args), (m2, m2_sql, m2_args) = sent.calls[3:]
     assert ("fetch", "execute") == (c1, m1) == (c3, m2)
     assert c1_sql == c2_sql == c3_sql
@@ -516,7 +516,8 @@ async def test_a_one_key_claim_and_mark_send_what_their_plans_send(
     assert 1 == sum(1 for shape in compiled if shape[0] == "claim")
     assert 1 == sum(1 for shape in compiled if shape[0] == "mark")
     first, second = await ledger.get("a", 1, DEADLINE), await ledger.get("a", 2, DEADLINE)
-    assert first is not None and second is not None
+    assert first is not None
+    assert second is not None
     fields = ("status", "attempt", "token", "lease_until", "created_at", "updated_at")
     assert [getattr(first, f) for f in fields] == [getattr(second, f) for f in fields]
     assert (first.sent_at, first.message_id) == (second.sent_at, second.message_id)
@@ -532,24 +533,25 @@ async def test_a_one_key_claim_cancelled_under_way_gives_its_connection_back(
     import asyncpg
 
     real = asyncpg.Connection.fetch
+    hang = False
     hanging = asyncio.Event()
 
     async def hangs(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if args and str(args[0]).lstrip().startswith("INSERT") and hanging.is_set():
+        if hang and args and str(args[0]).lstrip().startswith("INSERT"):
+            hanging.set()
             await asyncio.Event().wait()
         return await real(self, *args, **kwargs)
 
     monkeypatch.setattr(asyncpg.Connection, "fetch", hangs)
 
     async def two_claims() -> None:
+        nonlocal hang
         assert await ledger.claim_slot("a", 1, DEADLINE) is not None
-        hanging.set()
+        hang = True
         await ledger.claim_slot("a", 2, DEADLINE)  # on the connection the first left
 
     task = asyncio.create_task(two_claims())
-    while not hanging.is_set():
-        await asyncio.sleep(0)
-    await asyncio.sleep(0.05)
+    await hanging.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -557,7 +559,7 @@ async def test_a_one_key_claim_cancelled_under_way_gives_its_connection_back(
         await asyncio.sleep(0)
     pool = ledger.engine.sync_engine.pool
     assert 0 == pool.checkedout()  # type: ignore[attr-defined]
-    hanging.clear()
+    hang = False
     won = await ledger.claim_slot("a", 2, DEADLINE)
     assert won is not None
     assert 1 == won.attempt

@@ -105,7 +105,8 @@ def test_the_ledger_types_bind_as_their_sqlalchemy_processors_do(url: str, colum
         got = value if ours is None else ours(value)
         assert (expected, type(expected)) == (got, type(got)), value
     if isinstance(column_type, type(TABLE.c.cycle_at.type)):
-        assert theirs is not None and ours is not None
+        assert theirs is not None
+        assert ours is not None
         for process in (theirs, ours):
             with pytest.raises(ValueError, match="naive datetime"):
                 process(NOW.replace(tzinfo=None))
