@@ -27,6 +27,14 @@ Goals: claim_slot >= 0.7x and claim_many >= 0.7x the held connection's rate, on 
 
 ``--json PATH`` also writes the figures there (``bench/plot_benchmarks.py`` draws them).
 
+``--single`` measures only the one-key calls with 16 workers, each against its held
+connections on a table of the same shape: ``claim_slot`` against the prepared INSERT above,
+and ``mark_sent`` against a prepared ``UPDATE ... WHERE id = $4 AND token = $5 AND status =
+$6`` (the status bound, as the ledger's; the rows to mark are claimed before each timed
+round, untimed), ``--rounds`` rounds (default 5),
+raw and ledger alternating, each round's ratio printed. Two trees are compared by running
+it alternately with each on ``PYTHONPATH``, on the same database, one run after the other.
+
 ``--indexes`` measures instead what each of the table's indexes costs a claim: the
 ledger's ``claim_many`` and ``claim_slot`` (16 workers) on scratch tables, one with every
 index, one without each secondary index in turn, and a bare one (the primary key and the
@@ -48,6 +56,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from functools import partial
+from typing import Any
 
 import asyncpg
 import sqlalchemy as sa
@@ -72,6 +81,11 @@ INSERT INTO {t} (action, subject, cycle, cycle_at, status, attempt, token, lease
 VALUES ($1, $2, $3, $4, 'claimed', 1, $5, $6, $7, $7)
 ON CONFLICT (action, cycle, subject) DO NOTHING
 RETURNING id
+"""
+Prepared = asyncpg.prepared_stmt.PreparedStatement
+RAW_MARK = """
+UPDATE {t} SET status = $1, updated_at = $2, sent_at = $2, message_id = $3
+WHERE id = $4 AND token = $5 AND status = $6
 """
 RAW_BULK = """
 INSERT INTO {t} (action, subject, cycle, cycle_at, status, attempt, token, lease_until,
@@ -271,6 +285,122 @@ async def main(url: str, json_path: str | None = None) -> int:
     return 0
 
 
+async def single_calls(url: str, rounds: int) -> int:
+    """``claim_slot`` and ``mark_sent`` with 16 workers against the held connections."""
+    sa_url = sa.make_url(url).set(drivername="postgresql+asyncpg")
+    raw_dsn = sa_url.set(drivername="postgresql").render_as_string(hide_password=False)
+    engine = create_async_engine(sa_url, pool_size=WORKERS, max_overflow=0)
+    suffix = uuid.uuid4().hex[:8]
+    ledger_table, raw_table = f"bench_ledger_{suffix}", f"bench_raw_{suffix}"
+    ledger = AsyncLedger(engine, table_name=ledger_table)
+    await ledger.create_schema()
+    await AsyncLedger(engine, table_name=raw_table).create_schema()
+    held = [await asyncpg.connect(raw_dsn) for _ in range(WORKERS)]
+    lease = dt.timedelta(minutes=5)
+    try:
+        claims = [await conn.prepare(RAW_SINGLE.format(t=raw_table)) for conn in held]
+        bulk = await held[0].prepare(
+            RAW_BULK.format(t=raw_table).replace("RETURNING id", "RETURNING id, token")
+        )
+
+        async def raw_claims(items: list[tuple[str, dt.datetime]]) -> None:
+            async def worker(stmt: Prepared, part: list[tuple[str, dt.datetime]]) -> None:
+                for subject, cycle in part:
+                    now = dt.datetime.now(UTC)
+                    await stmt.fetchrow(
+                        "s", subject, cycle.strftime("%Y-%m-%dT%H:%M:%SZ"), cycle,
+                        secrets.randbits(63), now + lease, now,
+                    )  # fmt: skip
+
+            await asyncio.gather(*(worker(claims[i], items[i::WORKERS]) for i in range(WORKERS)))
+
+        async def ledger_claims(items: list[tuple[str, dt.datetime]]) -> None:
+            async def worker(part: list[tuple[str, dt.datetime]]) -> None:
+                for subject, cycle in part:
+                    assert await ledger.claim_slot("s", subject, cycle) is not None
+
+            await asyncio.gather(*(worker(items[i::WORKERS]) for i in range(WORKERS)))
+
+        async def raw_claimed(items: list[tuple[str, dt.datetime]]) -> list[tuple[int, int]]:
+            now = dt.datetime.now(UTC)
+            rows = await bulk.fetch(
+                "k", now + lease, now, [s for s, _ in items],
+                [c.strftime("%Y-%m-%dT%H:%M:%SZ") for _, c in items], [c for _, c in items],
+                [secrets.randbits(63) for _ in items],
+            )  # fmt: skip
+            return [(row["id"], row["token"]) for row in rows]
+
+        async def raw_marks(rows: list[tuple[int, int]]) -> None:
+            async def worker(stmt: Prepared, part: list[tuple[int, int]]) -> None:
+                for row_id, token in part:
+                    await stmt.fetch("sent", dt.datetime.now(UTC), "1", row_id, token, "claimed")
+                    assert stmt.get_statusmsg() == "UPDATE 1"
+
+            await asyncio.gather(*(worker(marks[i], rows[i::WORKERS]) for i in range(WORKERS)))
+
+        async def ledger_marks(won: list[Any]) -> None:
+            async def worker(part: list[Any]) -> None:
+                for claim in part:
+                    assert await ledger.mark_sent(claim, message_id="1")
+
+            await asyncio.gather(*(worker(won[i::WORKERS]) for i in range(WORKERS)))
+
+        # Warm up: every connection of both sides, every statement. The marks are prepared
+        # once the table has rows and statistics: prepared on an empty table, PostgreSQL's
+        # generic plan scans it whole (the ledger makes its statements' plans again as a
+        # table grows, see PostgreSQL in notifyonce/_ledger/dialects.py).
+        await raw_claims(keys("warm", 20 * WORKERS))
+        await ledger_claims(keys("warm-l", 20 * WORKERS))
+        async with engine.begin() as conn:
+            for table in (ledger_table, raw_table):
+                await conn.execute(sa.text(f"ANALYZE {table}"))
+        marks = [await conn.prepare(RAW_MARK.format(t=raw_table)) for conn in held]
+        await raw_marks(await raw_claimed(keys("warm-m", 20 * WORKERS)))
+        await ledger_marks(await ledger.claim_many("k", keys("warm-lm", 20 * WORKERS)))
+        labels = (
+            f"raw claim, {WORKERS} held connections",
+            f"AsyncLedger.claim_slot, {WORKERS} workers",
+            f"raw mark, {WORKERS} held connections",
+            f"AsyncLedger.mark_sent, {WORKERS} workers",
+        )
+        rates: dict[str, list[float]] = {label: [] for label in labels}
+        for number in range(rounds):
+            p = f"r{number}-"
+            rates[labels[0]].append(
+                await timed(PARALLEL, partial(raw_claims, keys(p + "rc", PARALLEL)), labels[0])
+            )
+            rates[labels[1]].append(
+                await timed(PARALLEL, partial(ledger_claims, keys(p + "lc", PARALLEL)), labels[1])
+            )
+            rows = await raw_claimed(keys(p + "rm", PARALLEL))
+            rates[labels[2]].append(await timed(PARALLEL, partial(raw_marks, rows), labels[2]))
+            won = await ledger.claim_many("k", keys(p + "lm", PARALLEL))
+            rates[labels[3]].append(await timed(PARALLEL, partial(ledger_marks, won), labels[3]))
+        print(
+            f"SQLAlchemy {sa.__version__}, asyncpg {asyncpg.__version__}: {rounds} alternating"
+            f" rounds of {PARALLEL:,} calls with {WORKERS} workers"
+        )
+        for label in labels:
+            spread = ", ".join(f"{r:,.0f}" for r in rates[label])
+            cpu = statistics.median(CPU[label])
+            print(
+                f"  {label:<40} {statistics.median(rates[label]):>9,.0f}/s   ({spread}),"
+                f" CPU {cpu:,.1f} us/call"
+            )
+        for name, raw, led in (("claim_slot", *labels[:2]), ("mark_sent", *labels[2:])):
+            ratios = [b / a for a, b in zip(rates[raw], rates[led], strict=True)]
+            each = ", ".join(f"{r:.2f}" for r in ratios)
+            print(f"ratio {name}: median {statistics.median(ratios):.3f} ({each})")
+    finally:
+        for conn in held:
+            await conn.close()
+        async with engine.begin() as conn:
+            for table in (ledger_table, raw_table):
+                await conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}, {table}_recipients"))
+        await engine.dispose()
+    return 0
+
+
 async def index_costs(url: str) -> int:
     """Claims per second with each secondary index of the table dropped in turn."""
     from notifyonce._ledger.table import index_names
@@ -372,7 +502,13 @@ if __name__ == "__main__":
     parser.add_argument(
         "--indexes", action="store_true", help="measure what each index costs a claim instead"
     )
+    parser.add_argument(
+        "--single", action="store_true", help="measure only claim_slot and mark_sent, 16 workers"
+    )
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds of --single")
     args = parser.parse_args()
+    if args.single:
+        sys.exit(asyncio.run(single_calls(args.url, args.rounds)))
     if args.indexes:
         sys.exit(asyncio.run(index_costs(args.url)))
     sys.exit(asyncio.run(main(args.url, args.json)))

@@ -424,6 +424,26 @@ MUTANTS = sections(
         (DISPATCH + "::test_a_refused_write_of_outcomes_and_claims_costs_only_the_bad_row",),
     ),
     Mutant(
+        "one-key-claim-keeps-lost-claims",
+        "a claim_slot on the kept connection whose answer is lost releases its row by token",
+        "_ledger/ledger.py",
+        r"(await greenlet_spawn\(core\.direct_failed, pooled, exc, compiled\.sql\)\n"
+        r"\s+except LedgerError:\n)\s+await self\._undo\(plan\)\n",
+        r"\1",
+        ("tests/test_ledger_races.py::test_a_one_key_claim_whose_answer_is_lost_is_undone",),
+    ),
+    Mutant(
+        "one-key-claim-cancelled-keeps-its-connection",
+        "a claim_slot on the kept connection cancelled under way gives its connection back",
+        "_ledger/ledger.py",
+        r"except BaseException as exc:\n(\s+)plan = self\._plan_claim_ordered",
+        r"except Exception as exc:\n\1plan = self._plan_claim_ordered",
+        (
+            "tests/test_ledger_races.py::"
+            "test_a_one_key_claim_cancelled_under_way_gives_its_connection_back",
+        ),
+    ),
+    Mutant(
         "mark-without-fencing",
         "a worker whose claim was taken over cannot mark the slot",
         "_ledger/dialects.py",

@@ -203,10 +203,12 @@ async def test_unreachable_database_raises_unavailable(tmp_path: Path) -> None:
 
 def _usual_way(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every claim through ``LedgerCore.claim_keys``, the seam of the tests that fail it:
-    none awaited as a statement on asyncpg's own connection (tested below on its own)."""
+    none awaited as a statement on asyncpg's own connection (tested below on its own),
+    neither a plan's nor ``claim_slot``'s of one key."""
     from notifyonce._ledger.core import LedgerCore
 
     monkeypatch.setattr(LedgerCore, "claim_statement", lambda *args, **kwargs: None)
+    monkeypatch.setattr(LedgerCore, "one_claim", lambda *args, **kwargs: None)
 
 
 async def test_failed_chunk_releases_the_chunks_already_won(
@@ -440,3 +442,157 @@ async def test_a_deadlock_under_a_direct_claim_runs_the_claim_again(
     with pytest.raises(LedgerError):
         await ledger.claim_slot("a", 3, DEADLINE)
     assert await ledger.get("a", 3, DEADLINE) is None
+
+
+# -- asyncpg: claim_slot and the single marks of one key, without a plan ---------------------
+
+
+class _Sent:
+    """What asyncpg's connection was asked to run: ``(method, sql, args)`` per call."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import asyncpg
+
+        self.calls: list[tuple[str, str, tuple[Any, ...]]] = []
+        for method in ("fetch", "execute"):
+            real = getattr(asyncpg.Connection, method)
+            monkeypatch.setattr(asyncpg.Connection, method, self._spy(method, real))
+
+    def _spy(self, method: str, real: Any) -> Any:
+        async def spy(conn: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
+            if sql.lstrip().startswith(("INSERT", "UPDATE")):
+                self.calls.append((method, sql, args))
+            return await real(conn, sql, *args, **kwargs)
+
+        return spy
+
+
+async def test_a_one_key_claim_and_mark_send_what_their_plans_send(
+    ledger: AsyncLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """claim_slot and mark_sent of one key on the connection the previous call left run
+    with no plan and no greenlet, yet send asyncpg the very statement their plans send
+    (the same compiled text, from the same cache entry) with the same values, and leave
+    the same row: a claim with the same token and clock sends what the plan sent, and a
+    mark differs from the plan's only by its row's id and token."""
+    _asyncpg_only(ledger)
+    import notifyonce._ledger.core as core_module
+    import notifyonce._ledger.ledger as ledger_module
+
+    sent = _Sent(monkeypatch)
+    token = 4242
+    monkeypatch.setattr(core_module, "_fresh_tokens", lambda count: [token] * count)
+    monkeypatch.setattr(ledger_module, "fresh_token", lambda: token)
+    runs: list[object] = []
+    run = ledger._driver.run
+
+    async def counted(work: Any) -> Any:
+        runs.append(work)
+        return await run(work)
+
+    monkeypatch.setattr(ledger._driver, "run", counted)
+    planned = await ledger.claim_slot("a", 1, DEADLINE)  # no connection kept yet: a plan
+    assert planned is not None
+    await asyncio.sleep(0)  # the connection goes back to the pool
+    assert await ledger.mark_sent(planned, message_id=7)  # a plan again
+    assert 2 == len(runs)
+    again = await ledger.claim_slot("a", 1, DEADLINE)  # one key, on the kept connection
+    lean = await ledger.claim_slot("a", 2, DEADLINE)
+    assert lean is not None
+    assert await ledger.mark_sent(lean, message_id=7)
+    assert 2 == len(runs), "a call of one key ran sync work"
+    assert again is None
+
+    (c1, c1_sql, c1_args), (m1, m1_sql, m1_args), (_, c2_sql, c2_args) = sent.calls[:3]
+    (c3, c3_sql, c3_args), (m2, m2_sql, m2_args) = sent.calls[3:]
+    assert ("fetch", "execute") == (c1, m1) == (c3, m2)
+    assert c1_sql == c2_sql == c3_sql
+    assert c1_args == c2_args  # the same key, token and clock: the same values
+    assert [a for a in c1_args if a != "1"] == [a for a in c3_args if a != "2"]
+    assert m1_sql == m2_sql
+    swap = {planned.id: lean.id, planned.token: lean.token}
+    assert [swap.get(a, a) for a in m1_args] == list(m2_args)
+    compiled = ledger._core.dialect._compiled
+    assert 1 == sum(1 for shape in compiled if shape[0] == "claim")
+    assert 1 == sum(1 for shape in compiled if shape[0] == "mark")
+    first, second = await ledger.get("a", 1, DEADLINE), await ledger.get("a", 2, DEADLINE)
+    assert first is not None
+    assert second is not None
+    fields = ("status", "attempt", "token", "lease_until", "created_at", "updated_at")
+    assert [getattr(first, f) for f in fields] == [getattr(second, f) for f in fields]
+    assert (first.sent_at, first.message_id) == (second.sent_at, second.message_id)
+
+
+async def test_a_one_key_claim_cancelled_under_way_gives_its_connection_back(
+    ledger: AsyncLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim_slot on the kept connection cancelled while asyncpg runs it raises the
+    cancellation, and its connection goes back to the pool, as the plan's does; the
+    next claim of the slot wins it."""
+    _asyncpg_only(ledger)
+    import asyncpg
+
+    real = asyncpg.Connection.fetch
+    hang = False
+    hanging = asyncio.Event()
+
+    async def hangs(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if hang and args and str(args[0]).lstrip().startswith("INSERT"):
+            hanging.set()
+            await asyncio.Event().wait()
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(asyncpg.Connection, "fetch", hangs)
+
+    async def two_claims() -> None:
+        nonlocal hang
+        assert await ledger.claim_slot("a", 1, DEADLINE) is not None
+        hang = True
+        await ledger.claim_slot("a", 2, DEADLINE)  # on the connection the first left
+
+    task = asyncio.create_task(two_claims())
+    await hanging.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(5):
+        await asyncio.sleep(0)
+    pool = ledger.engine.sync_engine.pool
+    assert 0 == pool.checkedout()  # type: ignore[attr-defined]
+    hang = False
+    won = await ledger.claim_slot("a", 2, DEADLINE)
+    assert won is not None
+    assert 1 == won.attempt
+
+
+async def test_a_one_key_claim_whose_answer_is_lost_is_undone(
+    ledger: AsyncLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim_slot on the kept connection whose statement committed but whose answer
+    was lost (the connection cut) raises LedgerUnavailableError and releases the row it
+    won by its token, as the plan's undo does: the next claim wins the slot at attempt 1
+    instead of finding it held by a claim nobody has."""
+    _asyncpg_only(ledger)
+    import asyncpg
+
+    real = asyncpg.Connection.fetch
+    cut = False
+
+    async def answer_lost(self: Any, *args: Any, **kwargs: Any) -> Any:
+        rows = await real(self, *args, **kwargs)
+        if cut and str(args[0]).lstrip().startswith("INSERT"):
+            raise ConnectionResetError("connection reset by peer")
+        return rows
+
+    monkeypatch.setattr(asyncpg.Connection, "fetch", answer_lost)
+    assert await ledger.claim_slot("a", 1, DEADLINE) is not None
+    cut = True
+    with pytest.raises(LedgerUnavailableError):
+        await ledger.claim_slot("a", 2, DEADLINE)
+    cut = False
+    record = await ledger.get("a", 2, DEADLINE)
+    assert record is not None
+    assert ("released", 0) == (record.status, record.attempt)
+    won = await ledger.claim_slot("a", 2, DEADLINE)
+    assert won is not None
+    assert 1 == won.attempt

@@ -69,6 +69,49 @@ def test_binds_are_what_sqlalchemy_would_send(url: str, expected: Any) -> None:
     assert expected == compiled.args({"subject": "42", "now": NOW})
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql+asyncpg://u@h/d",
+        "postgresql+psycopg://u@h/d",
+        "mysql+asyncmy://u@h/d",
+        "mysql+pymysql://u@h/d",
+        "sqlite+aiosqlite://",
+        "sqlite://",
+    ],
+)
+@pytest.mark.parametrize("column", ["action", "subject", "cycle", "cycle_at", "lease_until"])
+def test_the_ledger_types_bind_as_their_sqlalchemy_processors_do(url: str, column: str) -> None:
+    """The ledger's own column types bind through one function of the value, their
+    driver looked up once: what SQLAlchemy's processor makes of each value, exactly (a
+    zone converted to UTC, naive UTC or text where the column keeps no zone, bytes for
+    MySQL's keys, None kept), and a naive datetime refused by both."""
+    from notifyonce._drivers.execute import _bind_processor
+
+    sync = "async" not in url and "asyncmy" not in url
+    engine = sa.create_engine(url) if sync else create_async_engine(url).sync_engine
+    dialect = engine.dialect
+    column_type = TABLE.c[column].type
+    theirs = column_type.dialect_impl(dialect).bind_processor(dialect)
+    ours = _bind_processor(column_type, dialect)
+    moscow = dt.timezone(dt.timedelta(hours=3))
+    values: list[Any] = (
+        [NOW, NOW.astimezone(moscow), None]
+        if isinstance(column_type, type(TABLE.c.cycle_at.type))
+        else ["trial_6h", "Ann ", "ünï", None]
+    )
+    for value in values:
+        expected = value if theirs is None else theirs(value)
+        got = value if ours is None else ours(value)
+        assert (expected, type(expected)) == (got, type(got)), value
+    if isinstance(column_type, type(TABLE.c.cycle_at.type)):
+        assert theirs is not None
+        assert ours is not None
+        for process in (theirs, ours):
+            with pytest.raises(ValueError, match="naive datetime"):
+                process(NOW.replace(tzinfo=None))
+
+
 def test_a_postgres_statement_is_planned_anew_as_its_runs_double() -> None:
     """Its text changes after 32 runs and whenever its runs double again, so the driver
     prepares it anew and the server plans it for the table as it is then; the binds stay."""

@@ -29,7 +29,15 @@ from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import await_only as await_
 
-__all__ = ["Compiled", "ConnectionLink", "DriverLink", "Link", "is_observed", "wrap_dbapi_error"]
+__all__ = [
+    "Compiled",
+    "ConnectionLink",
+    "DriverLink",
+    "Link",
+    "is_observed",
+    "status_count",
+    "wrap_dbapi_error",
+]
 
 _MISSING = object()
 
@@ -43,7 +51,7 @@ class Compiled:
     columns, SQLite's datetime text).
     """
 
-    __slots__ = ("_binds", "positional", "sql")
+    __slots__ = ("_binds", "_slots", "_template", "positional", "sql")
 
     def __init__(self, statement: sa.ClauseElement, dialect: Dialect) -> None:
         compiled = statement.compile(dialect=dialect)
@@ -63,22 +71,28 @@ class Compiled:
                 fixed, process = process(fixed), None
             binds.append((name, process, fixed))
         self._binds = tuple(binds)
+        # Positional: the fixed values in place, and where each call's values go.
+        self._template = [None if fixed is _MISSING else fixed for _, _, fixed in binds]
+        self._slots = tuple(
+            (index, name, process)
+            for index, (name, process, fixed) in enumerate(binds)
+            if fixed is _MISSING
+        )
 
     def with_sql(self, sql: str) -> Compiled:
         """The same statement and binds under another text (a comment added)."""
         twin = object.__new__(Compiled)
         twin.sql, twin.positional, twin._binds = sql, self.positional, self._binds
+        twin._template, twin._slots = self._template, self._slots
         return twin
 
     def args(self, params: Mapping[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
         """The driver's parameters for one execution."""
         if self.positional:
-            return tuple(
-                fixed
-                if fixed is not _MISSING
-                else (params[name] if process is None else process(params[name]))
-                for name, process, fixed in self._binds
-            )
+            values = self._template.copy()
+            for index, name, process in self._slots:
+                values[index] = params[name] if process is None else process(params[name])
+            return tuple(values)
         return {
             name: fixed if fixed is not _MISSING else _process(process, params[name])
             for name, process, fixed in self._binds
@@ -96,6 +110,17 @@ def _bind_processor(type_: Any, dialect: Dialect) -> Callable[[Any], Any] | None
         item = type_.item_type.dialect_impl(dialect).bind_processor(dialect)
         if item is None:
             return None
+    own = getattr(type_, "own_bind_processor", None)
+    if own is not None and isinstance(type_, sa.types.TypeDecorator):
+        # The ledger's own column types: their ``process_bind_param`` for this dialect as
+        # one function (None: the identity), then their implementation's processor, as
+        # SQLAlchemy's TypeDecorator.bind_processor chains them, without a lookup per value.
+        first: Callable[[Any], Any] | None = own(dialect)
+        loaded: Any = type_.dialect_impl(dialect)
+        then = loaded.impl_instance.bind_processor(dialect)
+        if first is None or then is None:
+            return first or then
+        return lambda value: then(first(value))
     return type_.dialect_impl(dialect).bind_processor(dialect)  # type: ignore[no-any-return]
 
 
@@ -252,14 +277,18 @@ class AsyncpgLink(DriverLink):
         return self._call(compiled.sql, "fetch", compiled.args(params))  # type: ignore[arg-type,no-any-return]
 
     def count(self, compiled: Compiled, params: Mapping[str, Any]) -> int:
-        status = self._call(compiled.sql, "execute", compiled.args(params))  # type: ignore[arg-type]
-        return int(status.rsplit(" ", 1)[-1]) if status else -1
+        return status_count(self._call(compiled.sql, "execute", compiled.args(params)))  # type: ignore[arg-type]
 
     def scalar(self, sql: str) -> Any:
         return self._call(sql, "fetchval", ())
 
     def statement(self, sql: str) -> None:
         self._call(sql, "execute", ())
+
+
+def status_count(status: str | None) -> int:
+    """The rows a statement changed, read from asyncpg's command status (``UPDATE 1``)."""
+    return int(status.rsplit(" ", 1)[-1]) if status else -1
 
 
 class ConnectionLink:

@@ -32,6 +32,7 @@ __all__ = [
     "check_statuses",
     "check_synchronous_commit",
     "check_text",
+    "memo_cycle",
     "normalize_items",
     "normalize_subjects",
     "storable",
@@ -197,21 +198,31 @@ def normalize_items(action: object, items: object) -> list[SlotKey]:
         text = str(subject) if type(subject) is int else ""
         if not text or len(text) > MAX_SUBJECT_LENGTH:
             text = normalize_subject(subject)
-        kind = type(cycle)
-        if kind in _MEMO_CYCLES:
-            # Python compares datetimes of one zone by their wall clock, fold ignored: the
-            # two 02:30 of a night whose clocks go back are equal but are different
-            # moments, so the fold is part of the memo's key.
-            memo = (kind, cycle, cycle.fold) if kind is dt.datetime else (kind, cycle)
-            normalized = cycles.get(memo)
-            if normalized is None:
-                normalized = cycles[memo] = normalize_cycle(cycle)
-        else:
-            normalized = normalize_cycle(cycle)  # raises the type error
+        normalized = memo_cycle(cycle, cycles)
         pair = (text, normalized[0])
         if pair not in keys:
             keys[pair] = SlotKey(action_text, text, normalized[0], normalized[1])
     return list(keys.values())
+
+
+#: Normal forms of cycles by value (see `memo_cycle`).
+CycleMemo = dict[tuple[object, ...], tuple[str, "dt.datetime | None"]]
+
+
+def memo_cycle(cycle: object, memo: CycleMemo) -> tuple[str, dt.datetime | None]:
+    """`normalize_cycle` of ``cycle``, kept in ``memo`` for the next cycle equal to it (of
+    the types whose normal form depends only on their value)."""
+    kind = type(cycle)
+    if kind not in _MEMO_CYCLES:
+        return normalize_cycle(cycle)  # raises the type error
+    # Python compares datetimes of one zone by their wall clock, fold ignored: the two
+    # 02:30 of a night whose clocks go back are equal but are different moments, so the
+    # fold is part of the memo's key.
+    key = (kind, cycle, cycle.fold) if kind is dt.datetime else (kind, cycle)  # type: ignore[attr-defined]
+    normalized = memo.get(key)
+    if normalized is None:
+        normalized = memo[key] = normalize_cycle(cycle)
+    return normalized
 
 
 def normalize_subjects(subjects: object) -> list[str]:

@@ -75,6 +75,7 @@ __all__ = [
     "Shape",
     "Spare",
     "Statement",
+    "fresh_token",
 ]
 
 logger = logging.getLogger("notifyonce.ledger")
@@ -251,19 +252,25 @@ class Spare(Held):
         super().__init__()
         self._engine = driver.engine
         self._closing: set[asyncio.Task[Any]] = set()
+        # The event loop on which a `_release` is due (one for every call of the turn).
+        self._due: asyncio.AbstractEventLoop | None = None
         driver.watch(self)
 
     def give(self, pooled: Any) -> bool:
         """Keep ``pooled`` until the event loop turns; False when one is kept already."""
         if not super().give(pooled):
             return False
-        asyncio.get_running_loop().call_soon(self._release, pooled)
+        loop = asyncio.get_running_loop()
+        if self._due is not loop:  # else the release already due gives back this one
+            self._due = loop
+            loop.call_soon(self._release)
         return True
 
-    def _release(self, pooled: Any) -> None:
-        if self._pooled is not pooled:
+    def _release(self) -> None:
+        self._due = None
+        pooled, self._pooled = self._pooled, None
+        if pooled is None:
             return  # the next call took it, and keeps or returns it itself
-        self._pooled = None
         pool = self._engine.pool
         if (
             pooled.is_valid
@@ -332,6 +339,8 @@ class LedgerCore:
             self.dialect.wait_for_standby(level)
         # Asked to wait for a standby: the first claim says first whether one is there.
         self.durability_due = level is not None
+        # A claim's options when it passes none (most calls): checked once, shared.
+        self._default_options = ClaimOptions(self.lease, False, None)
 
     # ---- durability across a failover -------------------------------------------------
 
@@ -396,6 +405,8 @@ class LedgerCore:
         self, lease: object, take_expired: object, max_attempts: object
     ) -> ClaimOptions:
         """Validate the options shared by ``claim_slot`` and ``claim_many``."""
+        if lease is None and take_expired is False and max_attempts is None:
+            return self._default_options
         return ClaimOptions(
             lease=self.lease if lease is None else check_lease(lease),
             take_expired=check_bool("take_expired", take_expired),
@@ -541,16 +552,22 @@ class LedgerCore:
         instead of running in a greenlet: a statement alone, in autocommit, on a driver
         whose connection takes it directly (asyncpg), nobody watching the engine's
         statements, the server's clock read recently enough; else None."""
-        if (
-            plan.statement is None
-            or not plan.alone
-            or not self.driver.direct_statements
-            or self.clock_due
-            or self.durability_due
-            or is_observed(engine)
-        ):
+        if plan.statement is None or not plan.alone or not self.direct_ready(engine, claims=True):
             return None
         return plan.statement(engine.dialect)
+
+    def direct_ready(self, engine: sa.Engine, *, claims: bool) -> bool:
+        """Whether a statement alone may be awaited on the driver's own connection now: a
+        driver whose connection takes it directly (asyncpg), nobody watching the engine's
+        statements, the server's clock read recently enough and, before a claim
+        (``claims``), the standby's check done (see `check_durability`). Otherwise the
+        call runs the usual way, which does what is due first."""
+        return (
+            self.driver.direct_statements
+            and not self.clock_due
+            and not (claims and self.durability_due)
+            and not is_observed(engine)
+        )
 
     def direct_failed(self, pooled: Any, exc: BaseException, sql: str) -> bool:
         """What `_run_on_driver` does when its statement fails, for a `Statement` that
@@ -659,6 +676,30 @@ class LedgerCore:
         until = params["lease_until"]
         return Statement(compiled, params, lambda won: _won(keys, tokens, won, until))
 
+    def one_claim(
+        self, sa_dialect: SADialect, key: SlotKey, token: int, options: ClaimOptions
+    ) -> tuple[Compiled, dict[str, Any]] | None:
+        """`claim_statement` of one key and its token, as the compiled statement and the
+        values of its execution (the same statement, from the same cache, and the same
+        values), without the `Statement` and the result function around them; None
+        where a claim is not one statement."""
+        params, limited = self._claim_params(key.action, options)
+        compiled = self.dialect.claim_compiled(
+            sa_dialect, params, (key,), (token,), options.take_expired, limited
+        )
+        return None if compiled is None else (compiled, params)
+
+    @staticmethod
+    def one_won(
+        key: SlotKey, token: int, rows: Sequence[Any], lease_until: dt.datetime
+    ) -> Claim | None:
+        """The claim of `one_claim`'s key if its statement won the row (`_won` of one key:
+        the row carries the claim's token), else None."""
+        for row_id, won_token, attempt in rows:
+            if won_token == token:
+                return Claim(key, row_id, token, attempt, lease_until)
+        return None
+
     def write(
         self,
         link: Link,
@@ -757,11 +798,24 @@ class LedgerCore:
         ``counted`` False: the claim gives its attempt back (a release that certainly did
         not deliver).
         """
+        compiled, params = self.one_mark(link.dialect, claim, status, detail, counted)
+        return link.count(compiled, params) == 1
+
+    def one_mark(
+        self,
+        sa_dialect: SADialect,
+        claim: Claim,
+        status: SlotStatus,
+        detail: str | None,
+        counted: bool,
+    ) -> tuple[Compiled, dict[str, Any]]:
+        """`mark`'s compare-and-set as its compiled statement and the values of one
+        execution (it landed when it changed one row)."""
         attempt = None if counted else claim.attempt - 1
         columns, params = mark_params(
             claim.id, claim.token, status.value, detail, self.now(), attempt
         )
-        return self.dialect.mark_one(link, columns, params)
+        return self.dialect.mark_compiled(sa_dialect, columns), params
 
     def marked(self, conn: Connection, results: Sequence[Mark]) -> set[int]:
         """The row ids of ``results`` whose row holds the claim's token and the mark's
@@ -1044,6 +1098,11 @@ def _record(row: Any) -> SlotRecord:
         last_error=row.last_error,
         message_id=row.message_id,
     )
+
+
+def fresh_token() -> int:
+    """One fencing token, made as `_fresh_tokens` makes each of a batch's."""
+    return int.from_bytes(secrets.token_bytes(8), "little") & _TOKEN_MASK
 
 
 def _fresh_tokens(count: int) -> list[int]:

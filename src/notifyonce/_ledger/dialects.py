@@ -123,6 +123,14 @@ def _numbered(params: dict[str, Any], ordered: Sequence[SlotKey], tokens: Sequen
         params[f"token_{i}"] = token
 
 
+def _numbered_one(params: dict[str, Any], key: SlotKey, token: int) -> None:
+    """`_numbered` of one row: the same names and values, without formatting them."""
+    params["subject_0"] = key.subject
+    params["cycle_0"] = key.cycle
+    params["cycle_at_0"] = key.cycle_at
+    params["token_0"] = token
+
+
 def _on_conflict_claim(
     table: sa.Table, insert: Any, take_expired: bool, limited: bool
 ) -> sa.ClauseElement:
@@ -209,13 +217,15 @@ class Dialect:
         self,
         sa_dialect: SADialect,
         shape: tuple[object, ...],
-        build: Callable[[], sa.ClauseElement],
+        build: Callable[..., sa.ClauseElement],
+        *args: Any,
     ) -> Compiled:
-        """The statement of ``shape`` compiled for ``sa_dialect``'s driver, built once."""
+        """The statement of ``shape`` compiled for ``sa_dialect``'s driver, built once (by
+        ``build(*args)``: a call that finds it built makes no closure for it)."""
         key = (*shape, sa_dialect.driver, sa_dialect.paramstyle)
         found = self._compiled.get(key)
         if found is None:
-            found = self._compiled[key] = Compiled(build(), sa_dialect)
+            found = self._compiled[key] = Compiled(build(*args), sa_dialect)
         if not self.replans:
             return found
         runs = self._runs[key] = self._runs.get(key, 0) + 1
@@ -318,21 +328,23 @@ class Dialect:
 
     def mark_one(self, link: Link, columns: tuple[str, ...], params: dict[str, Any]) -> bool:
         """Compare-and-set one row (``m_id``, ``m_token``) to ``columns`` (``m_<column>``)."""
+        return link.count(self.mark_compiled(link.dialect, columns), params) == 1
+
+    def mark_compiled(self, sa_dialect: SADialect, columns: tuple[str, ...]) -> Compiled:
+        """`mark_one`'s statement for ``columns``, compiled for ``sa_dialect``."""
+        return self.compiled(sa_dialect, ("mark", columns), self._build_mark, columns)
+
+    def _build_mark(self, columns: tuple[str, ...]) -> sa.ClauseElement:
         t = self.table
-
-        def build() -> sa.ClauseElement:
-            return (
-                sa.update(t)
-                .where(
-                    t.c.id == _bind(self.table, "id", "m_id"),
-                    t.c.token == _bind(self.table, "token", "m_token"),
-                    t.c.status == _CLAIMED,
-                )
-                .values({c: _bind(self.table, c, f"m_{c}") for c in columns})
+        return (
+            sa.update(t)
+            .where(
+                t.c.id == _bind(self.table, "id", "m_id"),
+                t.c.token == _bind(self.table, "token", "m_token"),
+                t.c.status == _CLAIMED,
             )
-
-        compiled = self.compiled(link.dialect, ("mark", columns), build)
-        return link.count(compiled, params) == 1
+            .values({c: _bind(self.table, c, f"m_{c}") for c in columns})
+        )
 
     def mark_many(self, link: Link, rows: Sequence[MarkRow], now: dt.datetime) -> set[int]:
         """Mark distinct rows, each only while its token holds it; the ids that landed."""
@@ -441,15 +453,13 @@ class PostgreSQL(Dialect):
         limited: bool,
     ) -> Compiled:
         if len(ordered) == 1:
-            _numbered(params, ordered, tokens)
+            _numbered_one(params, ordered[0], tokens[0])
             rows = 1
         else:
             _claim_arrays(params, ordered, tokens)
             rows = 0
         shape = ("claim", rows, take_expired, limited)
-        return self.compiled(
-            sa_dialect, shape, lambda: self._build_claim(rows, take_expired, limited)
-        )
+        return self.compiled(sa_dialect, shape, self._build_claim, rows, take_expired, limited)
 
     def _build_claim(self, rows: int, take_expired: bool, limited: bool) -> sa.ClauseElement:
         claim = self._claim_insert(rows, take_expired, limited)

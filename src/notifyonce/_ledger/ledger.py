@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from notifyonce._drivers import driver_for
-from notifyonce._drivers.execute import Link
+from notifyonce._drivers.execute import Link, status_count
 from notifyonce._drivers.outage import Outage
 from notifyonce._errors import LedgerError, LedgerUnavailableError
 from notifyonce._keys import (
@@ -32,9 +32,11 @@ from notifyonce._keys import (
     make_key,
     normalize_action,
     normalize_cycle,
+    normalize_subject,
 )
 from notifyonce._ledger.checks import (
     ClaimOptions,
+    CycleMemo,
     check_aware,
     check_bool,
     check_claim,
@@ -44,6 +46,7 @@ from notifyonce._ledger.checks import (
     check_positive_int,
     check_statuses,
     check_text,
+    memo_cycle,
     normalize_items,
     normalize_subjects,
     storable_detail,
@@ -60,6 +63,7 @@ from notifyonce._ledger.core import (
     Shape,
     Spare,
     Statement,
+    fresh_token,
 )
 from notifyonce._ledger.records import LedgerStats, SlotRecord, SweepResult
 from notifyonce._ledger.table import DEFAULT_TABLE_NAME, SlotStatus
@@ -70,6 +74,8 @@ __all__ = ["AsyncLedger", "Ledger"]
 
 T = TypeVar("T")
 _UNSET = object()
+# How many cycles' normal forms a ledger keeps for claim_slot (then it starts again).
+_CYCLES_KEPT = 1024
 # `AsyncLedger._run_direct`: the plan is to run the usual way.
 _AGAIN = object()
 Body = Callable[[Connection], T]
@@ -129,6 +135,8 @@ class _LedgerBase(Generic[EngineT]):
         )
         # A call may hand its connection to the next one of the same moment (see Spare).
         self._spare = Spare(self._driver) if self._driver.keeps_connections else None
+        # The normal forms of the cycles claim_slot was given lately (see `memo_cycle`).
+        self._cycles: CycleMemo = {}
 
     # -- the send path: statements on a Link -------------------------------------------
 
@@ -144,15 +152,12 @@ class _LedgerBase(Generic[EngineT]):
         options = self._core.claim_options(lease, take_expired, max_attempts)
         claim = self._plan_claim_keys([make_key(action, subject, cycle)], options)
 
-        def first(won: list[Claim]) -> Claim | None:
-            return won[0] if won else None
-
         def body(link: Link) -> Claim | None:
-            return first(claim.body(link))
+            return _first(claim.body(link))
 
         def statement(sa_dialect: SADialect) -> Statement[Claim | None] | None:
             made = claim.statement(sa_dialect) if claim.statement is not None else None
-            return None if made is None else made.then(first)
+            return None if made is None else made.then(_first)
 
         return Plan(body, claim.shape, undo=claim.undo, statement=statement)
 
@@ -193,12 +198,17 @@ class _LedgerBase(Generic[EngineT]):
 
         If it fails, the rows it may have won are released by their tokens (``undo``).
         """
+        return self._plan_claim_ordered(*self._core.claim_batch(keys), options)
+
+    def _plan_claim_ordered(
+        self, ordered: list[SlotKey], tokens: list[int], options: ClaimOptions
+    ) -> Plan[list[Claim]]:
+        """`_plan_claim_keys` of keys in index order, each with its token (`claim_batch`)."""
         core = self._core
-        ordered, tokens = core.claim_batch(keys)
         undo = Plan(
             partial(core.release_lost, keys=ordered, tokens=tokens), Shape.ALONE, on_link=False
         )
-        action = keys[0].action
+        action = ordered[0].action
         body = partial(core.claim_keys, action=action, keys=ordered, options=options, tokens=tokens)
         statement = partial(
             core.claim_statement, action=action, keys=ordered, options=options, tokens=tokens
@@ -459,6 +469,11 @@ def _storable(results: Sequence[Mark]) -> list[Mark]:
     ]
 
 
+def _first(won: list[Claim]) -> Claim | None:
+    """The claim of a one-key claim's plan, if it won."""
+    return won[0] if won else None
+
+
 def _in_order(keys: list[SlotKey], won: list[Claim]) -> list[Claim]:
     """The won claims of ``claim_many`` in input order (each chunk claims in index order)."""
     by_key = {claim.key: claim for claim in won}
@@ -606,6 +621,106 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         if not spare.give(pooled):
             await greenlet_spawn(pooled.close)
         return statement.finish(rows)
+
+    # -- one key: claim_slot and the single marks ---------------------------------------
+    #
+    # A call of one key on the connection the previous call left (asyncpg) is awaited on
+    # the driver's own connection with nothing built but its statement's values: no plan,
+    # closure, partial or `Statement`. The statement and its values are those the plan
+    # would run (`LedgerCore.one_claim`, `LedgerCore.one_mark`); a failure is handled by
+    # the same code as `_run_direct`'s (`LedgerCore.direct_failed`), a claim's undo run as
+    # `_run` runs it; every other case (no connection kept, the clock or the standby's
+    # check due, an observed engine, a deadlock to run again) runs the plan of the same
+    # key, token and values the usual way.
+
+    async def _claim_one(
+        self,
+        action: object,
+        subject: object,
+        cycle: object,
+        lease: object,
+        take_expired: object,
+        max_attempts: object,
+    ) -> Claim | None:
+        """`claim_slot` on a connection of the ledger's own."""
+        core = self._core
+        options = core.claim_options(lease, take_expired, max_attempts)
+        key = self._one_key(action, subject, cycle)
+        token = fresh_token()
+        spare = self._spare
+        engine = self._driver.engine
+        if spare is not None and core.direct_ready(engine, claims=True):
+            pooled = spare.take()
+            made = None if pooled is None else core.one_claim(engine.dialect, key, token, options)
+            if made is not None:
+                compiled, params = made
+                try:
+                    rows = await pooled.driver_connection.fetch(
+                        compiled.sql, *compiled.args(params)
+                    )
+                except BaseException as exc:
+                    plan = self._plan_claim_ordered([key], [token], options)
+                    try:
+                        await greenlet_spawn(core.direct_failed, pooled, exc, compiled.sql)
+                    except LedgerError:
+                        await self._undo(plan)
+                        raise
+                    return _first(await self._run_again(plan))
+                if not spare.give(pooled):
+                    await greenlet_spawn(pooled.close)
+                return core.one_won(key, token, rows, params["lease_until"])
+            if pooled is not None and not spare.give(pooled):
+                await greenlet_spawn(pooled.close)
+        return _first(await self._run(self._plan_claim_ordered([key], [token], options)))
+
+    def _one_key(self, action: object, subject: object, cycle: object) -> SlotKey:
+        """`make_key`, its cycle's normal form kept for the next claims of the same cycle
+        (a run claims many subjects of a few cycles)."""
+        action_text = normalize_action(action)
+        subject_text = normalize_subject(subject)
+        if len(self._cycles) >= _CYCLES_KEPT:
+            self._cycles.clear()
+        cycle_text, cycle_at = memo_cycle(cycle, self._cycles)
+        return SlotKey(action_text, subject_text, cycle_text, cycle_at)
+
+    async def _mark_one(
+        self, claim: object, status: SlotStatus, detail: str | None, counted: bool
+    ) -> bool:
+        """A single mark (``mark_sent``, ``mark_failed``, ``mark_unknown``, ``release``) of
+        a checked ``detail``."""
+        checked = check_claim(claim)
+        core = self._core
+        spare = self._spare
+        engine = self._driver.engine
+        if spare is not None and core.direct_ready(engine, claims=False):
+            pooled = spare.take()
+            if pooled is not None:
+                compiled, params = core.one_mark(engine.dialect, checked, status, detail, counted)
+                try:
+                    done = await pooled.driver_connection.execute(
+                        compiled.sql, *compiled.args(params)
+                    )
+                except BaseException as exc:
+                    # Raises what the usual way raises; returns on a deadlock to run again.
+                    await greenlet_spawn(core.direct_failed, pooled, exc, compiled.sql)
+                    return await self._run_again(
+                        self._plan_mark(checked, status, detail, counted=counted)
+                    )
+                if not spare.give(pooled):
+                    await greenlet_spawn(pooled.close)
+                return status_count(done) == 1
+        return await self._run(self._plan_mark(checked, status, detail, counted=counted))
+
+    async def _run_again(self, plan: Plan[T]) -> T:
+        """Run ``plan`` the usual way after its statement, awaited directly, was rolled back
+        by the server (a deadlock): as `_run_owned` does after `_run_direct`, with
+        ``plan``'s undo when it fails as `_run` runs it."""
+        work = partial(self._core.run_owned, plan=plan, spare=self._spare)
+        try:
+            return await self._driver.run(work)
+        except LedgerError:
+            await self._undo(plan)
+            raise
 
     async def _run_chain(self, chain: Chain[T]) -> T:
         done: list[Any] = []
@@ -804,6 +919,8 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
             True None
             True
         """
+        if connection is None:
+            return await self._claim_one(action, subject, cycle, lease, take_expired, max_attempts)
         return await self._run(
             self._plan_claim(action, subject, cycle, lease, take_expired, max_attempts),
             connection=connection,
@@ -854,15 +971,17 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
                 ...  # the lease expired and another worker took the slot over
             ```
         """
-        return await self._run(self._plan_sent(claim, message_id))
+        return await self._mark_one(claim, SlotStatus.SENT, check_message_id(message_id), True)
 
     async def mark_failed(self, claim: Claim, error: str) -> bool:
         """Record a permanent failure (never retried); False if the lease was lost."""
-        return await self._run(self._plan_failed(claim, error))
+        detail = check_text("error", error, optional=False)
+        return await self._mark_one(claim, SlotStatus.FAILED, detail, True)
 
     async def mark_unknown(self, claim: Claim, error: str | None = None) -> bool:
         """Record that the send may or may not have arrived; False if the lease was lost."""
-        return await self._run(self._plan_unknown(claim, error))
+        detail = check_text("error", error, optional=True)
+        return await self._mark_one(claim, SlotStatus.UNKNOWN, detail, True)
 
     async def release(
         self, claim: Claim, error: str | None = None, *, may_have_delivered: bool = False
@@ -875,7 +994,9 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         send may have arrived (at least once, retrying an uncertain send): its attempt
         then counts.
         """
-        return await self._run(self._plan_release(claim, error, may_have_delivered))
+        detail = check_text("error", error, optional=True)
+        counted = check_bool("may_have_delivered", may_have_delivered)
+        return await self._mark_one(claim, SlotStatus.RELEASED, detail, counted)
 
     async def mark_many(
         self, results: Sequence[tuple[Claim, SlotStatus, str | None]]

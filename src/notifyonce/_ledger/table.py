@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -74,13 +75,14 @@ class UtcDateTime(sa.types.TypeDecorator[dt.datetime]):
         return dialect.type_descriptor(_driver(dialect).timestamp_type())
 
     def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is not _UTC:  # the ledger's own clock gives UTC already
-            if value.utcoffset() is None:
-                raise ValueError("naive datetime given to a UTC column")
-            value = value.astimezone(_UTC)
-        return value if _driver(dialect).aware_timestamps else value.replace(tzinfo=None)
+        return _utc_bind(value, _driver(dialect).aware_timestamps)
+
+    def own_bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
+        """`process_bind_param` on ``dialect`` as a function of the value alone (for the
+        ledger's compiled statements, which bind many values a second: the driver is
+        looked up once, not per value)."""
+        aware = _driver(dialect).aware_timestamps
+        return lambda value: _utc_bind(value, aware)
 
     def process_result_value(
         self, value: dt.datetime | None, dialect: Dialect
@@ -90,6 +92,22 @@ class UtcDateTime(sa.types.TypeDecorator[dt.datetime]):
         if value.tzinfo is None:
             return value.replace(tzinfo=dt.timezone.utc)
         return value.astimezone(dt.timezone.utc)
+
+
+def _utc_bind(value: dt.datetime | None, aware: bool) -> dt.datetime | None:
+    """A timestamp as `UtcDateTime` binds it: in UTC, its zone kept where the column
+    keeps it (``aware``); a naive one is refused."""
+    if value is None:
+        return None
+    if value.tzinfo is not _UTC:  # the ledger's own clock gives UTC already
+        if value.utcoffset() is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(_UTC)
+    return value if aware else value.replace(tzinfo=None)
+
+
+def _utf8(value: str | None) -> bytes | None:
+    return None if value is None else value.encode("utf-8")
 
 
 class KeyText(sa.types.TypeDecorator[str]):
@@ -115,6 +133,11 @@ class KeyText(sa.types.TypeDecorator[str]):
         if value is not None and _driver(dialect).binary_keys:
             return value.encode("utf-8")
         return value
+
+    def own_bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
+        """`process_bind_param` on ``dialect`` as a function of the value alone, or None
+        where it leaves the value as it is (see `UtcDateTime.own_bind_processor`)."""
+        return _utf8 if _driver(dialect).binary_keys else None
 
     def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
         if isinstance(value, (bytes, bytearray, memoryview)):
