@@ -16,7 +16,10 @@ classifier added there is covered without touching this file:
   ``[tool.notifyonce.matrix]``.
 
 Each leg gets its own venv under ``.matrix/`` (made with uv, from PyPI only) and runs the
-core files with pytest, but the tests marked storm. A Python the machine lacks is skipped
+core files with pytest, but the tests marked storm. With ``full-legs`` set, only those
+legs run every core test; the others run the ones ``partial-markers`` selects (the tests
+that depend on the Python rather than on a database server's driver, whose lowest and
+newest releases the full legs and the whole suite cover). A Python the machine lacks is skipped
 with a message, except under ``CI=true``, where a claimed Python that is missing fails
 the run.
 
@@ -72,6 +75,16 @@ class Config:
     tools: list[str]
     core: list[str]
     workers: int = 1  # pytest-xdist processes per leg
+    # Legs that run every core test; the others run those the marker expression selects
+    # (what depends on the Python, not on a database server's driver): see pyproject.toml.
+    full: tuple[str, ...] = ()
+    partial: str = ""
+
+    def markers(self, leg: Leg) -> str:
+        """The ``-m`` expression of ``leg``'s pytest run."""
+        if not self.full or leg.name in self.full or not self.partial:
+            return "not storm"
+        return f"not storm and ({self.partial})"
 
 
 @dataclass(frozen=True)
@@ -150,7 +163,22 @@ def read_config(pyproject: Path) -> Config:
         sys.exit(
             f"pyproject.toml: [tool.notifyonce.matrix] workers must be an int >= 1, got {workers!r}"
         )
-    return Config(name, pythons, requirements, extras, tools, core, workers)
+    full = section.get("full-legs", [])
+    partial = section.get("partial-markers", "")
+    if not isinstance(full, list) or not all(isinstance(leg, str) for leg in full):
+        sys.exit(f"pyproject.toml: [tool.notifyonce.matrix] full-legs must be a list, got {full!r}")
+    if not isinstance(partial, str) or (full and not partial):
+        sys.exit(
+            "pyproject.toml: [tool.notifyonce.matrix] partial-markers must be a pytest -m "
+            f"expression when full-legs is set, got {partial!r}"
+        )
+    known = {f"{p}-{kind}" for p in pythons for kind in ("lowest", "newest")}
+    stray = sorted(set(full) - known)
+    if stray:
+        sys.exit(f"pyproject.toml: matrix full-legs {stray} are not legs; known: {sorted(known)}")
+    return Config(
+        name, pythons, requirements, extras, tools, core, workers, tuple(full), partial
+    )
 
 
 def lowest_constraints(config: Config, python_full_version: str) -> dict[str, str]:
@@ -323,7 +351,11 @@ def _run_leg(config: Config, leg: Leg, pytest_args: list[str], output: IO[str] |
         log(f"{leg.name}: {result.outcome}")
         return result
     result.setup = time.monotonic() - started
-    log(f"{leg.name}: pytest on {len(config.core)} core files, {config.workers} process(es)")
+    markers = config.markers(leg)
+    log(
+        f"{leg.name}: pytest on {len(config.core)} core files (-m {markers!r}), "
+        f"{config.workers} process(es)"
+    )
     started = time.monotonic()
     args = [*config.core, *pytest_args]
     parallel = ["-n", str(config.workers)] if config.workers > 1 else []
@@ -336,7 +368,7 @@ def _run_leg(config: Config, leg: Leg, pytest_args: list[str], output: IO[str] |
             "-p",
             "no:cacheprovider",
             "-m",
-            "not storm",
+            markers,
             *parallel,
             *args,
         ],
@@ -373,7 +405,7 @@ def main() -> int:
         for leg in legs:
             python = find_python(leg.python)
             where = f"{python} ({python_version(python)})" if python else "not found"
-            print(f"{leg.name}: {where}")
+            print(f"{leg.name}: {where}, -m {config.markers(leg)!r}")
         for claimed in config.pythons:
             pins = lowest_constraints(config, f"{claimed}.0")
             print(f"lowest on {claimed}: " + " ".join(f"{n}=={v}" for n, v in pins.items()))

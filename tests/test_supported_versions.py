@@ -109,3 +109,27 @@ def test_readme_and_docs_name_exactly_the_claimed_pythons() -> None:
     quickstart = (ROOT / "docs/quickstart.md").read_text(encoding="utf-8")
     assert f"Python {listed};" in readme
     assert f"CPython {listed}." in quickstart
+
+
+def test_full_legs_run_every_core_test_the_others_what_their_markers_select(
+    tmp_path: Path,
+) -> None:
+    """With full-legs, those legs run every core test but the storms; the other legs add
+    the partial markers; a leg that is not one, or full legs without markers, stop it."""
+    path = _pyproject(tmp_path, '"alembic>=1.13"', 'a = ["httpx>=0.27"]')
+    text = path.read_text(encoding="utf-8")
+    path.write_text(
+        text + 'full-legs = ["3.10-lowest"]\npartial-markers = "not postgres"\n', encoding="utf-8"
+    )
+    config = matrix.read_config(path)
+    assert "not storm" == config.markers(matrix.Leg("3.10", lowest=True))
+    assert "not storm and (not postgres)" == config.markers(matrix.Leg("3.11", lowest=True))
+    assert "not storm and (not postgres)" == config.markers(matrix.Leg("3.10", lowest=False))
+    path.write_text(text + 'full-legs = ["3.9-lowest"]\npartial-markers = "x"\n', encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"full-legs \['3.9-lowest'\] are not legs"):
+        matrix.read_config(path)
+    path.write_text(text + 'full-legs = ["3.10-lowest"]\n', encoding="utf-8")
+    with pytest.raises(SystemExit, match="partial-markers must be a pytest -m expression"):
+        matrix.read_config(path)
+    path.write_text(text, encoding="utf-8")  # neither: every leg runs every core test
+    assert "not storm" == matrix.read_config(path).markers(matrix.Leg("3.11", lowest=True))
