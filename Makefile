@@ -10,6 +10,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
+DOCS_STAMP := $(VENV)/.installed-docs
 
 .PHONY: demo test ci pytest matrix lint docs bench bench-campaign bench-plots mutants clean
 
@@ -35,10 +36,13 @@ TEST_WORKERS ?= 6
 test: $(STAMP)
 	eval "$$(scripts/services.sh)" && $(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not storm" $(PYTEST_ARGS)
 
-# CI's log lists the slowest tests, so the next slow one is seen where it lands.
-ci: $(STAMP)
+# CI's log lists the slowest tests, so the next slow one is seen where it lands. Then the
+# matrix, the static checks and the docs build run side by side (each target's output
+# printed whole when it ends): the legs mostly wait on their tests' databases. What they
+# install into .venv is installed first, one after the other.
+ci: $(STAMP) $(BIN)/uv $(DOCS_STAMP)
 	eval "$$(scripts/services.sh)" && $(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=25 $(PYTEST_ARGS)
-	$(MAKE) matrix lint docs
+	$(MAKE) -j3 --output-sync=target matrix lint docs
 
 # The whole suite (the storms too) in one process, for a run to read from top to bottom.
 pytest: $(STAMP)
@@ -47,10 +51,10 @@ pytest: $(STAMP)
 # The core suites on every Python the classifiers claim, with the lowest version of every
 # dependency and extra that pyproject.toml declares and with the newest (except on this
 # venv's Python, which the whole suite covers); one venv per leg in .matrix/. A Python
-# the machine lacks is skipped, or fails the run under CI=true. Two legs run side by side
-# (each prints its output when it ends). Pick legs with MATRIX_ARGS="--leg 3.12-lowest";
-# MATRIX_ARGS=--list shows them.
-MATRIX_ARGS ?= --jobs 2
+# the machine lacks is skipped, or fails the run under CI=true. Three legs run side by
+# side, the two that run every core test first (each prints its output when it ends).
+# Pick legs with MATRIX_ARGS="--leg 3.12-lowest"; MATRIX_ARGS=--list shows them.
+MATRIX_ARGS ?= --jobs 3
 matrix: $(STAMP) $(BIN)/uv
 	eval "$$(scripts/services.sh)" && $(BIN)/python scripts/matrix.py $(MATRIX_ARGS)
 
@@ -87,7 +91,6 @@ mutants: $(STAMP)
 
 # The docs site, with only docs/requirements.txt installed (not the dev extra): mkdocs
 # reads the API reference from src/ without importing notifyonce.
-DOCS_STAMP := $(VENV)/.installed-docs
 $(DOCS_STAMP): docs/requirements.txt | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -r docs/requirements.txt
 	touch $(DOCS_STAMP)

@@ -412,6 +412,8 @@ def main() -> int:
         print("core: " + " ".join(config.core))
         return 0
 
+    # The full legs take longest: started first, the short ones fill in beside them.
+    legs.sort(key=lambda leg: leg.name not in config.full)
     quiet = args.jobs > 1
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         results = list(pool.map(lambda leg: run_leg(config, leg, args.pytest_args, quiet), legs))

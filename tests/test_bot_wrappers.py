@@ -9,7 +9,7 @@ import subprocess
 import sys
 import traceback
 import warnings
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -80,10 +80,16 @@ async def wrap(request: pytest.FixtureRequest) -> AsyncIterator[Wrapped]:
     yield wrapped
     for close in wrapped.closers:
         await close()
-    # aiohttp (aiogram) and httpx (python-telegram-bot) leave closed connections' sockets
-    # to the garbage collector; collect them here, under this module's warning filter,
-    # rather than in whichever test runs next.
     await asyncio.sleep(0.01)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _collect_sockets() -> Iterator[None]:
+    """aiohttp (aiogram) and httpx (python-telegram-bot) leave closed connections' sockets
+    to the garbage collector: collect them once the module's last test here ends, under
+    this module's warning filter, rather than in whichever test runs next (a collection
+    after each test cost a second a test in a process that ran the whole suite)."""
+    yield
     gc.collect()
 
 
