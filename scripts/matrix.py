@@ -176,9 +176,7 @@ def read_config(pyproject: Path) -> Config:
     stray = sorted(set(full) - known)
     if stray:
         sys.exit(f"pyproject.toml: matrix full-legs {stray} are not legs; known: {sorted(known)}")
-    return Config(
-        name, pythons, requirements, extras, tools, core, workers, tuple(full), partial
-    )
+    return Config(name, pythons, requirements, extras, tools, core, workers, tuple(full), partial)
 
 
 def lowest_constraints(config: Config, python_full_version: str) -> dict[str, str]:
