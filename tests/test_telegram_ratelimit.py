@@ -285,3 +285,81 @@ def test_invalid_limits_name_the_field(
     with pytest.raises(error) as info:
         RateLimit(**options)  # type: ignore[arg-type]
     assert field == info.value.field
+
+
+def count_handover_timers(loop: asyncio.AbstractEventLoop, limiter: SharedRateLimiter) -> list[int]:
+    """Count the timers ``loop`` is asked for that hand over ``limiter``'s turns."""
+    timers = [0]
+    call_later = loop.call_later
+
+    def counted(delay: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(callback, "__func__", None) is SharedRateLimiter._hand_over:
+            timers[0] += 1
+        return call_later(delay, callback, *args, **kwargs)
+
+    loop.call_later = counted  # type: ignore[method-assign]
+    return timers
+
+
+async def test_turns_handed_over_at_one_point_share_one_timer() -> None:
+    """Five waiters for one point of the grid: one timer wakes them all (not one each)."""
+    limiter, _ = limiter_on()
+    timers = count_handover_timers(asyncio.get_running_loop(), limiter)
+    point = time.monotonic() + 0.02
+    await asyncio.gather(*(limiter._handover(point, 0.02) for _ in range(5)))
+    assert 1 == timers[0]
+    assert {} == limiter._points  # nothing kept once handed over
+
+
+async def test_acquire_on_a_grid_waits_at_shared_points() -> None:
+    """The turns of a sender on the default sleep, on a 20 ms grid at 200 msg/s (starts
+    5.15 ms apart), wait at shared points: fewer timers than turns waited for, and every
+    turn still handed over before its start."""
+    limiter = SharedRateLimiter(RateLimit(bot_per_second=200), MemoryRateStore(), "bot")
+    timers = count_handover_timers(asyncio.get_running_loop(), limiter)
+    waits = []
+    handover = limiter._handover
+
+    async def counted(point: float, delay: float) -> None:
+        waits.append(point)
+        await handover(point, delay)
+        assert time.monotonic() >= point
+
+    limiter._handover = counted  # type: ignore[method-assign]
+    chats = [str(n) for n in range(1, 25)]
+    grants = await asyncio.gather(*(limiter.acquire(c, math.inf, together=0.02) for c in chats))
+    assert all(isinstance(grant, Grant) for grant in grants)
+    assert len(waits) >= 12  # most turns started ahead of their grid point
+    assert timers[0] == len(set(waits)) < len(waits)
+
+
+async def test_a_cancelled_handover_leaves_the_others_to_wake() -> None:
+    """A waiter cancelled before its point (its send stopped) wakes no one and stops no
+    one: the others at the point are handed over."""
+    limiter, _ = limiter_on()
+    point = time.monotonic() + 0.02
+    waiters = [asyncio.ensure_future(limiter._handover(point, 0.02)) for _ in range(3)]
+    await asyncio.sleep(0)
+    waiters[0].cancel()
+    results = await asyncio.wait_for(asyncio.gather(*waiters, return_exceptions=True), 3.0)
+    assert isinstance(results[0], asyncio.CancelledError)
+    assert [None, None] == results[1:]
+
+
+def test_a_point_of_a_closed_event_loop_is_not_waited_on() -> None:
+    """A limiter used again on a new event loop (a second ``asyncio.run``) does not wait
+    at a point whose timer belonged to a loop that closed before it."""
+    limiter, _ = limiter_on()
+    point = time.monotonic() + 0.5
+
+    async def stopped_before_the_point() -> None:
+        waiter = asyncio.ensure_future(limiter._handover(point, 0.5))
+        await asyncio.sleep(0.01)
+        waiter.cancel()
+
+    asyncio.run(stopped_before_the_point())
+
+    async def again() -> None:
+        await asyncio.wait_for(limiter._handover(point, point - time.monotonic()), 3.0)
+
+    asyncio.run(again())

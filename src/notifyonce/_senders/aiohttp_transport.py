@@ -6,8 +6,9 @@ This transport keeps httpx's ``Request``/``Response`` and exception classes, so 
 senders and a caller's hooks see exactly what httpx's own transport gives them, and it
 reports, through httpx's ``trace`` extension, whether a request may have been written:
 
-- the connection is acquired (aiohttp's ``on_connection_create_end`` or
-  ``on_connection_reuseconn``) right before the request is written, so a failure before
+- the connection is acquired (where aiohttp's connector opens a new one or takes a pooled
+  one, the moments of its ``on_connection_create_end`` and ``on_connection_reuseconn``
+  traces) right before the request is written, so a failure before
   that moment certainly sent nothing (``ConnectError``, ``ConnectTimeout``,
   ``PoolTimeout``), and any failure after it may have delivered the request
   (``ReadTimeout``, ``RemoteProtocolError``, ``ReadError``);
@@ -35,13 +36,15 @@ from __future__ import annotations
 
 import asyncio
 import select
+import sys
 from collections.abc import Awaitable, Callable, Mapping
-from types import SimpleNamespace
+from contextvars import ContextVar
 from typing import Any
 
 import aiohttp
 import httpx
-from aiohttp.client_reqrep import ConnectionKey
+from aiohttp.client_proto import ResponseHandler
+from aiohttp.client_reqrep import ClientRequest, ConnectionKey
 from aiohttp.connector import Connection
 from aiohttp.tracing import Trace
 from yarl import URL
@@ -52,8 +55,8 @@ __all__ = ["AiohttpTransport", "Answer"]
 
 
 class _Attempt:
-    """What one request's aiohttp trace said: did it get a connection (and so may have been
-    written)."""
+    """What the connector said of one request: did it get a connection (and so may have
+    been written)."""
 
     __slots__ = ("announced", "started", "trace")
 
@@ -88,18 +91,24 @@ class Answer:
         )
 
 
-async def _on_connection(session: object, context: SimpleNamespace, params: object) -> None:
-    attempt: _Attempt = context.trace_request_ctx
+# The request the current task is making, for the connector to tell it has a connection.
+_ATTEMPT: ContextVar[_Attempt | None] = ContextVar("notifyonce_aiohttp_attempt", default=None)
+
+
+async def _connected() -> None:
+    """The current request holds a connection and its request is written next: say so.
+
+    Called by the connector where aiohttp would send ``on_connection_create_end`` (a new
+    connection) or ``on_connection_reuseconn`` (a pooled one), without an aiohttp trace:
+    a session with trace configs builds a ``Trace`` and awaits six signals per request,
+    each empty but these two.
+    """
+    attempt = _ATTEMPT.get()
+    if attempt is None:
+        return
     attempt.started = True
     if attempt.trace is not None:
         await attempt.trace("http11.send_request_headers.started", {})
-
-
-def _trace_config() -> aiohttp.TraceConfig:
-    config = aiohttp.TraceConfig()
-    config.on_connection_create_end.append(_on_connection)
-    config.on_connection_reuseconn.append(_on_connection)
-    return config
 
 
 def closed_by_peer(transport: asyncio.BaseTransport | None) -> bool:
@@ -129,8 +138,9 @@ class _Connector(aiohttp.TCPConnector):
 
     aiohttp takes a pooled connection when its transport is not closing, which it learns
     only when the event loop reads the server's FIN: here the socket itself is asked, and
-    a dead connection is closed before any request is written on it. The reuse is traced
-    (``on_connection_reuseconn``) only for the connection that is used.
+    a dead connection is closed before any request is written on it. The request is told
+    it holds a connection (`_connected`) only for the connection that is used, and for a
+    new one once it is open.
     """
 
     async def _get(self, key: ConnectionKey, traces: list[Trace]) -> Connection | None:
@@ -142,13 +152,23 @@ class _Connector(aiohttp.TCPConnector):
             if not closed_by_peer(None if protocol is None else protocol.transport):
                 break
             connection.close()
-        for trace in traces:
-            try:
-                await trace.send_connection_reuseconn()
-            except BaseException:
-                connection.close()
-                raise
+        try:
+            await _connected()
+        except BaseException:
+            connection.close()
+            raise
         return connection
+
+    async def _create_connection(
+        self, req: ClientRequest, traces: list[Trace], timeout: aiohttp.ClientTimeout
+    ) -> ResponseHandler:
+        protocol = await super()._create_connection(req, traces, timeout)
+        try:
+            await _connected()
+        except BaseException:
+            protocol.close()
+            raise
+        return protocol
 
 
 def _timeout(timeouts: Mapping[str, float | None]) -> aiohttp.ClientTimeout:
@@ -179,6 +199,24 @@ def _error(exc: BaseException, attempt: _Attempt, request: httpx.Request) -> htt
     else:
         klass = httpx.ReadError
     return klass(f"{type(exc).__name__}: {detail}", request=request)
+
+
+if sys.version_info >= (3, 11):
+
+    async def _acquire_within(slots: asyncio.Semaphore, seconds: float | None) -> None:
+        """Take one of ``slots`` within ``seconds`` (asyncio.TimeoutError otherwise).
+
+        ``asyncio.timeout`` cancels the waiting send's own task at the deadline: one timer,
+        where ``wait_for`` also made a task per wait (at 64 sends on 32 connections, every
+        second send waits here).
+        """
+        async with asyncio.timeout(seconds):
+            await slots.acquire()
+
+else:  # pragma: no cover - Python 3.10
+
+    async def _acquire_within(slots: asyncio.Semaphore, seconds: float | None) -> None:
+        await asyncio.wait_for(slots.acquire(), seconds)
 
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
@@ -212,7 +250,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         )
         return aiohttp.ClientSession(
             connector=connector,
-            trace_configs=[_trace_config()],
             cookie_jar=aiohttp.DummyCookieJar(),  # httpx keeps cookies, not the transport
             auto_decompress=False,  # httpx decodes by Content-Encoding
             trust_env=False,  # proxies from the environment go through httpx's mounts
@@ -292,7 +329,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         if slots is not None:
             if slots.locked():
                 try:
-                    await asyncio.wait_for(slots.acquire(), timeouts.get("pool"))
+                    await _acquire_within(slots, timeouts.get("pool"))
                 except asyncio.TimeoutError:
                     raise httpx.PoolTimeout("no free connection", request=request()) from None
             else:
@@ -303,6 +340,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             url = self._url
             if url is None or url[0] != text:  # a sender posts to one URL: parse it once
                 url = self._url = (text, URL(text, encoded=True))
+            told = _ATTEMPT.set(attempt)
             try:
                 async with session.request(
                     method,
@@ -311,11 +349,12 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                     data=body or None,
                     allow_redirects=False,
                     timeout=_timeout(timeouts),
-                    trace_request_ctx=attempt,
                 ) as answer:
                     content = await answer.read()
             except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
                 raise _error(exc, attempt, request()) from exc
+            finally:
+                _ATTEMPT.reset(told)
             return Answer(answer, content)
         finally:
             if slots is not None:

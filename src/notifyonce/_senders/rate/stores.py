@@ -315,6 +315,10 @@ class Grant:
     due: float
 
 
+# Handover points kept before the passed ones (of an event loop closed before them) go.
+_POINTS_KEPT = 4096
+
+
 class SharedRateLimiter:
     """Takes turns from a store for one sender; sleeps on the sender's clock."""
 
@@ -351,6 +355,10 @@ class SharedRateLimiter:
         self._patience = float(getattr(store, "outage_patience", 0.0) or 0.0)
         self._horizon = 0.0
         self._answered = False  # a store that never answered is misconfigured, not away
+        # The handovers on a ``together`` grid still to come, by their moment: the event
+        # loop that waits for it and the turns' waiters, woken by one timer (see `_handover`).
+        self._points: dict[float, tuple[asyncio.AbstractEventLoop, list[asyncio.Future[None]]]]
+        self._points = {}
 
     @property
     def tolerance(self) -> float:
@@ -427,7 +435,10 @@ class SharedRateLimiter:
                     return Grant(turn, due)
                 continue
             try:
-                await self._sleep(delay)
+                if turn.booked and together > 0 and self._sleep is asyncio.sleep:
+                    await self._handover(handover, delay)
+                else:
+                    await self._sleep(delay)
             except BaseException:
                 if turn.booked:
                     await asyncio.shield(self._give_back(turn))
@@ -436,6 +447,33 @@ class SharedRateLimiter:
                 if self._clock() - handover <= tolerance:
                     return Grant(turn, due)
                 await self._give_back(turn)
+
+    async def _handover(self, point: float, delay: float) -> None:
+        """Sleep ``delay`` seconds, to ``point`` of the ``together`` grid, as
+        ``asyncio.sleep`` would: the turns handed over at one point (ten at 1,000 msg/s on
+        a 10 ms grid) share one timer, set by the first of them, instead of a timer each."""
+        loop = asyncio.get_running_loop()
+        waiting = self._points.get(point)
+        if waiting is None or waiting[0] is not loop:  # a point of a loop gone: start anew
+            if len(self._points) >= _POINTS_KEPT:  # points of loops closed before them
+                now = self._clock()
+                self._points = {p: w for p, w in self._points.items() if p > now}
+            waiting = self._points[point] = (loop, [])
+            loop.call_later(delay, self._hand_over, point, waiting)
+        waiter: asyncio.Future[None] = loop.create_future()
+        waiting[1].append(waiter)
+        await waiter
+
+    def _hand_over(
+        self,
+        point: float,
+        waiting: tuple[asyncio.AbstractEventLoop, list[asyncio.Future[None]]],
+    ) -> None:
+        if self._points.get(point) is waiting:
+            del self._points[point]
+        for waiter in waiting[1]:
+            if not waiter.done():  # a cancelled one gave its turn back itself
+                waiter.set_result(None)
 
     async def give_back(self, grant: Grant) -> None:
         """Give back a turn that will not be used at its start (never raises)."""

@@ -7,10 +7,11 @@ import hashlib
 import logging
 import re
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import partial
+from types import MappingProxyType
 from typing import Any
 
 import httpx
@@ -52,6 +53,7 @@ from notifyonce._senders.rate.stores import (
     bot_key,
 )
 from notifyonce._senders.redaction import Secrets, chain_cause, scrubbed
+from notifyonce._senders.retry import RetryPlan
 from notifyonce._senders.telegram.api_url import default_api_url
 from notifyonce._senders.telegram.chat import chat_id as _chat_id
 from notifyonce._senders.telegram.chat import message_fields
@@ -147,6 +149,9 @@ def check_token(token: object) -> str:
 
 # A stand-in media, only to check a new caption against a caption's limit.
 _CAPTION_PROBE = Copy(from_chat_id=1, message_id=1)
+
+# The headers of a JSON request (never changed: httpx and the transport copy them).
+_JSON_HEADERS: Mapping[str, str] = MappingProxyType({"content-type": "application/json"})
 
 # The Bot API method that sends each kind of media.
 _METHODS = {"photo": "sendPhoto", "document": "sendDocument", "video": "sendVideo"}
@@ -749,7 +754,7 @@ class TelegramSender(HTTPSenderBase):
             payload["allow_paid_broadcast"] = True
         deadline = self._clock() + budget
         migrated_to: str | None = None
-        plan = self._retry_plan(deadline)
+        plan: RetryPlan | None = None  # made on the first failure: most sends have none
 
         while True:
             payload["chat_id"] = _chat_id(target)
@@ -798,6 +803,8 @@ class TelegramSender(HTTPSenderBase):
 
             error = outcome
             note_flood(error)  # the Notifier's observer, when it has one
+            if plan is None:
+                plan = self._retry_plan(deadline)
             wait = plan.next_wait(error, certain_transport=certain_transport)
             flood = error.retry_after if isinstance(error, TransientSendError) else None
             if flood is not None and flood > self.max_flood_wait:
@@ -828,14 +835,15 @@ class TelegramSender(HTTPSenderBase):
         when it is given back instead).
         """
         if not upload:
-            body, content_type = encode(payload), "application/json"
+            body, headers = encode(payload), _JSON_HEADERS
         else:
             body, content_type = multipart(payload, upload)
+            headers = {"content-type": content_type}
         response, cause, certain = await self._post(
             client,
             self._secrets.url + method,
             body,
-            {"content-type": content_type},
+            headers,
             remaining,
             self._secrets.scrub,
             gate,
