@@ -326,6 +326,19 @@ def _asyncpg_only(ledger: AsyncLedger) -> None:
         pytest.skip("claims are awaited on the driver's own connection on asyncpg only")
 
 
+def _driver_runs(ledger: AsyncLedger, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The sync work the ledger's driver runs from now on (in a greenlet), one item each."""
+    runs: list[object] = []
+    run = ledger._driver.run
+
+    async def counted(work: Any) -> Any:
+        runs.append(work)
+        return await run(work)
+
+    monkeypatch.setattr(ledger._driver, "run", counted)
+    return runs
+
+
 def _kill_kept_connection(ledger: AsyncLedger, sync_url: str) -> None:
     """Terminate the backend of the connection the ledger's last call left for the next,
     without letting the event loop turn (it would give the connection back)."""
@@ -347,14 +360,7 @@ async def test_a_claim_right_after_a_claim_needs_no_greenlet_and_wins_the_same(
     awaited directly: the driver runs no sync work for it, and it claims exactly as the
     first did (a fresh row at attempt 1, its token and lease; a held slot is not won)."""
     _asyncpg_only(ledger)
-    runs: list[object] = []
-    run = ledger._driver.run
-
-    async def counted(work: Any) -> Any:
-        runs.append(work)
-        return await run(work)
-
-    monkeypatch.setattr(ledger._driver, "run", counted)
+    runs = _driver_runs(ledger, monkeypatch)
     first = await ledger.claim_slot("a", 1, DEADLINE)
     second = await ledger.claim_slot("a", 2, DEADLINE)
     held = await ledger.claim_slot("a", 1, DEADLINE)
@@ -483,14 +489,7 @@ async def test_a_one_key_claim_and_mark_send_what_their_plans_send(
     token = 4242
     monkeypatch.setattr(core_module, "_fresh_tokens", lambda count: [token] * count)
     monkeypatch.setattr(ledger_module, "fresh_token", lambda: token)
-    runs: list[object] = []
-    run = ledger._driver.run
-
-    async def counted(work: Any) -> Any:
-        runs.append(work)
-        return await run(work)
-
-    monkeypatch.setattr(ledger._driver, "run", counted)
+    runs = _driver_runs(ledger, monkeypatch)
     planned = await ledger.claim_slot("a", 1, DEADLINE)  # no connection kept yet: a plan
     assert planned is not None
     await asyncio.sleep(0)  # the connection goes back to the pool
