@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import io
 import logging
@@ -54,13 +55,13 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any
 
 import asyncpg
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from notifyonce import AsyncLedger
 
@@ -144,7 +145,12 @@ async def compiled_per_claim(url: sa.URL) -> float:
         await engine.dispose()
 
 
-async def main(url: str, json_path: str | None = None) -> int:
+@contextlib.asynccontextmanager
+async def _side_by_side(
+    url: str,
+) -> AsyncIterator[tuple[AsyncEngine, AsyncLedger, str, str, list[asyncpg.Connection]]]:
+    """The ledger's table and the raw side's, of one shape, an engine of ``WORKERS``
+    connections and ``WORKERS`` held asyncpg connections; all dropped and closed after."""
     sa_url = sa.make_url(url).set(drivername="postgresql+asyncpg")
     raw_dsn = sa_url.set(drivername="postgresql").render_as_string(hide_password=False)
     engine = create_async_engine(sa_url, pool_size=WORKERS, max_overflow=0)
@@ -154,8 +160,21 @@ async def main(url: str, json_path: str | None = None) -> int:
     await ledger.create_schema()
     await AsyncLedger(engine, table_name=raw_table).create_schema()
     held = [await asyncpg.connect(raw_dsn) for _ in range(WORKERS)]
-    lease = dt.timedelta(minutes=5)
     try:
+        yield engine, ledger, ledger_table, raw_table, held
+    finally:
+        for conn in held:
+            await conn.close()
+        async with engine.begin() as conn:
+            for table in (ledger_table, raw_table):
+                await conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}, {table}_recipients"))
+        await engine.dispose()
+
+
+async def main(url: str, json_path: str | None = None) -> int:
+    sa_url = sa.make_url(url).set(drivername="postgresql+asyncpg")
+    lease = dt.timedelta(minutes=5)
+    async with _side_by_side(url) as (_, ledger, _, raw_table, held):
         singles = [await conn.prepare(RAW_SINGLE.format(t=raw_table)) for conn in held]
         bulk = await held[0].prepare(RAW_BULK.format(t=raw_table))
 
@@ -275,29 +294,13 @@ async def main(url: str, json_path: str | None = None) -> int:
             from _results import write
 
             write(json_path, "claims", results(rates, per_claim))
-    finally:
-        for conn in held:
-            await conn.close()
-        async with engine.begin() as conn:
-            for table in (ledger_table, raw_table):
-                await conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}, {table}_recipients"))
-        await engine.dispose()
     return 0
 
 
 async def single_calls(url: str, rounds: int) -> int:
     """``claim_slot`` and ``mark_sent`` with 16 workers against the held connections."""
-    sa_url = sa.make_url(url).set(drivername="postgresql+asyncpg")
-    raw_dsn = sa_url.set(drivername="postgresql").render_as_string(hide_password=False)
-    engine = create_async_engine(sa_url, pool_size=WORKERS, max_overflow=0)
-    suffix = uuid.uuid4().hex[:8]
-    ledger_table, raw_table = f"bench_ledger_{suffix}", f"bench_raw_{suffix}"
-    ledger = AsyncLedger(engine, table_name=ledger_table)
-    await ledger.create_schema()
-    await AsyncLedger(engine, table_name=raw_table).create_schema()
-    held = [await asyncpg.connect(raw_dsn) for _ in range(WORKERS)]
     lease = dt.timedelta(minutes=5)
-    try:
+    async with _side_by_side(url) as (engine, ledger, ledger_table, raw_table, held):
         claims = [await conn.prepare(RAW_SINGLE.format(t=raw_table)) for conn in held]
         bulk = await held[0].prepare(
             RAW_BULK.format(t=raw_table).replace("RETURNING id", "RETURNING id, token")
@@ -391,13 +394,6 @@ async def single_calls(url: str, rounds: int) -> int:
             ratios = [b / a for a, b in zip(rates[raw], rates[led], strict=True)]
             each = ", ".join(f"{r:.2f}" for r in ratios)
             print(f"ratio {name}: median {statistics.median(ratios):.3f} ({each})")
-    finally:
-        for conn in held:
-            await conn.close()
-        async with engine.begin() as conn:
-            for table in (ledger_table, raw_table):
-                await conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}, {table}_recipients"))
-        await engine.dispose()
     return 0
 
 
