@@ -115,8 +115,11 @@ SCENARIOS = (
 _RUN_LIMIT = 90.0
 # How long the ``outage`` scenario's database stays away.
 _OUTAGE_SECONDS = 2.0
-# The ``held`` scenario's holder: a lease far longer than a door takes to start.
-_HOLDER_LEASE = 8.0
+# A killed body's lease: only waited out before the task comes again, so it is short.
+_KILLED_LEASE = 1.0
+# The ``timeout`` scenario's lock wait: a claim gives up after it (MariaDB waits at least
+# a second, its setting being whole seconds).
+_TIMEOUT_SECONDS = 0.5
 
 
 # The ``outage`` scenario's switch, by the effects file of its task: what its body calls.
@@ -455,6 +458,11 @@ class DoorContract:
     Attributes:
         door: The door under test, a `Door` instance.
         modes: The delivery modes the door supports (both by default).
+        holder_lease: The ``held`` scenario's holder keeps the slot this long, in
+            seconds: longer than one run of the door takes, its start included (a
+            queue's worker, say), and at least once shorter than the door's retries
+            reach. 8 s by default; a door that runs in the test's own process in a few
+            milliseconds can take 2 s and make the scenario four times as quick.
 
     Examples:
         ```python
@@ -473,6 +481,7 @@ class DoorContract:
 
     door: ClassVar[Door]
     modes: ClassVar[tuple[DeliveryMode, ...]] = (AMO, ALO)
+    holder_lease: ClassVar[float] = 8.0
 
     # -- the stage ------------------------------------------------------------------
 
@@ -529,7 +538,7 @@ class DoorContract:
             ledger = self._ledger(stage, task)
             # The holder's lease outlasts the door's start and a few of its retries (one
             # lease and a second apart): the door meets the slot held, however slow.
-            lease = dt.timedelta(seconds=_HOLDER_LEASE)
+            lease = dt.timedelta(seconds=self.holder_lease)
             holder = ledger.claim_slot(*door.slot(task), lease=lease)
             assert holder is not None
             _run(door, task)
@@ -538,7 +547,7 @@ class DoorContract:
             if mode is AMO:
                 assert ledger.now() < holder.lease_until, (
                     f"{door.name}: one run of the door outlasted the holder's lease of "
-                    f"{_HOLDER_LEASE:.0f} s, so it never met the slot held"
+                    f"{self.holder_lease:g} s, so it never met the slot held"
                 )
             # The holder's lease ends (its worker died): the task comes again.
             _wait_past(holder.lease_until, ledger)
@@ -644,7 +653,7 @@ class DoorContract:
                 "timeout",
                 mode,
                 lambda t: texts,
-                busy_timeout=1.0,
+                busy_timeout=_TIMEOUT_SECONDS,
                 fault="timeout",
             )
 
@@ -676,7 +685,8 @@ class DoorContract:
             task = stage.task(mode)
             context = multiprocessing.get_context("spawn")
             child = context.Process(
-                target=_door_child, args=(door, dataclasses.replace(task, plan="kill"))
+                target=_door_child,
+                args=(door, dataclasses.replace(task, plan="kill", lease=_KILLED_LEASE)),
             )
             child.start()
             child.join(_RUN_LIMIT)
