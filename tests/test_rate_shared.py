@@ -158,6 +158,9 @@ async def test_one_workers_flood_wait_holds_the_others_off_that_chat(
     flood_at = requests[0].at
     deliveries = sorted(d.at - flood_at for d in bot_api_server.deliveries)
     assert 3 == len(deliveries)
-    assert deliveries[0] >= 3.0 - 0.05, deliveries
-    assert deliveries[1] - deliveries[0] >= 1.0 - 0.05, deliveries
-    assert deliveries[2] - deliveries[1] >= 1.0 - 0.05, deliveries
+    # Each send's turn comes a second after the one before it, the first when the flood
+    # wait ends: the k-th reaches the server no sooner than 3 + k s after the 429. Gaps
+    # measured at the server may be shorter (a send that arrives late on a loaded
+    # machine does not move the next one's turn), so the turns are what is checked.
+    for k, at in enumerate(deliveries):
+        assert at >= 3.0 + k - 0.05, (k, deliveries)
