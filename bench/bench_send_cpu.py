@@ -85,7 +85,7 @@ async def aiohttp_side(url: str, concurrency: int) -> tuple[Callable, Callable]:
     return send, session.close
 
 
-async def main(side: str, url: str, sends: int, concurrency: int) -> None:
+async def main(side: str, url: str, sends: int, concurrency: int, out: str | None) -> None:
     make: dict[str, Callable[[], Awaitable[tuple[Callable, Callable]]]] = {
         "notifyonce": lambda: notifyonce_side(url, concurrency, True),
         "notifyonce-nolimit": lambda: notifyonce_side(url, concurrency, False),
@@ -109,6 +109,17 @@ async def main(side: str, url: str, sends: int, concurrency: int) -> None:
         f"{side} on {loop}: {sends} sends in {wall:.2f} s ({sends / wall:,.0f} msg/s), "
         f"{used / sends * 1e6:.0f} us CPU per message during the sends"
     )
+    if out:
+        import _results
+
+        figures = {
+            "side": side,
+            "loop": loop,
+            "settings": {"sends": sends, "concurrency": concurrency},
+            "msg_per_s": sends / wall,
+            "cpu_us_per_msg": used / sends * 1e6,
+        }
+        _results.write(out, "send-cpu", figures)
 
 
 def _cpu() -> float:
@@ -128,8 +139,9 @@ if __name__ == "__main__":
         default="asyncio",
         help="the event loop the sends run on (default: asyncio's)",
     )
+    parser.add_argument("--json", metavar="PATH", help="also write the figures to PATH")
     args = parser.parse_args()
-    work = main(args.side, args.url, args.sends, args.concurrency)
+    work = main(args.side, args.url, args.sends, args.concurrency, args.json)
     if args.loop == "uvloop":
         # uvloop's own runner (a new uvloop loop for this run, no global policy), not
         # notifyonce._loop: the aiogram and aiohttp sides import nothing of notifyonce.

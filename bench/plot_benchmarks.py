@@ -139,6 +139,11 @@ def load(path: Path) -> dict[str, Any]:
         phases = _need(record, "phases", dict, where)
         for phase in ("imports", "read", "check", "dry run"):
             _need(_need(phases, phase, dict, where), "peak_rss_mb", number, where)
+    elif kind.endswith("-spread"):  # bench/spread.py: a table in docs/benchmarks.md, no plot
+        for figures in _need(record, "ratios", dict, where).values():
+            for figure in ("median", "low", "high"):
+                _need(figures, figure, number, where)
+            _need(figures, "runs", list, where)
     else:
         raise ResultsError(f"{where}: unknown benchmark {kind!r}")
     return record

@@ -258,3 +258,67 @@ def test_profile_breakdown_json_is_read_by_the_plot_script(tmp_path: Path) -> No
         round(sum(part["us"] for part in run["parts"]), 6) for run in record["runs"]
     ]
     assert record["runs"][0]["parts"][0]["part"] == record["runs"][1]["parts"][0]["part"]
+
+
+@pytest.mark.usefixtures("bench_on_path")
+def test_spread_takes_each_ratio_within_a_run_then_the_median_and_range_of_the_runs() -> None:
+    """bench/spread.py's summary: per ratio, the median of the runs' values (the middle
+    one, not their mean), the lowest, the highest and every run's value in order."""
+    spread = _module("spread")
+    runs = [{"a": 0.9, "b": 2.0}, {"a": 0.7, "b": 1.0}, {"a": 1.3, "b": 1.5}]
+    assert {
+        "a": {"median": 0.9, "low": 0.7, "high": 1.3, "runs": [0.9, 0.7, 1.3]},
+        "b": {"median": 1.5, "low": 1.0, "high": 2.0, "runs": [2.0, 1.0, 1.5]},
+    } == spread.summarise(runs)
+    with pytest.raises(ValueError, match="run 2 gave ratios"):
+        spread.summarise([{"a": 1.0}, {"b": 1.0}])
+    with pytest.raises(ValueError, match="no run"):
+        spread.summarise([])
+
+
+@pytest.mark.usefixtures("bench_on_path")
+def test_spread_reads_the_ratios_of_each_benchmarks_own_results() -> None:
+    """The ratios bench/spread.py works out of a run are the ones docs/benchmarks.md
+    quotes: the ledger over raw asyncpg (bulk against raw's faster chunking), the sender
+    over aiogram (rate and CPU at each latency)."""
+    spread = _module("spread")
+    claims = json.loads((BENCH / "results" / "claims.json").read_text(encoding="utf-8"))
+    rate = {case["label"]: case["rate"] for case in claims["cases"]}
+    ratios = spread.BENCHMARKS["claims"][1](claims)
+    assert rate["AsyncLedger.claim_slot, 16 workers"] / rate[
+        "raw, 16 held connections"
+    ] == pytest.approx(ratios["claim_slot, 16 workers / raw"])
+    assert 0.83 == round(ratios["claim_many / raw unnest (the faster chunking)"], 2)
+    telegram = json.loads((BENCH / "results" / "telegram.json").read_text(encoding="utf-8"))
+    ratios = spread.BENCHMARKS["telegram"][1](telegram)
+    assert 0.97 == round(ratios["msg/s / aiogram's, at 20 ms"], 2)
+    assert 1.2 == round(ratios["CPU per message / aiogram's, at 20 ms"], 1)
+    assert 4 == len(ratios)
+
+
+@pytest.mark.usefixtures("bench_on_path")
+def test_spread_turns_the_senders_order_so_each_side_goes_first_once() -> None:
+    """bench/spread.py sender: the sides run in an order turned by one each run, and each
+    side's CPU per message is divided by the bare aiohttp loop's of the same run."""
+    spread = _module("spread")
+    orders = [spread.sides_in_turn(spread.SENDER_SIDES, n) for n in range(1, 5)]
+    assert sorted(spread.SENDER_SIDES) == sorted(order[0] for order in orders)
+    assert all(sorted(order) == sorted(spread.SENDER_SIDES) for order in orders)
+    assert orders[0] == spread.sides_in_turn(spread.SENDER_SIDES, 5)
+    cpu = {"aiohttp": 100.0, "aiogram": 150.0, "notifyonce-nolimit": 120.0, "notifyonce": 140.0}
+    assert [1.5, 1.2, 1.4] == list(spread._sender(cpu).values())
+
+
+def test_the_spread_table_shows_each_spread_results_file() -> None:
+    """Each median and range in the spread table of docs/benchmarks.md is the one its
+    results file (bench/results/spread-*.json, written by bench/spread.py) holds."""
+    table = _section("How far each ratio moves between runs")
+    files = sorted((BENCH / "results").glob("spread-*.json"))
+    assert 5 == len(files)
+    for path in files:
+        record = PLOTTER.load(path)
+        assert record["benchmark"].endswith("-spread")
+        for name, figures in record["ratios"].items():
+            assert 5 == len(figures["runs"]), (path.name, name)
+            shown = f"| {figures['median']:.2f}x | {figures['low']:.2f}-{figures['high']:.2f}x |"
+            assert shown in table, (path.name, name, shown)
