@@ -973,10 +973,9 @@ MUTANTS = sections(
         "outage-audience-ends-the-run",
         "an audience look-up the outage cut waits for the database like the claims",
         "_dispatch.py",
-        r"skips = await check\.skips\(targets\)\n(\s+)break\n(\s+)except "
-        r"LedgerUnavailableError as exc:\n(\s+)await self\.outage\.wait\(exc\)",
-        r"skips = await check.skips(targets)\n\1break\n\2except "
-        r"LedgerUnavailableError as exc:\n\3raise",
+        r"(skips = await check\.skips\(targets\)\n\s+break\n\s+except "
+        r"LedgerUnavailableError as exc:\n(?:.*\n){3}\s+)await self\.outage\.wait\(exc\)",
+        r"\1raise",
         (OUTAGES,),
     ),
     # -- the queue adapters' shared decisions ---------------------------------------------
