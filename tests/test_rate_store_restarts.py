@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -60,6 +61,20 @@ def store(request: pytest.FixtureRequest) -> Iterator[tuple[Any, dict[str, Any]]
 
         asyncio.run(create())
         yield db, {"store": "sql", "url": db.async_url, "table": "rate"}
+
+
+# SQLAlchemy's pool logs, with a traceback, a connection whose rollback failed as it was
+# checked in: the server went away between the end of a transaction and the check-in. The
+# pool then discards that connection; nothing of the worker's failed.
+_POOL_RESET = re.compile(
+    r"Exception during reset or similar\nTraceback \(most recent call last\):\n"
+    r"(?:[ \t].*\n)*.*(?:\n|$)"
+)
+
+
+def _without_pool_resets(err: str) -> str:
+    """A worker's stderr without the pool's logs of connections it discarded."""
+    return _POOL_RESET.sub("", err)
 
 
 def test_four_workers_go_on_through_three_restarts_of_their_rate_store(
@@ -131,4 +146,4 @@ def test_four_workers_go_on_through_three_restarts_of_their_rate_store(
     for err in errs:
         away = err.count("is away")
         assert away == err.count("is back") <= RESTARTS, err[-2000:]
-        assert "Traceback" not in err, err[-2000:]
+        assert "Traceback" not in _without_pool_resets(err), err[-2000:]
