@@ -172,7 +172,7 @@ def read_config(pyproject: Path) -> Config:
             "pyproject.toml: [tool.notifyonce.matrix] partial-markers must be a pytest -m "
             f"expression when full-legs is set, got {partial!r}"
         )
-    known = {f"{p}-{kind}" for p in pythons for kind in ("lowest", "newest")}
+    known = {Leg(p, lowest).name for p in pythons for lowest in (True, False)}
     stray = sorted(set(full) - known)
     if stray:
         sys.exit(f"pyproject.toml: matrix full-legs {stray} are not legs; known: {sorted(known)}")
