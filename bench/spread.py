@@ -28,6 +28,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +38,16 @@ import _results
 
 HERE = Path(__file__).resolve().parent
 
-Ratios = Callable[[dict[str, Any]], dict[str, float]]
+# One run of a benchmark: (its arguments, a scratch folder, the run's number) -> its ratios.
+Run = Callable[[Sequence[str], Path, int], dict[str, float]]
+
+
+def _run_json(script: str, args: Sequence[str], out: Path) -> dict[str, Any]:
+    """Run ``bench/<script>`` with ``args`` and ``--json out``; what it wrote there."""
+    command = [sys.executable, str(HERE / script), *args, "--json", str(out)]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    record: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    return record
 
 
 def _claims(record: dict[str, Any]) -> dict[str, float]:
@@ -68,10 +80,16 @@ def _telegram(record: dict[str, Any]) -> dict[str, float]:
     return ratios
 
 
-BENCHMARKS: dict[str, tuple[str, Ratios]] = {
-    "claims": ("bench_claims.py", _claims),
-    "telegram": ("bench_telegram.py", _telegram),
-}
+def _script_run(
+    script: str,
+    ratios: Callable[[dict[str, Any]], dict[str, float]],
+    args: Sequence[str],
+    scratch: Path,
+    number: int,
+) -> dict[str, float]:
+    """A run of a benchmark that measures every side itself: its ratios."""
+    return ratios(_run_json(script, args, scratch / f"run{number}.json"))
+
 
 #: ``sender``'s sides, as ``bench_send_cpu.py`` names them; the first is the floor.
 SENDER_SIDES = ("aiohttp", "aiogram", "notifyonce-nolimit", "notifyonce")
@@ -102,8 +120,9 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _bot_api_server() -> Iterator[str]:
-    """A local Bot-API-shaped server at 0 ms (its lines thrown away), until the block ends."""
+def _bot_api_server() -> Iterator[list[str]]:
+    """A local Bot-API-shaped server at 0 ms (its lines thrown away), until the block ends;
+    the arguments that point a side at it."""
     port = _free_port()
     command = [sys.executable, "-m", "notifyonce", "serve-test-api", "--port", str(port)]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL)
@@ -115,21 +134,38 @@ def _bot_api_server() -> Iterator[str]:
             if time.monotonic() > deadline or server.poll() is not None:
                 raise RuntimeError(f"the test server on port {port} did not start")
             time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
+        yield ["--url", f"http://127.0.0.1:{port}"]
     finally:
         server.terminate()
         server.wait(10)
 
 
-def _sender_run(url: str, rest: Sequence[str], scratch: Path, number: int) -> dict[str, float]:
+def _sender_run(args: Sequence[str], scratch: Path, number: int) -> dict[str, float]:
+    """A run of ``bench_send_cpu.py`` for each side, in this run's turn: their ratios."""
     cpu: dict[str, float] = {}
     for side in sides_in_turn(SENDER_SIDES, number):
         out = scratch / f"run{number}-{side}.json"
-        script = str(HERE / "bench_send_cpu.py")
-        command = [sys.executable, script, side, "--url", url, *rest, "--json", str(out)]
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-        cpu[side] = json.loads(out.read_text(encoding="utf-8"))["cpu_us_per_msg"]
+        cpu[side] = _run_json("bench_send_cpu.py", [side, *args], out)["cpu_us_per_msg"]
     return _sender(cpu)
+
+
+def _no_setup() -> AbstractContextManager[list[str]]:
+    return contextlib.nullcontext([])
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """How one run goes, and what the runs need around them (arguments it adds)."""
+
+    run: Run
+    setup: Callable[[], AbstractContextManager[list[str]]] = _no_setup
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "claims": Benchmark(partial(_script_run, "bench_claims.py", _claims)),
+    "telegram": Benchmark(partial(_script_run, "bench_telegram.py", _telegram)),
+    "sender": Benchmark(_sender_run, _bot_api_server),
+}
 
 
 def summarise(runs: Sequence[dict[str, float]]) -> dict[str, dict[str, Any]]:
@@ -153,7 +189,7 @@ def summarise(runs: Sequence[dict[str, float]]) -> dict[str, dict[str, Any]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("benchmark", choices=sorted([*BENCHMARKS, "sender"]))
+    parser.add_argument("benchmark", choices=sorted(BENCHMARKS))
     parser.add_argument("--runs", type=int, default=5, help="runs in turn (at least 2)")
     parser.add_argument("--json", metavar="PATH", help="also write the summary to PATH")
     parser.epilog = "Arguments after -- go to the benchmark's own script."
@@ -163,20 +199,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.rest = given[split + 1 :]
     if args.runs < 2:
         parser.error("--runs: a spread needs at least 2 runs")
+    benchmark = BENCHMARKS[args.benchmark]
     runs: list[dict[str, float]] = []
-    with contextlib.ExitStack() as stack:
-        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        url = stack.enter_context(_bot_api_server()) if args.benchmark == "sender" else ""
+    with tempfile.TemporaryDirectory() as scratch, benchmark.setup() as added:
         for number in range(1, args.runs + 1):
             started = time.monotonic()
-            if args.benchmark == "sender":
-                runs.append(_sender_run(url, args.rest, scratch, number))
-            else:
-                script, ratios = BENCHMARKS[args.benchmark]
-                out = scratch / f"run{number}.json"
-                command = [sys.executable, str(HERE / script), *args.rest, "--json", str(out)]
-                subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-                runs.append(ratios(json.loads(out.read_text(encoding="utf-8"))))
+            runs.append(benchmark.run([*added, *args.rest], Path(scratch), number))
             took = time.monotonic() - started
             shown = ", ".join(f"{value:.2f}x" for value in runs[-1].values())
             print(f"run {number}/{args.runs} ({took:.0f} s): {shown}", flush=True)

@@ -284,13 +284,13 @@ def test_spread_reads_the_ratios_of_each_benchmarks_own_results() -> None:
     spread = _module("spread")
     claims = json.loads((BENCH / "results" / "claims.json").read_text(encoding="utf-8"))
     rate = {case["label"]: case["rate"] for case in claims["cases"]}
-    ratios = spread.BENCHMARKS["claims"][1](claims)
+    ratios = spread._claims(claims)
     assert rate["AsyncLedger.claim_slot, 16 workers"] / rate[
         "raw, 16 held connections"
     ] == pytest.approx(ratios["claim_slot, 16 workers / raw"])
     assert 0.83 == round(ratios["claim_many / raw unnest (the faster chunking)"], 2)
     telegram = json.loads((BENCH / "results" / "telegram.json").read_text(encoding="utf-8"))
-    ratios = spread.BENCHMARKS["telegram"][1](telegram)
+    ratios = spread._telegram(telegram)
     assert 0.97 == round(ratios["msg/s / aiogram's, at 20 ms"], 2)
     assert 1.2 == round(ratios["CPU per message / aiogram's, at 20 ms"], 1)
     assert 4 == len(ratios)
