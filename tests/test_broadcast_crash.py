@@ -407,8 +407,9 @@ ZONES = tuple(DUE)
 CLOCK_START = dt.datetime(2026, 12, 1, 6, 5, tzinfo=dt.timezone.utc)
 #: The fake clock's step: the job period a local-time send must land within.
 CLOCK_STEP = dt.timedelta(minutes=20)
-#: Real seconds without a send after which a pass is taken as over.
-QUIET = 5.0
+#: Real seconds with no new send after which the clock moves on although sends are
+#: missing (a pass that stalls this long on a busy machine is not expected).
+STALLED = 30.0
 CLOCKED_CLI = Path(__file__).with_name("_clocked_cli.py")
 
 
@@ -417,15 +418,24 @@ def _row_name(chat: int) -> str:
     return f"<b>User {chat}</b>" if chat % 7 == 0 else f"User_{chat}"
 
 
+def _zone(chat: str) -> str:
+    return ZONES[int(chat) % 3]
+
+
 class _Clock:
     """The fake wall clock of the broadcasting processes: a file the test rewrites, and
-    what the server saw of the sends and when, by that clock."""
+    what the server saw of the sends and when, by that clock.
+
+    The clock moves past a zone's 10:00 only once every chat of that zone that is still
+    to be sent was seen at the server: a pass held up on a busy machine is waited for,
+    not stamped a step late."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.now = CLOCK_START
-        self.last_send = time.monotonic()
-        self.seen_at = time.monotonic()
+        #: The chats of each zone the server is to see, and those it saw.
+        self.expected = {zone: PERSONAL_CHATS // len(ZONES) for zone in ZONES}
+        self.seen = {zone: set[str]() for zone in ZONES}
         self.set(CLOCK_START)
 
     def set(self, when: dt.datetime) -> None:
@@ -434,26 +444,42 @@ class _Clock:
         os.replace(written, self.path)
         self.now = when
 
+    def saw(self, chat: str) -> None:
+        """A send to ``chat`` reached the server (called on the server's thread)."""
+        self.seen[_zone(chat)].add(chat)
+
     def wait_seen(self, process: subprocess.Popen[str]) -> None:
         """Until ``process`` has read the clock's time (or ended)."""
         seen = Path(f"{self.path}.seen")
         deadline = time.monotonic() + 120
         while process.poll() is None and time.monotonic() < deadline:
             if seen.exists() and seen.read_text(encoding="utf-8") == self.now.isoformat():
-                self.seen_at = time.monotonic()
                 return
             time.sleep(0.02)
         assert process.poll() is not None, f"the clock's {self.now} was never read"
 
-    def wait_quiet(self, process: subprocess.Popen[str]) -> None:
-        """Until ``process`` has sent since it saw the clock's time, then nothing for
-        ``QUIET`` seconds (its pass is over), or ended: only then may the clock move on."""
-        deadline = time.monotonic() + 300
-        while process.poll() is None and time.monotonic() < deadline:
-            sending = self.last_send > self.seen_at
-            if sending and time.monotonic() - self.last_send >= QUIET:
+    def wait_sent(self, process: subprocess.Popen[str]) -> None:
+        """Until the server saw every chat due by the clock's time that is still to be
+        sent, or ``process`` ended, or ``STALLED`` seconds passed with no new chat seen:
+        a chat that is not sent at its hour fails the assertions that follow rather
+        than hanging the test."""
+        due = [zone for zone, at in DUE.items() if at <= self.now]
+        count, progress = -1, time.monotonic()
+        while process.poll() is None and time.monotonic() - progress < STALLED:
+            seen = [len(self.seen[zone]) for zone in due]
+            if all(n >= self.expected[zone] for n, zone in zip(seen, due)):
                 return
-            time.sleep(0.05)
+            if sum(seen) != count:
+                count, progress = sum(seen), time.monotonic()
+            time.sleep(0.02)
+
+    def lost(self, recorded: set[str]) -> None:
+        """After the kill: chats claimed (``recorded``) whose send never reached the server
+        stay unknown and are never sent, so they are not waited for."""
+        for chat in recorded:
+            zone = _zone(chat)
+            if chat not in self.seen[zone]:
+                self.expected[zone] -= 1
 
     def walk(self, process: subprocess.Popen[str], until: dt.datetime) -> None:
         """Step the clock while ``process`` runs, up to ``until``, waiting at each step
@@ -463,7 +489,28 @@ class _Clock:
             self.set(before + CLOCK_STEP)
             self.wait_seen(process)
             if any(before < due <= self.now for due in DUE.values()):
-                self.wait_quiet(process)
+                self.wait_sent(process)
+
+
+def _settle(server: BotAPIServer) -> None:
+    """Until the server has read what a killed process wrote before it died: no new
+    request for a moment (bounded)."""
+    deadline = time.monotonic() + 10
+    count = -1
+    while count != len(server.requests) and time.monotonic() < deadline:
+        count = len(server.requests)
+        time.sleep(0.3)
+
+
+def _recorded(backend: Backend, table: str) -> set[str]:
+    """The campaign's chats with a row in the ledger, whatever its state."""
+    engine = sa.create_engine(backend.sync_url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text(f"SELECT subject FROM {table} WHERE action = 'news'"))
+            return {str(subject) for (subject,) in rows}
+    finally:
+        engine.dispose()
 
 
 def test_a_personal_local_time_campaign_killed_halfway_sends_each_chat_its_own_text(
@@ -510,7 +557,7 @@ def test_a_personal_local_time_campaign_killed_halfway_sends_each_chat_its_own_t
         """The server's thread, the answer held: each send noted by the fake clock."""
         if request.method not in SENDS:
             return
-        clock.last_send = time.monotonic()
+        clock.saw(str(request.chat_id))
         stamps.setdefault(str(request.chat_id), []).append(clock.now)
         if sum(map(len, stamps.values())) >= PERSONAL_CHATS // 2 and not killed and first:
             os.kill(first[0].pid, signal.SIGKILL)
@@ -540,11 +587,13 @@ def test_a_personal_local_time_campaign_killed_halfway_sends_each_chat_its_own_t
             str(r.chat_id) for r in server.requests if r.method in SENDS and r.reply.delivers
         )
         assert PERSONAL_CHATS // 2 <= sum(before.values()) < PERSONAL_CHATS, "not halfway"
+        _settle(server)
+        clock.lost(_recorded(backend, table))
         # The killed run's leases (2 s) expire by the clock before the re-run sweeps them.
         clock.set(clock.now + dt.timedelta(minutes=1))
         again = start()
         clock.wait_seen(again)
-        clock.wait_quiet(again)  # the chats of the hours that came while it was down
+        clock.wait_sent(again)  # the chats of the hours that came while it was down
         clock.walk(again, until=DUE["UTC"] + 2 * CLOCK_STEP)
         out, error = again.communicate(timeout=120)
         second = subprocess.CompletedProcess(args, again.returncode, out, error)
