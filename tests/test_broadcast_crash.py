@@ -466,11 +466,11 @@ class _Clock:
         due = [zone for zone, at in DUE.items() if at <= self.now]
         count, progress = -1, time.monotonic()
         while process.poll() is None and time.monotonic() - progress < STALLED:
-            seen = [len(self.seen[zone]) for zone in due]
-            if all(n >= self.expected[zone] for n, zone in zip(seen, due)):
+            seen = {zone: len(self.seen[zone]) for zone in due}
+            if all(n >= self.expected[zone] for zone, n in seen.items()):
                 return
-            if sum(seen) != count:
-                count, progress = sum(seen), time.monotonic()
+            if sum(seen.values()) != count:
+                count, progress = sum(seen.values()), time.monotonic()
             time.sleep(0.02)
 
     def lost(self, recorded: set[str]) -> None:
