@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -435,7 +435,7 @@ class _Clock:
         self.now = CLOCK_START
         #: The chats of each zone the server is to see, and those it saw.
         self.expected = {zone: PERSONAL_CHATS // len(ZONES) for zone in ZONES}
-        self.seen = {zone: set[str]() for zone in ZONES}
+        self.seen: dict[str, set[str]] = {zone: set() for zone in ZONES}
         self.set(CLOCK_START)
 
     def set(self, when: dt.datetime) -> None:
@@ -473,7 +473,7 @@ class _Clock:
                 count, progress = sum(seen.values()), time.monotonic()
             time.sleep(0.02)
 
-    def lost(self, recorded: set[str]) -> None:
+    def lost(self, recorded: Iterable[str]) -> None:
         """After the kill: chats claimed (``recorded``) whose send never reached the server
         stay unknown and are never sent, so they are not waited for."""
         for chat in recorded:
