@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from notifyonce import (
     Claim,
@@ -16,6 +19,8 @@ from notifyonce import (
     ValidationError,
     ValidationTypeError,
 )
+from notifyonce._keys import SlotKey
+from notifyonce._ledger.ledger import _in_order
 
 from ._ledger_env import START, UTC, Env
 
@@ -190,6 +195,25 @@ async def test_claim_many_returns_won_claims_in_input_order(env: Env) -> None:
     for claim in claims:
         record = await ledger.get("a", claim.key.subject, claim.key.cycle)
         assert (claim.id, claim.token, 1) == (record.id, record.token, record.attempt)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data(), st.integers(min_value=0, max_value=12))
+def test_won_claims_are_put_in_input_order_by_identity_or_by_value(
+    data: st.DataObject, count: int
+) -> None:
+    """claim_many's order: whichever keys were won, in whatever order the chunks returned
+    them, and whether a claim holds the very key object it was claimed with (the fast
+    path) or an equal copy of it (the way by value), the claims come out in input order."""
+    keys = [SlotKey("a", str(i), "c", None) for i in range(count)]
+    won = data.draw(st.lists(st.sampled_from(keys), unique=True) if keys else st.just([]))
+    copied = data.draw(st.lists(st.booleans(), min_size=len(won), max_size=len(won)))
+    claims = [
+        Claim(dataclasses.replace(key) if copy else key, int(key.subject), 1, 1, DEADLINE)
+        for key, copy in zip(won, copied, strict=True)
+    ]
+    ordered = _in_order(keys, claims)
+    assert sorted(int(key.subject) for key in won) == [claim.id for claim in ordered]
 
 
 async def test_claims_carry_the_lease_and_token_their_rows_store(env: Env) -> None:

@@ -137,6 +137,8 @@ def normalize_subject(subject: object) -> str:
         ValidationTypeError: ``subject`` is not an int or a str (a bool is rejected too).
         ValidationError: a str subject is empty, blank, too long or has control characters.
     """
+    if type(subject) is str:  # the common case first: one type test, not three
+        return check_text("subject", subject, MAX_SUBJECT_LENGTH)
     if isinstance(subject, bool) or not isinstance(subject, (int, str)):
         raise ValidationTypeError(
             "subject", f"must be an int or a str, got {type(subject).__name__}"
