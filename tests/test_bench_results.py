@@ -314,7 +314,7 @@ def test_the_spread_table_shows_each_spread_results_file() -> None:
     results file (bench/results/spread-*.json, written by bench/spread.py) holds."""
     table = _section("How far each ratio moves between runs")
     files = sorted((BENCH / "results").glob("spread-*.json"))
-    assert 5 == len(files)
+    assert 7 == len(files)
     for path in files:
         record = PLOTTER.load(path)
         assert record["benchmark"].endswith("-spread")
