@@ -187,8 +187,8 @@ def _kill_halfway_and_rerun(
     )
 
 
-def _settled(backend: Backend, table: str) -> tuple[set[str], set[str]]:
-    """The campaign's chats recorded sent, and those recorded unknown."""
+def _statuses(backend: Backend, table: str) -> dict[str, str]:
+    """The status of each of the campaign's chats with a row in the ledger."""
     engine = sa.create_engine(backend.sync_url)
     try:
         with engine.connect() as conn:
@@ -197,7 +197,12 @@ def _settled(backend: Backend, table: str) -> tuple[set[str], set[str]]:
             ).all()
     finally:
         engine.dispose()
-    status = {str(subject): state for subject, state in rows}
+    return {str(subject): state for subject, state in rows}
+
+
+def _settled(backend: Backend, table: str) -> tuple[set[str], set[str]]:
+    """The campaign's chats recorded sent, and those recorded unknown."""
+    status = _statuses(backend, table)
     unknown = {chat for chat, state in status.items() if state == "unknown"}
     sent = {chat for chat, state in status.items() if state == "sent"}
     return sent, unknown
@@ -502,17 +507,6 @@ def _settle(server: BotAPIServer) -> None:
         time.sleep(0.3)
 
 
-def _recorded(backend: Backend, table: str) -> set[str]:
-    """The campaign's chats with a row in the ledger, whatever its state."""
-    engine = sa.create_engine(backend.sync_url)
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(sa.text(f"SELECT subject FROM {table} WHERE action = 'news'"))
-            return {str(subject) for (subject,) in rows}
-    finally:
-        engine.dispose()
-
-
 def test_a_personal_local_time_campaign_killed_halfway_sends_each_chat_its_own_text(
     backend: Backend, table: str, tmp_path: Path
 ) -> None:
@@ -588,7 +582,7 @@ def test_a_personal_local_time_campaign_killed_halfway_sends_each_chat_its_own_t
         )
         assert PERSONAL_CHATS // 2 <= sum(before.values()) < PERSONAL_CHATS, "not halfway"
         _settle(server)
-        clock.lost(_recorded(backend, table))
+        clock.lost(_statuses(backend, table))  # its chats, whatever their state
         # The killed run's leases (2 s) expire by the clock before the re-run sweeps them.
         clock.set(clock.now + dt.timedelta(minutes=1))
         again = start()
@@ -614,7 +608,7 @@ def test_a_personal_local_time_campaign_killed_halfway_sends_each_chat_its_own_t
     assert set() == runs.sent - set(got), "every chat recorded sent was seen sent"
     late: dict[str, set[bool]] = {zone: set() for zone in ZONES}
     for chat, times in stamps.items():
-        zone = ZONES[int(chat) % 3]
+        zone = _zone(chat)
         late[zone] |= {DUE[zone] <= at < DUE[zone] + CLOCK_STEP for at in times}
     assert {zone: {True} for zone in ZONES} == late, "every send within one step after 10:00"
     times = {at.strftime("%H:%M") for chat_times in stamps.values() for at in chat_times}
