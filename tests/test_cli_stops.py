@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -336,10 +337,14 @@ def test_a_second_scheduler_that_finds_every_chat_handled_exits_0_saying_so(
     """Two cron hosts start the same campaign: the second finds every chat sent or being
     sent by the first and exits 0 with one line saying so (nothing to alert about)."""
     (workdir / "chats.txt").write_text("".join(f"{i}\n" for i in range(1, 9)))
-    server.script(None, [Reply.ok(delay=4.0)] * 8)
+    answers = threading.Event()  # held until the second run is over, however slow it is
+    server.script(None, [Reply.ok(until=answers)] * 8)
     first = started(command(workdir, server))
-    wait_for(server, 8)  # delivered, their answers 4 s away: every chat is the first's
-    second = run(command(workdir, server))
+    try:
+        wait_for(server, 8)  # delivered, unanswered: every chat is the first's
+        second = run(command(workdir, server))
+    finally:
+        answers.set()
     assert 0 == finish(first).returncode
     assert 0 == second.returncode, second.stdout + second.stderr
     assert (

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -221,6 +223,30 @@ def test_on_request_runs_while_the_send_is_in_flight() -> None:
         _post(f"{server.url}/bot77:secret-a/getMe", {})
     assert [(77, "4", 1, False), (None, "5", 1, True)] == seen
     assert "secret" not in repr(server.requests)
+
+
+def test_an_answer_held_until_an_event_is_delivered_first_and_answered_once_it_is_set(
+    bot_api_server: BotAPIServer,
+) -> None:
+    """Reply.ok(until=event): the message is delivered at once, its answer written only
+    after the event is set, while other chats' sends are answered meanwhile."""
+    release = threading.Event()
+    bot_api_server.script("1", [Reply.ok(until=release)])
+    url = f"{bot_api_server.url}/bot1:abc/sendMessage"
+    held: list[tuple[int, dict[str, Any]]] = []
+    sender = threading.Thread(target=lambda: held.append(_post(url, {"chat_id": 1, "text": "a"})))
+    sender.start()
+    deadline = time.monotonic() + 10
+    while not bot_api_server.deliveries:
+        assert time.monotonic() < deadline, "the held send was not delivered"
+        time.sleep(0.01)
+    assert (200, True) == (_post(url, {"chat_id": 2, "text": "b"})[0], True)
+    sender.join(0.3)
+    assert [] == held  # still waiting for its answer
+    release.set()
+    sender.join(10)
+    assert [200] == [status for status, _ in held]
+    assert ["1", "2"] == [d.chat_id for d in bot_api_server.deliveries]
 
 
 def test_refused_requests_are_recorded_with_their_reply() -> None:

@@ -104,6 +104,8 @@ class Reply:
         drop: ``"after_delivery"`` (deliver, then close without answering) or
             ``"before_body"`` (close after the headers, before reading the body).
         delivers: Whether the message counts as delivered.
+        until: When set, the answer also waits (after ``delay``) until this event is
+            set: a send held in flight for exactly as long as a test needs it there.
 
     Examples:
         >>> Reply.flood(3).status, Reply.blocked().delivers
@@ -116,11 +118,12 @@ class Reply:
     drop: str | None = None
     delivers: bool = True
     content_type: str = "application/json"
+    until: threading.Event | None = None
 
     @classmethod
-    def ok(cls, *, delay: float = 0.0) -> Reply:
-        """Deliver and answer ok (after ``delay`` seconds)."""
-        return cls(delay=delay)
+    def ok(cls, *, delay: float = 0.0, until: threading.Event | None = None) -> Reply:
+        """Deliver and answer ok (after ``delay`` seconds, and once ``until`` is set)."""
+        return cls(delay=delay, until=until)
 
     @classmethod
     def error(cls, status: int, description: str, **parameters: Any) -> Reply:
@@ -1435,6 +1438,11 @@ class BotAPIServer(LocalServer):
             return False
         if self.latency or arrived.reply.delay:
             await asyncio.sleep(self.latency + arrived.reply.delay)
+        until = arrived.reply.until
+        # A thread's event, set from the test's thread: polled, so that neither the loop nor
+        # a worker thread is blocked on an event that may never be set.
+        while until is not None and not until.is_set():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
         return True
 
     async def _media_group(
