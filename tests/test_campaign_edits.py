@@ -507,6 +507,66 @@ async def test_a_crashed_runs_expired_claim_does_not_count_as_running(
     assert 2 == report.progress.sent
 
 
+async def _crashed_claim(ledger: AsyncLedger, chat: int, campaign: str) -> None:
+    """A claim of ``chat`` in ``campaign`` whose run crashed: its lease ran out a minute ago
+    (the message may or may not have gone)."""
+    claim = await ledger.claim_slot("news", chat, campaign, lease=dt.timedelta(seconds=1))
+    assert claim is not None
+    t = ledger.table
+    async with ledger.engine.begin() as conn:
+        past = ledger.now() - dt.timedelta(minutes=1)
+        await conn.execute(sa.update(t).where(t.c.id == claim.id).values(lease_until=past))
+
+
+async def _status(ledger: AsyncLedger, chat: int, campaign: str) -> str | None:
+    record = await ledger.get("news", chat, campaign)
+    return None if record is None else record.status.value
+
+
+async def test_an_edit_leaves_a_crashed_at_most_once_runs_claims_to_their_campaign(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer
+) -> None:
+    """An at-most-once campaign crashed with chat 3 in flight; an edit (at least once)
+    before the resume sweeps only its own revision's claims: chat 3 stays claimed, and the
+    resume, at most once, records it unknown (a chat already handled, to that run) and does
+    not send it again. Another campaign
+    of the action run at least once leaves it too."""
+    notifier, sender = notifier_for(ledger, bot_api_server)
+    async with sender:
+        await Broadcast(notifier, "news", "c8", Message("Hi"), [1, 2]).run()
+        await _crashed_claim(ledger, 3, "c8")
+        edited = await CampaignRevision(notifier, "news", "c8").edit("Hello")
+        after_edit = await _status(ledger, 3, "c8")
+        other = Notifier(ledger, sender, mode=DeliveryMode.AT_LEAST_ONCE)
+        await Broadcast(other, "news", "c9", Message("Other"), [7]).run()
+        after_other = await _status(ledger, 3, "c8")
+        later = Notifier(ledger, sender, concurrency=8)  # the resume: a new process
+        resumed = await Broadcast(later, "news", "c8", Message("Hi"), [1, 2, 3]).run()
+    assert (2, "claimed", "claimed") == (edited.progress.sent, after_edit, after_other)
+    assert (0, 3, 0) == (
+        resumed.progress.sent,
+        resumed.progress.duplicate,
+        resumed.progress.unknown,
+    )
+    assert "unknown" == await _status(ledger, 3, "c8")
+    assert [] == [d for d in bot_api_server.deliveries if d.chat_id == "3"]
+
+
+async def test_an_at_least_once_campaign_still_retries_its_own_crashed_claims(
+    ledger: AsyncLedger, bot_api_server: BotAPIServer
+) -> None:
+    """The campaign's run sweeps its own cycle in its own mode: at least once, a crashed
+    run's expired claim is released and its chat sent on the resume."""
+    sender = TelegramSender(TOKEN, base_url=bot_api_server.url, rate_limit=FAST)
+    notifier = Notifier(ledger, sender, mode=DeliveryMode.AT_LEAST_ONCE)
+    async with sender:
+        await _crashed_claim(ledger, 3, "c10")
+        resumed = await Broadcast(notifier, "news", "c10", Message("Hi"), [1, 2, 3]).run()
+    assert (3, 0) == (resumed.progress.sent, resumed.progress.unknown)
+    assert "sent" == await _status(ledger, 3, "c10")
+    assert ["3"] == [d.chat_id for d in bot_api_server.deliveries if d.chat_id == "3"]
+
+
 class _TurnCountingEditor:
     """An editor that records each rate-limit turn and what was done inside it."""
 

@@ -355,6 +355,26 @@ async def test_sweep_is_bounded_by_limit(env: Env) -> None:
     )
 
 
+async def test_sweep_settles_only_the_actions_and_the_cycle_it_is_given(env: Env) -> None:
+    """actions= and cycle= narrow a sweep: a campaign's run settles its own cycle's expired
+    claims, never another cycle's of its action or another action's; a bad cycle is refused
+    before anything is written."""
+    ledger = env.make(lease=MINUTE)
+    for action, subject, cycle in (("a", 1, "c1"), ("a", 2, "c2"), ("b", 3, "c1")):
+        await ledger.claim_slot(action, subject, cycle)
+    env.clock.advance(dt.timedelta(minutes=2))
+    with pytest.raises(ValidationTypeError, match="cycle"):
+        await ledger.sweep(DeliveryMode.AT_LEAST_ONCE, actions=["a"], cycle=1.5)  # type: ignore[arg-type]
+    first = await ledger.sweep(DeliveryMode.AT_LEAST_ONCE, actions=["a"], cycle="c1")
+    rest = await ledger.sweep(DeliveryMode.AT_MOST_ONCE, cycle="c1")
+    assert (["1"], [], ["3"]) == (
+        [k.subject for k in first.released],
+        first.unknown,
+        [k.subject for k in rest.unknown],
+    )
+    assert SlotStatus.CLAIMED == (await ledger.get("a", 2, "c2")).status
+
+
 async def test_purge_never_frees_a_slot_that_can_still_fire(env: Env) -> None:
     """purge deletes only old cycles nobody holds; opaque cycles only when asked; a dry run
     counts them and deletes nothing."""

@@ -1178,6 +1178,9 @@ class Broadcast:
             skip_gone=self.skip_gone,
             on_result=self._count,
             on_run=self._attach,
+            # Only this campaign's expired claims: another campaign of the action may run
+            # in the other mode, and its claims are its own run's to settle.
+            sweep_cycle=self.campaign,
         )
 
     async def _notifications(

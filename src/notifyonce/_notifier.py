@@ -270,7 +270,9 @@ class Notifier:
         self._sender_check: Callable[[str, Message], None] | None = (
             check if callable(check) else None
         )
-        self._last_sweep: dict[str, float] = {}  # per action: sweeps are scoped to actions
+        # When each action (or a campaign's action and cycle) was last swept: sweeps are
+        # scoped to actions, and a campaign's run to its own cycle.
+        self._last_sweep: dict[str | tuple[str, str], float] = {}
         self._last_ticks: dict[Schedule, dt.datetime] = {}
         self._sweep_lock = asyncio.Lock()
 
@@ -397,11 +399,13 @@ class Notifier:
         on_result: Callable[[Result], None] | None = None,
         on_run: Callable[[Run], None] | None = None,
         prepare: Callable[[Notification, Claim], Awaitable[Message]] | None = None,
+        sweep_cycle: str | None = None,
     ) -> Report:
         """`send_many`, with a hook of the run's own for its results (called before the
         Notifier's ``on_result``) and one told of the run as it starts (a Broadcast keeps
         it, to stop it gently), and one that makes each message between its claim and its
-        send (a digest's)."""
+        send (a digest's). ``sweep_cycle``: sweep only that cycle of the action (a
+        campaign's run, which must not settle other campaigns' claims in its own mode)."""
         normalize_action(action)
         screen = self._screen_args(action, category, transactional, skip_gone)
         report = Report(dry_run=self.dry_run)
@@ -418,7 +422,7 @@ class Notifier:
             if self.keep_results
             else "none"
         )
-        report.swept = await self._maybe_sweep(action)
+        report.swept = await self._maybe_sweep(action, sweep_cycle)
         parts = self._parts(await self._audience_check(*screen), self._cap_check(*screen[:2]))
         if prepare is not None:
             parts = replace(parts, prepare=prepare)
@@ -535,7 +539,17 @@ class Notifier:
         to send, every ``sweep_every``.
         """
         names = [normalize_action(a) for a in actions]
-        result = await self.ledger.sweep(self.mode, max_attempts=self.max_attempts, actions=names)
+        result = await self._settle(names, None)
+        swept_at = time.monotonic()
+        for name in names:
+            self._last_sweep[name] = swept_at
+        return result
+
+    async def _settle(self, actions: list[str], cycle: str | None) -> SweepResult:
+        """Sweep ``actions`` (only ``cycle`` of them, if given) and log what was settled."""
+        result = await self.ledger.sweep(
+            self.mode, max_attempts=self.max_attempts, actions=actions, cycle=cycle
+        )
         for key in result.unknown:
             logger.warning(
                 "lease expired, outcome unknown: %s", key, extra=_log_extra(key, Outcome.UNKNOWN)
@@ -546,20 +560,25 @@ class Notifier:
                 key,
                 extra=_log_extra(key, Outcome.RETRY),
             )
-        swept_at = time.monotonic()
-        for name in names:
-            self._last_sweep[name] = swept_at
         return result
 
     # -- plumbing -------------------------------------------------------------------
 
-    async def _maybe_sweep(self, action: str) -> SweepResult | None:
+    async def _maybe_sweep(self, action: str, cycle: str | None = None) -> SweepResult | None:
+        """Sweep ``action`` (only its ``cycle``, if given) when ``sweep_every`` has passed
+        since it was last swept."""
         if self.sweep_every is None or self.dry_run:
             return None
         async with self._sweep_lock:
-            last = self._last_sweep.get(action)
-            due = last is None or time.monotonic() - last >= self.sweep_every.total_seconds()
-            return await self.sweep([action]) if due else None
+            scope = action if cycle is None else (action, cycle)
+            last = self._last_sweep.get(scope)
+            if last is not None and time.monotonic() - last < self.sweep_every.total_seconds():
+                return None
+            if cycle is None:
+                return await self.sweep([action])
+            result = await self._settle([action], cycle)
+            self._last_sweep[scope] = time.monotonic()
+            return result
 
     def _policy(self) -> Policy:
         """This Notifier's options as a run keeps them: read once, when it starts."""

@@ -926,13 +926,17 @@ class LedgerCore:
         max_attempts: int,
         limit: int,
         actions: Sequence[str] | None = None,
+        cycle: str | None = None,
     ) -> SweepResult:
-        """Settle up to ``limit`` CLAIMED rows whose lease expired (of ``actions``, if given)."""
+        """Settle up to ``limit`` CLAIMED rows whose lease expired (of ``actions`` and of
+        ``cycle``, if given)."""
         t = self.table
         now = self.now()
         expired = sa.and_(t.c.status == _CLAIMED, t.c.lease_until < now)
         if actions is not None:
             expired = sa.and_(expired, t.c.action.in_(actions))
+        if cycle is not None:
+            expired = sa.and_(expired, t.c.cycle == cycle)
         candidates = (
             sa.select(t.c.id, t.c.action, t.c.subject, t.c.cycle, t.c.cycle_at, t.c.attempt)
             .where(expired)

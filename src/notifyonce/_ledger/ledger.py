@@ -323,7 +323,12 @@ class _LedgerBase(Generic[EngineT]):
     # -- the operator's calls: SQLAlchemy Core on a Connection ---------------------------
 
     def _plan_sweep(
-        self, mode: object, max_attempts: object, limit: object, actions: object
+        self,
+        mode: object,
+        max_attempts: object,
+        limit: object,
+        actions: object,
+        cycle: object = None,
     ) -> Plan[SweepResult]:
         if not isinstance(mode, DeliveryMode):
             raise_type("mode", "a DeliveryMode", mode)
@@ -338,6 +343,7 @@ class _LedgerBase(Generic[EngineT]):
             max_attempts=check_positive_int("max_attempts", max_attempts),
             limit=check_positive_int("limit", limit),
             actions=checked,
+            cycle=None if cycle is None else normalize_cycle(cycle)[0],
         )
         return Plan(body, Shape.TOGETHER, on_link=False)
 
@@ -1061,6 +1067,7 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         max_attempts: int = 3,
         limit: int = 1000,
         actions: Iterable[str] | None = None,
+        cycle: Cycle | None = None,
     ) -> SweepResult:
         """Settle claims whose lease expired (a worker crashed or hung).
 
@@ -1072,8 +1079,10 @@ class AsyncLedger(_LedgerBase[AsyncEngine]):
         Pass ``actions`` to settle only those actions' slots: when several jobs with
         different delivery modes share one ledger table, each must sweep only its own
         (an at-least-once sweep of an at-most-once job's slots would send them again).
+        Pass ``cycle`` as well to settle only that cycle's: a campaign's run sweeps its
+        own, since the campaigns of one action may run in different modes.
         """
-        return await self._run(self._plan_sweep(mode, max_attempts, limit, actions))
+        return await self._run(self._plan_sweep(mode, max_attempts, limit, actions, cycle))
 
     async def purge(
         self,
@@ -1298,9 +1307,10 @@ class Ledger(_LedgerBase[sa.Engine]):
         max_attempts: int = 3,
         limit: int = 1000,
         actions: Iterable[str] | None = None,
+        cycle: Cycle | None = None,
     ) -> SweepResult:
         """See [`AsyncLedger.sweep`][notifyonce.AsyncLedger.sweep]."""
-        return self._run(self._plan_sweep(mode, max_attempts, limit, actions))
+        return self._run(self._plan_sweep(mode, max_attempts, limit, actions, cycle))
 
     def purge(
         self,
