@@ -494,12 +494,7 @@ async def test_a_crashed_runs_expired_claim_does_not_count_as_running(
     notifier, sender = notifier_for(ledger, bot_api_server)
     async with sender:
         await Broadcast(notifier, "news", "c8", Message("Hi"), [1, 2]).run()
-        claim = await ledger.claim_slot("news", 3, "c8", lease=dt.timedelta(seconds=1))
-        assert claim is not None
-        t = ledger.table
-        async with ledger.engine.begin() as conn:
-            past = ledger.now() - dt.timedelta(minutes=1)
-            await conn.execute(sa.update(t).where(t.c.id == claim.id).values(lease_until=past))
+        await _crashed_claim(ledger, 3, "c8")
         revision = CampaignRevision(notifier, "news", "c8")
         standing = await revision.messages()
         report = await revision.edit("Hello")
