@@ -56,7 +56,7 @@ pytest: $(STAMP)
 # dependency and extra that pyproject.toml declares and with the newest (except on this
 # venv's Python, which the whole suite covers); one venv per leg in .matrix/. A Python
 # the machine lacks is skipped, or fails the run under CI=true. Three legs run side by
-# side, the two that run every core test first (each prints its output when it ends).
+# side, the one that runs every core test first (each prints its output when it ends).
 # Pick legs with MATRIX_ARGS="--leg 3.12-lowest"; MATRIX_ARGS=--list shows them.
 MATRIX_ARGS ?= --jobs 3
 matrix: $(STAMP) $(BIN)/uv
