@@ -13,7 +13,11 @@ SIDE is one of:
 - ``notifyonce-nolimit``: the same sender with ``rate_limit=None``;
 - ``aiogram``: aiogram 3's ``Bot.send_message`` on an ``AiohttpSession``;
 - ``aiohttp``: a bare POST loop on one ``aiohttp.ClientSession`` (JSON encoded with
-  ``json.dumps``, the answer's ``ok`` read): the floor any Python sender pays.
+  ``json.dumps``, the answer's ``ok`` read): the floor any Python sender pays;
+- ``aiohttp-paced``: the same loop paced as the paid lane is, 1,000 sends a second, each
+  sleeping until the start booked for it (the next free millisecond): the floor of a
+  sender that keeps a rate, which wakes its event loop for every send where the unpaced
+  loop handles many answers a wake-up.
 
 ``--sends`` messages to as many chats, ``--concurrency`` workers taking the next chat from
 one counter. The process's user + system CPU, divided by ``--sends``, is the side's CPU per
@@ -35,6 +39,7 @@ from collections.abc import Awaitable, Callable
 
 TOKEN = "123456:BENCH-token"
 TEXT = "The new tariff starts on Monday."
+PAID_LANE_PER_SECOND = 1_000  # what RateLimit() allows a bot with paid broadcasts on
 
 
 async def notifyonce_side(url: str, concurrency: int, limited: bool) -> tuple[Callable, Callable]:
@@ -85,12 +90,29 @@ async def aiohttp_side(url: str, concurrency: int) -> tuple[Callable, Callable]:
     return send, session.close
 
 
+async def paced_aiohttp_side(url: str, concurrency: int) -> tuple[Callable, Callable]:
+    send_unpaced, close = await aiohttp_side(url, concurrency)
+    loop = asyncio.get_running_loop()
+    interval = 1 / PAID_LANE_PER_SECOND
+    booked = [0.0]  # the start the last send was given
+
+    async def send(n: int) -> None:
+        now = loop.time()
+        start = booked[0] = max(now, booked[0] + interval)
+        if start > now:
+            await asyncio.sleep(start - now)
+        await send_unpaced(n)
+
+    return send, close
+
+
 async def main(side: str, url: str, sends: int, concurrency: int, out: str | None) -> None:
     make: dict[str, Callable[[], Awaitable[tuple[Callable, Callable]]]] = {
         "notifyonce": lambda: notifyonce_side(url, concurrency, True),
         "notifyonce-nolimit": lambda: notifyonce_side(url, concurrency, False),
         "aiogram": lambda: aiogram_side(url, concurrency),
         "aiohttp": lambda: aiohttp_side(url, concurrency),
+        "aiohttp-paced": lambda: paced_aiohttp_side(url, concurrency),
     }
     send, close = await make[side]()
     numbers = iter(range(1_000_000, 1_000_000 + sends))
@@ -129,7 +151,9 @@ def _cpu() -> float:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("side", choices=["notifyonce", "notifyonce-nolimit", "aiogram", "aiohttp"])
+    parser.add_argument(
+        "side", choices=["notifyonce", "notifyonce-nolimit", "aiogram", "aiohttp", "aiohttp-paced"]
+    )
     parser.add_argument("--url", required=True)
     parser.add_argument("--sends", type=int, default=10_000)
     parser.add_argument("--concurrency", type=int, default=64)

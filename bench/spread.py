@@ -91,8 +91,9 @@ def _script_run(
     return ratios(_run_json(script, args, scratch / f"run{number}.json"))
 
 
-#: ``sender``'s sides, as ``bench_send_cpu.py`` names them; the first is the floor.
-SENDER_SIDES = ("aiohttp", "aiogram", "notifyonce-nolimit", "notifyonce")
+#: ``sender``'s sides, as ``bench_send_cpu.py`` names them; the first is the floor, the
+#: second the floor of a paced sender (the same loop at the paid lane's 1,000 a second).
+SENDER_SIDES = ("aiohttp", "aiohttp-paced", "aiogram", "notifyonce-nolimit", "notifyonce")
 
 
 def _sender(cpu: dict[str, float]) -> dict[str, float]:
@@ -102,6 +103,10 @@ def _sender(cpu: dict[str, float]) -> dict[str, float]:
         "aiogram / bare aiohttp loop": cpu["aiogram"] / floor,
         "TelegramSender, no limiter / bare aiohttp loop": cpu["notifyonce-nolimit"] / floor,
         "TelegramSender, paid lane's limiter / bare aiohttp loop": cpu["notifyonce"] / floor,
+        "bare aiohttp loop paced at 1,000/s / bare aiohttp loop": cpu["aiohttp-paced"] / floor,
+        "TelegramSender, paid lane's limiter / bare aiohttp loop paced alike": (
+            cpu["notifyonce"] / cpu["aiohttp-paced"]
+        ),
     }
 
 

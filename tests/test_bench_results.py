@@ -301,12 +301,20 @@ def test_spread_turns_the_senders_order_so_each_side_goes_first_once() -> None:
     """bench/spread.py sender: the sides run in an order turned by one each run, and each
     side's CPU per message is divided by the bare aiohttp loop's of the same run."""
     spread = _module("spread")
-    orders = [spread.sides_in_turn(spread.SENDER_SIDES, n) for n in range(1, 5)]
+    sides = len(spread.SENDER_SIDES)
+    orders = [spread.sides_in_turn(spread.SENDER_SIDES, n) for n in range(1, sides + 1)]
     assert sorted(spread.SENDER_SIDES) == sorted(order[0] for order in orders)
     assert all(sorted(order) == sorted(spread.SENDER_SIDES) for order in orders)
-    assert orders[0] == spread.sides_in_turn(spread.SENDER_SIDES, 5)
-    cpu = {"aiohttp": 100.0, "aiogram": 150.0, "notifyonce-nolimit": 120.0, "notifyonce": 140.0}
-    assert [1.5, 1.2, 1.4] == list(spread._sender(cpu).values())
+    assert orders[0] == spread.sides_in_turn(spread.SENDER_SIDES, sides + 1)
+    cpu = {
+        "aiohttp": 100.0,
+        "aiohttp-paced": 250.0,
+        "aiogram": 150.0,
+        "notifyonce-nolimit": 120.0,
+        "notifyonce": 300.0,
+    }
+    # the paced sender over the unpaced floor, then over the floor paced alike
+    assert [1.5, 1.2, 3.0, 2.5, 1.2] == list(spread._sender(cpu).values())
 
 
 def test_the_spread_table_shows_each_spread_results_file() -> None:
@@ -314,7 +322,7 @@ def test_the_spread_table_shows_each_spread_results_file() -> None:
     results file (bench/results/spread-*.json, written by bench/spread.py) holds."""
     table = _section("How far each ratio moves between runs")
     files = sorted((BENCH / "results").glob("spread-*.json"))
-    assert 7 == len(files)
+    assert 8 == len(files)
     for path in files:
         record = PLOTTER.load(path)
         assert record["benchmark"].endswith("-spread")
