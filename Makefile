@@ -2,7 +2,7 @@
 #   make demo   creates .venv, installs notifyonce and runs the demo
 #   make test   creates .venv, installs the dev tools, starts the local databases the
 #               machine has, and runs the whole test suite but the storms, on every
-#               database, in parallel (a few minutes)
+#               database, in parallel (12 minutes on an idle 2-core machine)
 #   make ci     all of it: the whole suite with the storms, the test matrix (the core
 #               suites on every claimed Python with the lowest declared dependencies),
 #               the static checks and the docs build; .ci/run calls it
