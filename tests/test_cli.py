@@ -183,6 +183,31 @@ def test_sweep_follows_the_mode_given(
     assert status == record.status
 
 
+def test_sweep_with_a_campaign_settles_only_that_campaigns_claims(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """sweep --campaign ID settles the expired claims of that campaign (its slots' cycle)
+    and leaves another campaign's of the same action claimed, for its own run to settle
+    in its own mode."""
+    assert 0 == main(["migrate"])
+    engine = sa.create_engine(db_url.replace("+aiosqlite", ""))
+    an_hour_ago = dt.datetime.now(UTC) - dt.timedelta(hours=1)
+    ledger = Ledger(engine, lease=dt.timedelta(seconds=1), clock=lambda: an_hour_ago)
+    for campaign in ("2026-12-tariff", "2026-12-tariff-edit"):
+        assert ledger.claim_slot("news", 1, campaign) is not None
+    capsys.readouterr()
+    args = ["sweep", "--mode", "at-least-once", "--campaign", "2026-12-tariff"]
+    assert 0 == main(args)
+    assert "expired leases: 0 now unknown, 1 released" in capsys.readouterr().out
+    records = Ledger(engine)
+    swept = records.get("news", 1, "2026-12-tariff")
+    left = records.get("news", 1, "2026-12-tariff-edit")
+    engine.dispose()
+    assert swept is not None
+    assert left is not None
+    assert (SlotStatus.RELEASED, SlotStatus.CLAIMED) == (swept.status, left.status)
+
+
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [("90s", 90), ("15m", 900), ("1h30m", 5400), ("30d", 2592000), ("2w", 1209600)],

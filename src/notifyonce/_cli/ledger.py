@@ -214,6 +214,13 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         help="sweep only this action (repeatable); jobs with other delivery modes may "
         "share the table",
     )
+    parser.add_argument(
+        "--campaign",
+        metavar="ID",
+        help="sweep only this campaign's claims (a broadcast's campaign id, its slots' "
+        "cycle), so a crashed at-most-once campaign keeps its claims while an "
+        "at-least-once one of the same action is swept",
+    )
 
 
 def add_purge_arguments(parser: argparse.ArgumentParser) -> None:
@@ -252,7 +259,9 @@ def sweep_ledger(
 ) -> None:
     """Settle the ledger's expired claims as the ``sweep`` options say, and tell which."""
     mode = DeliveryMode(args.mode.replace("-", "_"))
-    result = ledger.sweep(mode, max_attempts=args.max_attempts, actions=args.actions)
+    result = ledger.sweep(
+        mode, max_attempts=args.max_attempts, actions=args.actions, cycle=args.campaign
+    )
     say(f"expired leases: {len(result.unknown)} now unknown, {len(result.released)} released")
     for key in result.unknown:
         say(f"  unknown   {key}")
