@@ -127,7 +127,21 @@ async def test_a_file_rewritten_while_the_campaign_waits_is_the_message_it_check
             start_at=ledger.now() + timedelta(hours=1),
             allow_changed_message=allowed,
         )
+        # The file is rewritten only once the run waits for its start: it reaches the wait
+        # after it fingerprinted and recorded the message, and on a busy machine a fixed
+        # sleep ended first (the clock then passed the start before the run looked, so it
+        # never waited and never checked the file again). Nothing else runs on this loop
+        # between the wait's start and its first sleep, so the run has read the clock first.
+        waiting = asyncio.Event()
+        wait_for_start = broadcast._wait_for_start
+
+        async def wait_noted() -> bool:
+            waiting.set()
+            return await wait_for_start()
+
+        broadcast._wait_for_start = wait_noted  # type: ignore[method-assign]
         running = asyncio.ensure_future(broadcast.run())
+        await asyncio.wait_for(waiting.wait(), RUN_TIMEOUT)
         await asyncio.sleep(WAITED)
         await asyncio.to_thread(path.write_bytes, b"%PDF-1.7 tariff, version two")
         clock.advance(hours=1)
