@@ -137,12 +137,16 @@ _made: dict[str, str] = {}
 @pytest.fixture(scope="module", autouse=True)
 def _django_test_environment() -> Iterator[None]:
     """Django's test environment (the test client sees the templates' context), and every
-    test database Django made here dropped when the module ends."""
+    test database Django made here dropped when the module ends. pytest-xdist may run
+    the module's tests in more than one stretch on a process (a worker that steals some
+    runs them later), so each stretch starts with the directory and no database made."""
+    _DIR.mkdir(parents=True, exist_ok=True)
     setup_test_environment()
     yield
     teardown_test_environment()
     for alias, name in _made.items():
         connections[alias].creation.destroy_test_db(name, verbosity=0)
+    _made.clear()
     connections.close_all()
     shutil.rmtree(_DIR, ignore_errors=True)
 
