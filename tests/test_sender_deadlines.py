@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -76,6 +77,29 @@ async def test_a_trickling_answer_cannot_outlast_the_budget(
     # would wait for all 100. Half is a margin for a loaded machine, not a speed claim.
     assert trickled < 50, trickled
     assert TOKEN not in str(info.value)
+
+
+async def test_a_send_on_the_senders_own_client_sets_one_timer() -> None:
+    """The sender's own client bounds an attempt with one timer, its overall deadline: no
+    read timer of aiohttp's besides, set again with every chunk of the answer (two more
+    timers a send, a tenth of a message's event-loop work)."""
+    loop = asyncio.get_running_loop()
+    timers: list[float] = []
+    call_at = loop.call_at
+
+    def counting(when: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        timers.append(when)
+        return call_at(when, *args, **kwargs)
+
+    with BotAPIServer() as server:
+        async with TelegramSender(TOKEN, base_url=server.url, rate_limit=None) as sender:
+            await sender.send("1", Message("warm"))  # the connection, the session's timers
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(loop, "call_at", counting)
+                for chat in range(2, 12):
+                    await sender.send(str(chat), Message("hello"))
+        assert 11 == len(server.deliveries)
+    assert 10 == len(timers), timers
 
 
 @pytest.mark.parametrize("value", [math.inf, 1e12])

@@ -71,6 +71,7 @@ __all__ = [
     "SenderClosedError",
     "check_seconds",
     "default_transport",
+    "limits_for",
     "refuse_unknown_options",
 ]
 
@@ -91,6 +92,20 @@ DEFAULT_BUDGET = 30.0
 DEFAULT_LIMITS = httpx.Limits(
     max_connections=32, max_keepalive_connections=32, keepalive_expiry=60.0
 )
+
+
+def limits_for(concurrency: int) -> httpx.Limits:
+    """`DEFAULT_LIMITS`, with a connection for each send when more than its 32 run at once
+    (the command line's ``--concurrency``): a send past the pool would wait for a free
+    connection, a wake-up of its own on the event loop and a timer, for nothing."""
+    most = DEFAULT_LIMITS.max_connections or 0
+    if concurrency <= most:
+        return DEFAULT_LIMITS
+    return httpx.Limits(
+        max_connections=concurrency,
+        max_keepalive_connections=concurrency,
+        keepalive_expiry=DEFAULT_LIMITS.keepalive_expiry,
+    )
 
 
 T = TypeVar("T")
@@ -315,13 +330,16 @@ class HTTPSenderBase:
         try:
             # httpx's read timeout restarts with every chunk received: a server trickling
             # its answer could hold a send far past its budget (and past its lease). One
-            # overall deadline, a little after the phase timeouts, bounds it.
+            # overall deadline, a little after the phase timeouts, bounds it. The sender's
+            # own transport sets no read timer at all (aiohttp's would be set again with
+            # each chunk, two timers a send): there this deadline is the read's, at the
+            # budget itself.
             if self._direct is not None and client is self._client:
                 response = await _within(
                     self._post_direct(
                         self._direct, client, target, body, headers, remaining, progress, gate
                     ),
-                    remaining + _DEADLINE_GRACE,
+                    remaining,
                 )
             else:
                 if gate is not None and not await gate():
@@ -379,7 +397,7 @@ class HTTPSenderBase:
             self._wire_headers[key] = fixed
         timeouts = {
             "connect": min(self.connect_timeout, remaining),
-            "read": remaining,
+            "read": None,  # the caller's overall deadline, at ``remaining``, bounds the answer
             "write": min(self.write_timeout, remaining),
             "pool": min(self.pool_timeout, remaining),
         }
