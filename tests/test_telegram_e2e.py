@@ -21,6 +21,7 @@ from notifyonce import (
     TransientSendError,
     UncertainSendError,
 )
+from notifyonce._senders.telegram.sender import _GRANTED
 from notifyonce.ratelimit import MemoryRateStore, Turn, TurnRequest
 from notifyonce.telegram import RateLimit, TelegramSender
 from notifyonce.testing import BotAPIServer, Reply
@@ -432,3 +433,28 @@ async def test_a_wrong_token_is_logged_as_a_wrong_token_not_as_a_retry(
     assert all(r.getMessage().startswith("released for a later run: news/") for r in given_back)
     assert [] == [r for r in caplog.records if r.levelno >= logging.WARNING and r in given_back]
     assert TOKEN not in caplog.text
+
+
+async def test_a_turn_no_send_used_is_given_back_and_a_used_one_is_not(
+    bot_api_server: BotAPIServer,
+) -> None:
+    """`turn`'s block gives its turn back when nothing inside sent (the slot was another
+    worker's, the body raised), keeps it when the send inside used it, and holds it only
+    inside: a send after the block takes a turn of its own."""
+    store = BookedStarts()
+    async with sender_for(bot_api_server, rate_limit=RateLimit(), rate_store=store) as sender:
+        async with sender.turn("7"):
+            assert _GRANTED.get() is not None
+            # nothing sent
+        assert [] == store.booked
+        assert _GRANTED.get() is None  # a send to "7" now takes a turn of its own
+        with pytest.raises(LookupError):
+            async with sender.turn("8"):
+                raise LookupError
+        assert [] == store.booked
+        async with sender.turn("9"):
+            await sender.send("9", Message("used"))
+        assert ["9"] == [chat for chat, _, _ in store.booked]
+        await sender.send("9", Message("after the block"))
+        assert ["9", "9"] == [chat for chat, _, _ in store.booked]
+    assert 2 == len(bot_api_server.deliveries)

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import re
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from functools import partial
-from types import MappingProxyType
+from types import MappingProxyType, TracebackType
 from typing import Any
 
 import httpx
@@ -108,6 +108,43 @@ class _Held:
 
 # The turn held in this task. Task-local: concurrent sends of one sender never share a turn.
 _GRANTED: ContextVar[_Held | None] = ContextVar("notifyonce_turn", default=None)
+
+
+class _Turn:
+    """`TelegramSender.turn`'s block: the turn is taken on entering it, held in `_GRANTED`
+    for the send inside, and given back on leaving it when no send used it. A class, not
+    an async generator: a broadcast enters one per message, and an async generator costs
+    the event loop's bookkeeping of it (a weak set entry, added and removed) besides
+    contextlib's wrapper."""
+
+    __slots__ = ("_held", "_recipient", "_sender", "_token")
+
+    def __init__(self, sender: TelegramSender, recipient: str | int) -> None:
+        self._sender = sender
+        self._recipient = recipient
+        self._held: _Held | None = None
+        self._token: Token[_Held | None] | None = None
+
+    async def __aenter__(self) -> None:
+        held = await self._sender._take_turn(self._recipient)
+        if held is not None:
+            self._held = held
+            self._token = _GRANTED.set(held)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        held, token = self._held, self._token
+        if held is None or token is None:
+            return
+        self._held = self._token = None
+        _GRANTED.reset(token)
+        await self._sender._end_turn(held)
+
+
 # The longest a turn is waited for (seconds): the cap on a flood wait.
 _TURN_MAX_WAIT = 3600.0
 # A turn is booked as far ahead as the caller's steps between it and its send took lately
@@ -564,8 +601,7 @@ class TelegramSender(HTTPSenderBase):
         """
         prepare(recipient, message, file=not self._files.knows(getattr(message, "media", None)))
 
-    @contextlib.asynccontextmanager
-    async def turn(self, recipient: str | int) -> AsyncIterator[None]:
+    def turn(self, recipient: str | int) -> AbstractAsyncContextManager[None]:
         """Wait for ``recipient``'s rate-limit turn; the first send to it inside uses it.
 
         The Notifier claims a slot only inside its recipient's turn, so claims never wait
@@ -586,9 +622,12 @@ class TelegramSender(HTTPSenderBase):
                 ``max_flood_wait``.
             TransientSendError: The next turn is more than an hour away.
         """
+        return _Turn(self, recipient)
+
+    async def _take_turn(self, recipient: str | int) -> _Held | None:
+        """The turn `turn` enters with (None without a limiter)."""
         if self._limiter is None:
-            yield
-            return
+            return None
         target = _validate_recipient(recipient)
         grant = await self._limiter.acquire(
             target,
@@ -602,14 +641,12 @@ class TelegramSender(HTTPSenderBase):
             raise TransientSendError(
                 f"rate limit: the next turn is {grant:.0f} s away", retry_after=grant
             )
-        held = _Held(id(self), target, grant, self._clock())
-        token = _GRANTED.set(held)
-        try:
-            yield
-        finally:
-            _GRANTED.reset(token)
-            if not held.used:
-                await self._limiter.give_back(grant)
+        return _Held(id(self), target, grant, self._clock())
+
+    async def _end_turn(self, held: _Held) -> None:
+        """Give ``held`` back if no send used it."""
+        if not held.used and self._limiter is not None:
+            await self._limiter.give_back(held.grant)
 
     def _held_turn(self, target: str) -> Grant | None:
         """The turn this task holds for ``target`` (now used up), or None when there is
