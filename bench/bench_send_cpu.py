@@ -8,8 +8,8 @@ Run (a local Bot API server first, e.g. ``notifyonce serve-test-api --latency 0.
 SIDE is one of:
 
 - ``notifyonce``: ``TelegramSender(allow_paid_broadcast=True)`` as ``broadcast --paid``
-  makes it (its own client with a connection for each of ``--concurrency`` sends, the
-  paid lane's limiter at 1,000 msg/s, each send inside its recipient's turn);
+  makes it (its own client, the paid lane's limiter at 1,000 msg/s, each send inside its
+  recipient's turn);
 - ``notifyonce-nolimit``: the same sender with ``rate_limit=None``;
 - ``aiogram``: aiogram 3's ``Bot.send_message`` on an ``AiohttpSession``;
 - ``aiohttp``: a bare POST loop on one ``aiohttp.ClientSession`` (JSON encoded with
@@ -44,7 +44,6 @@ PAID_LANE_PER_SECOND = 1_000  # what RateLimit() allows a bot with paid broadcas
 
 async def notifyonce_side(url: str, concurrency: int, limited: bool) -> tuple[Callable, Callable]:
     from notifyonce import Message
-    from notifyonce._senders.http import limits_for
     from notifyonce.telegram import RateLimit, TelegramSender
 
     sender = TelegramSender(
@@ -52,7 +51,6 @@ async def notifyonce_side(url: str, concurrency: int, limited: bool) -> tuple[Ca
         base_url=url,
         allow_paid_broadcast=True,
         rate_limit=RateLimit() if limited else None,
-        limits=limits_for(concurrency),  # a connection a send, as the command line sizes it
     )
     message = Message(TEXT)
 

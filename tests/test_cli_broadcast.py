@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
@@ -966,31 +965,3 @@ def test_a_bad_cap_is_a_usage_error(workdir: Path, server: BotAPIServer, cap: st
     assert 2 == done.returncode
     assert "--cap" in done.stderr
     assert [] == server.deliveries
-
-
-def test_more_sends_at_once_than_the_default_pool_each_get_a_connection(
-    workdir: Path, server: BotAPIServer
-) -> None:
-    """--concurrency 40, past the sender's 32 pooled connections: the command's sender
-    opens a connection for each send, so all 40 are at the server at once (on 32, eight
-    would wait in the pool for an answer, each a wake-up and a timer more)."""
-    held = threading.Event()
-    for chat in range(1, 51):
-        server.script(str(chat), [Reply.ok(until=held)])
-    process = subprocess.Popen(
-        command(workdir, server, "--concurrency", "40"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 30  # bounded: a pool of 32 stays at 32 for good
-        while len(server.requests) < 40 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        in_flight = len(server.requests)
-    finally:
-        held.set()
-        out, err = process.communicate(timeout=60)
-    assert 40 == in_flight
-    assert 0 == process.returncode, err
-    assert "50 sent, 0 failed, 0 unknown, 0 already done" in out

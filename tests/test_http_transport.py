@@ -19,7 +19,7 @@ import pytest
 
 from notifyonce import Message, TransientSendError
 from notifyonce._senders.aiohttp_transport import AiohttpTransport, _Attempt, _error
-from notifyonce._senders.http import DEFAULT_LIMITS, default_transport, limits_for
+from notifyonce._senders.http import DEFAULT_LIMITS, default_transport
 from notifyonce.telegram import TelegramSender
 from notifyonce.testing import BotAPIServer, Reply
 
@@ -231,14 +231,3 @@ async def test_the_own_client_sends_httpxs_headers_and_reads_compressed_answers(
         own["content-length"],
         theirs["content-length"],
     ]
-
-
-@pytest.mark.parametrize(("concurrency", "connections"), [(1, 32), (32, 32), (33, 33), (64, 64)])
-def test_the_command_lines_pool_holds_a_connection_for_each_send(
-    concurrency: int, connections: int
-) -> None:
-    """Up to the default pool's 32 sends at once the default limits stand; past them, one
-    connection each, all kept alive as long as the default keeps them."""
-    limits = limits_for(concurrency)
-    assert connections == limits.max_connections == limits.max_keepalive_connections
-    assert DEFAULT_LIMITS.keepalive_expiry == limits.keepalive_expiry

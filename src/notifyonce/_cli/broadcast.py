@@ -737,7 +737,6 @@ async def _run_interruptibly(broadcast: Broadcast) -> BroadcastReport:
 def _telegram(args: argparse.Namespace, token: str) -> Callable[[AsyncEngine], Sender]:
     """Check the options and the token now; build the sender once the engine exists."""
     try:  # lazy: the telegram extra (httpx) may be missing, and the error names it
-        from notifyonce._senders.http import limits_for
         from notifyonce.telegram import RateLimit, SQLFileIdStore, TelegramSender
     except ImportError:
         raise UsageError("broadcast needs httpx: pip install 'notifyonce[telegram]'") from None
@@ -755,13 +754,7 @@ def _telegram(args: argparse.Namespace, token: str) -> Callable[[AsyncEngine], S
         table = default_file_table(args.table)
         files = SQLFileIdStore(engine, table_name=table, schema=args.schema)
         try:
-            return TelegramSender(
-                token,
-                base_url=args.base_url,
-                rate_limit=limit,
-                file_store=files,
-                limits=limits_for(args.concurrency),
-            )
+            return TelegramSender(token, base_url=args.base_url, rate_limit=limit, file_store=files)
         except ValidationError as exc:
             # Never echo the token: name the field only.
             raise UsageError(f"{exc.field}: {exc.problem}") from None

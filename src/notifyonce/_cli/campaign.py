@@ -225,15 +225,12 @@ def _read(option: str, path: str) -> str:
 
 def _sender(args: argparse.Namespace, token: str) -> Any:
     try:  # lazy: the telegram extra (httpx) may be missing, and the error names it
-        from notifyonce._senders.http import limits_for
         from notifyonce.telegram import RateLimit, TelegramSender
     except ImportError:
         raise UsageError("campaign needs httpx: pip install 'notifyonce[telegram]'") from None
     limit = RateLimit(bot_per_second=args.rate) if args.rate > 0 else None
     try:
-        return TelegramSender(
-            token, base_url=args.base_url, rate_limit=limit, limits=limits_for(args.concurrency)
-        )
+        return TelegramSender(token, base_url=args.base_url, rate_limit=limit)
     except ValidationError as exc:
         raise UsageError(f"${args.token_env} or --base-url: {exc.field} {exc.problem}") from None
 

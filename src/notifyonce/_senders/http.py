@@ -71,7 +71,6 @@ __all__ = [
     "SenderClosedError",
     "check_seconds",
     "default_transport",
-    "limits_for",
     "refuse_unknown_options",
 ]
 
@@ -92,20 +91,6 @@ DEFAULT_BUDGET = 30.0
 DEFAULT_LIMITS = httpx.Limits(
     max_connections=32, max_keepalive_connections=32, keepalive_expiry=60.0
 )
-
-
-def limits_for(concurrency: int) -> httpx.Limits:
-    """`DEFAULT_LIMITS`, with a connection for each send when more than its 32 run at once
-    (the command line's ``--concurrency``): a send past the pool would wait for a free
-    connection, a wake-up of its own on the event loop and a timer, for nothing."""
-    most = DEFAULT_LIMITS.max_connections or 0
-    if concurrency <= most:
-        return DEFAULT_LIMITS
-    return httpx.Limits(
-        max_connections=concurrency,
-        max_keepalive_connections=concurrency,
-        keepalive_expiry=DEFAULT_LIMITS.keepalive_expiry,
-    )
 
 
 T = TypeVar("T")
