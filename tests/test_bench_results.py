@@ -330,3 +330,23 @@ def test_the_spread_table_shows_each_spread_results_file() -> None:
             assert 5 == len(figures["runs"]), (path.name, name)
             shown = f"| {figures['median']:.2f}x | {figures['low']:.2f}-{figures['high']:.2f}x |"
             assert shown in table, (path.name, name, shown)
+
+
+@pytest.mark.parametrize(
+    ("times", "expected"),
+    [
+        ([], (0, 0.0)),
+        ([5.0], (1, 0.0)),
+        ([0.0, 0.5, 0.999, 1.0, 1.2, 1.9], (4, 0.5)),  # [0.5, 1.5): 0.5, 0.999, 1.0, 1.2
+        ([0.0, 1.0, 2.0], (1, 0.0)),  # a window is half-open: 1.0 is not in [0, 1)
+        ([3.0, 2.0, 2.5, 2.9], (3, 0.0)),  # unsorted in: [2.0, 3.0) holds 2.0, 2.5, 2.9
+    ],
+)
+def test_the_pool_bench_counts_the_busiest_half_open_second(
+    bench_on_path: None, times: list[float], expected: tuple[int, float]
+) -> None:
+    """bench_pool_bunching's busiest second: the most moments in any [t, t + 1), and where
+    it begins, counted from the first moment."""
+    bench = _module("bench_pool_bunching")
+    count, at = bench.busiest(times)
+    assert expected == (count, pytest.approx(at))
