@@ -108,43 +108,6 @@ class _Held:
 
 # The turn held in this task. Task-local: concurrent sends of one sender never share a turn.
 _GRANTED: ContextVar[_Held | None] = ContextVar("notifyonce_turn", default=None)
-
-
-class _Turn:
-    """`TelegramSender.turn`'s block: the turn is taken on entering it, held in `_GRANTED`
-    for the send inside, and given back on leaving it when no send used it. A class, not
-    an async generator: a broadcast enters one per message, and an async generator costs
-    the event loop's bookkeeping of it (a weak set entry, added and removed) besides
-    contextlib's wrapper."""
-
-    __slots__ = ("_held", "_recipient", "_sender", "_token")
-
-    def __init__(self, sender: TelegramSender, recipient: str | int) -> None:
-        self._sender = sender
-        self._recipient = recipient
-        self._held: _Held | None = None
-        self._token: Token[_Held | None] | None = None
-
-    async def __aenter__(self) -> None:
-        held = await self._sender._take_turn(self._recipient)
-        if held is not None:
-            self._held = held
-            self._token = _GRANTED.set(held)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        held, token = self._held, self._token
-        if held is None or token is None:
-            return
-        self._held = self._token = None
-        _GRANTED.reset(token)
-        await self._sender._end_turn(held)
-
-
 # The longest a turn is waited for (seconds): the cap on a flood wait.
 _TURN_MAX_WAIT = 3600.0
 # A turn is booked as far ahead as the caller's steps between it and its send took lately
@@ -306,6 +269,39 @@ def _limiter(
         return None
     store = MemoryRateStore(clock=clock) if rate_store is None else rate_store
     return SharedRateLimiter(rate_limit, store, bot_key(token), clock=clock, sleep=sleep)
+
+
+class _Turn:
+    """`TelegramSender.turn`'s block: the turn is taken on entering it, held in `_GRANTED`
+    for the send inside, and given back on leaving it when no send used it. A class, not
+    an async generator: a broadcast enters one per message, and an async generator costs
+    the event loop's bookkeeping of it (a weak set entry, added and removed) besides
+    contextlib's wrapper."""
+
+    __slots__ = ("_entered", "_recipient", "_sender")
+
+    def __init__(self, sender: TelegramSender, recipient: str | int) -> None:
+        self._sender = sender
+        self._recipient = recipient
+        # The turn taken on entering, and the token that puts `_GRANTED` back on leaving.
+        self._entered: tuple[_Held, Token[_Held | None]] | None = None
+
+    async def __aenter__(self) -> None:
+        held = await self._sender._take_turn(self._recipient)
+        if held is not None:
+            self._entered = held, _GRANTED.set(held)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._entered is None:  # no limiter: no turn was taken
+            return
+        (held, token), self._entered = self._entered, None
+        _GRANTED.reset(token)
+        await self._sender._end_turn(held)
 
 
 class TelegramSender(HTTPSenderBase):
